@@ -1,0 +1,15 @@
+/// \file disco/disco.h
+/// \brief Umbrella header: everything a disco controller program needs.
+#ifndef DISCO_DISCO_H_
+#define DISCO_DISCO_H_
+
+#include <disco/any.h>
+#include <disco/config.h>
+#include <disco/error.h>
+#include <disco/function.h>
+#include <disco/log.h>
+#include <disco/session.h>
+#include <disco/tensor.h>
+#include <disco/types.h>
+
+#endif  // DISCO_DISCO_H_

@@ -1,0 +1,131 @@
+/// \file disco/session.h
+/// \brief The disco session: one controller program driving every rank of an MPI job.
+///
+/// ## Architecture
+///
+/// Every process of an `mpirun`/`srun` job runs the same binary and calls `disco::Main`. **Rank 0
+/// is the controller and, in the same process and thread, worker 0**; ranks 1..N-1 run the worker
+/// loop until the controller shuts the session down.
+///
+/// **Registers and DRef.** Every worker owns a register file: a table of values indexed by
+/// register id. The controller never holds remote values; it holds `DRef`s that name a register.
+/// `CallPacked(func, args...)` allocates a fresh register id, and every worker runs `func` with
+/// its own values for the `DRef` arguments and stores the result in that register. When the last
+/// copy of a `DRef` is destroyed the register is freed on every worker (the id is reused).
+///
+/// **Control plane.** Each controller call is serialized once into a frame (disco/protocol: magic,
+/// version, action, sequence number, payload) and sent to every worker with one `MPI_Bcast` on a
+/// communicator duplicated from the world for this purpose alone. A frame whose payload fits in
+/// `DISCO_INLINE_BYTES` travels in one broadcast; a larger one takes a second broadcast of the
+/// rest. After broadcasting, rank 0 runs the same command itself as worker 0, in line, without
+/// decoding it. Calls are asynchronous with respect to workers 1..N-1 and ordered: every worker
+/// runs the same command sequence, and checks the sequence number so that a desynchronised rank
+/// is named instead of hanging. Replies (sync, debug reads, error reports) come back point to
+/// point.
+///
+/// **Data plane.** Tensor collectives run over NCCL on GPUs (bootstrapped by MPI: rank 0 creates
+/// the unique id, which travels by `MPI_Bcast`) or over MPI on host memory, on communicators of
+/// their own, so control frames never interleave with tensor traffic.
+///
+/// **Errors.** A function that throws on a worker poisons its result register and reports (worker
+/// id, function, message) to rank 0; the controller raises `disco::RemoteError` at the next
+/// `SyncWorker`, `SyncAll` or debug read, and the session stays usable. An uncaught exception in
+/// controller code, or a dead rank, ends the whole job with a non-zero exit (`MPI_Abort`).
+#ifndef DISCO_SESSION_H_
+#define DISCO_SESSION_H_
+
+#include <disco/any.h>
+#include <disco/function.h>
+#include <disco/tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace disco {
+
+namespace detail {
+class SessionImpl;
+}  // namespace detail
+
+/// The controller's view of the job. Only rank 0 has one; `disco::Main` creates it.
+class Session {
+ public:
+  /// Number of workers (= MPI world size).
+  int num_workers() const;
+  /// Number of worker groups (`DISCO_NUM_GROUPS`, default 1); groups are contiguous blocks.
+  int num_groups() const;
+
+  /// A register on every worker holding the global function `name`. An unknown name is reported
+  /// as a RemoteError at the next sync.
+  DRef GetGlobalFunc(const std::string& name);
+  /// Calls `func` on every worker; DRef arguments become each worker's own register value.
+  /// Returns the register holding the result.
+  template <typename... Ts>
+  DRef CallPacked(const DRef& func, Ts&&... args) {
+    std::array<Any, sizeof...(Ts)> packed{Any(std::forward<Ts>(args))...};
+    return CallWithPacked(func, packed.data(), packed.size());
+  }
+  /// `CallPacked` with an argument array.
+  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args);
+
+  /// Copies the host tensor `host` into the tensor held by `remote` on worker 0 (in process).
+  void CopyToWorker0(const Tensor& host, const DRef& remote);
+  /// Copies the tensor held by `remote` on worker 0 into the host tensor `host` (in process).
+  void CopyFromWorker0(const Tensor& host, const DRef& remote);
+
+  /// Waits until `worker_id` has run every command sent so far; raises pending remote errors.
+  void SyncWorker(int worker_id);
+  /// Waits for every worker; raises every pending remote error.
+  void SyncAll();
+
+  /// Initializes the collective library: "mpi", "nccl" or "auto".
+  void InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids);
+
+  /// The value of register `reg_id` on `worker_id` (tensors by value, on the host).
+  Any DebugGetFromRemote(int64_t reg_id, int worker_id);
+  /// Stores `value` into register `reg_id` on `worker_id`.
+  void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id);
+
+  /// Ends the session: workers leave their loop. Idempotent; DRefs outlive it harmlessly.
+  void Shutdown();
+
+  /// `disco.empty` on every worker (or on worker 0 / each group's first worker only).
+  DRef Empty(const Shape& shape, DLDataType dtype, DLDevice device = CPU(),
+             bool worker0_only = false, bool in_group = false);
+
+  explicit Session(std::shared_ptr<detail::SessionImpl> impl);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  detail::SessionImpl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<detail::SessionImpl> impl_;
+};
+
+/// Entry point, called on every rank. Rank 0 runs `controller` with a live session, then shuts
+/// the session down; other ranks run the worker loop until shutdown. Returns the process exit
+/// code: non-zero on every rank if any rank failed. Initializes MPI unless the program already
+/// did (and then leaves finalizing to it).
+int Main(int argc, char** argv, std::function<int(Session&)> controller);
+
+/// What a function running on a worker knows about where it runs.
+struct WorkerInfo {
+  int worker_id = 0;
+  int num_workers = 1;
+  int num_groups = 1;
+  int group_id = 0;
+  int local_rank = 0;
+  DLDevice device{kDLCPU, 0};
+};
+/// The calling worker's info (valid inside functions run by the session).
+const WorkerInfo& ThisWorker();
+
+}  // namespace disco
+
+#endif  // DISCO_SESSION_H_

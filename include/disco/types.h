@@ -1,0 +1,94 @@
+/// \file disco/types.h
+/// \brief Small value types: data types, devices, shapes and byte strings.
+#ifndef DISCO_TYPES_H_
+#define DISCO_TYPES_H_
+
+#include <dlpack/dlpack.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace disco {
+
+/// Parses "float32", "int8", "bfloat16", "float16", "uint64", "bool", ... into a DLDataType.
+/// Throws ValueError naming the string when it is not a data type.
+DLDataType DataType(const std::string& name);
+/// "float32" for {kDLFloat, 32, 1}; vector types get an "x<lanes>" suffix.
+std::string DataTypeToString(DLDataType dtype);
+/// Bytes of one element: (bits * lanes + 7) / 8.
+size_t DataTypeBytes(DLDataType dtype);
+
+/// The host CPU.
+DLDevice CPU();
+/// CUDA device `index` as numbered inside this process (after CUDA_VISIBLE_DEVICES).
+DLDevice CUDA(int index = 0);
+/// "cpu", "cuda:1".
+std::string DeviceToString(DLDevice device);
+
+/// A tensor shape: a list of non-negative extents. `Shape{}` is the 0-d (scalar) shape.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+
+  size_t size() const { return dims_.size(); }
+  int ndim() const { return static_cast<int>(dims_.size()); }
+  int64_t operator[](size_t i) const { return dims_[i]; }
+  int64_t& operator[](size_t i) { return dims_[i]; }
+  const int64_t* data() const { return dims_.data(); }
+  std::vector<int64_t>::const_iterator begin() const { return dims_.begin(); }
+  std::vector<int64_t>::const_iterator end() const { return dims_.end(); }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  /// Product of the extents (1 for a 0-d shape). Throws ValueError on overflow or a negative dim.
+  int64_t Numel() const;
+  /// "(2, 3)", "()" for 0-d.
+  std::string ToString() const;
+
+  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
+  bool operator!=(const Shape& other) const { return dims_ != other.dims_; }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+/// An immutable byte string; copies share the buffer.
+class Bytes {
+ public:
+  Bytes() : size_(0) {}
+  explicit Bytes(const std::string& data) : Bytes(data.data(), data.size()) {}
+  Bytes(const void* data, size_t size);
+  /// A buffer of `size` uninitialized bytes, written through `*data` before the Bytes is shared.
+  static Bytes Allocate(size_t size, char** data);
+
+  const char* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  /// A copy as a std::string.
+  std::string str() const { return size_ ? std::string(data_.get(), size_) : std::string(); }
+  bool operator==(const Bytes& other) const;
+
+ private:
+  std::shared_ptr<const char[]> data_;
+  size_t size_;
+};
+
+}  // namespace disco
+
+// Equality of the DLPack structs, in the global namespace where argument-dependent lookup finds
+// it for these C types. A program that defines its own can opt out with
+// DISCO_NO_DLPACK_OPERATORS.
+#ifndef DISCO_NO_DLPACK_OPERATORS
+inline bool operator==(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+inline bool operator!=(DLDataType a, DLDataType b) { return !(a == b); }
+inline bool operator==(DLDevice a, DLDevice b) {
+  return a.device_type == b.device_type && a.device_id == b.device_id;
+}
+inline bool operator!=(DLDevice a, DLDevice b) { return !(a == b); }
+#endif
+
+#endif  // DISCO_TYPES_H_

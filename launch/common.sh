@@ -1,0 +1,40 @@
+# Shared by launch/demo and launch/test (sourced, not run): installs the Debian packages disco
+# needs when they are missing, then configures and builds into build/ (or $DISCO_BUILD_DIR).
+DISCO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DISCO_BUILD_DIR=${DISCO_BUILD_DIR:-$DISCO_ROOT/build}
+DISCO_PACKAGES=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
+  libdlpack-dev libgtest-dev)
+
+disco_ensure_packages() {
+  local missing=() p
+  for p in "${DISCO_PACKAGES[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "disco needs these Debian packages; install them with:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "+ apt-get install -y ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+disco_build() {
+  local args=(-S "$DISCO_ROOT" -B "$DISCO_BUILD_DIR" -DCMAKE_BUILD_TYPE=${DISCO_BUILD_TYPE:-RelWithDebInfo})
+  echo "+ cmake ${args[*]} $*"
+  cmake "${args[@]}" "$@" >"$DISCO_BUILD_DIR.configure.log" 2>&1 || {
+    cat "$DISCO_BUILD_DIR.configure.log" >&2
+    exit 1
+  }
+  grep -A6 "disco .* configuration:" "$DISCO_BUILD_DIR.configure.log" || true
+  echo "+ cmake --build $DISCO_BUILD_DIR -j${DISCO_BUILD_JOBS:-2}"
+  cmake --build "$DISCO_BUILD_DIR" -j"${DISCO_BUILD_JOBS:-2}"
+}
+
+# Open MPI refuses to run as root without these; harmless for other users and MPIs.
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+  export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+fi

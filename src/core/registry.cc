@@ -1,0 +1,92 @@
+#include <disco/function.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+namespace disco {
+namespace {
+
+struct RegistryTable {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<Registry>> entries;
+};
+
+RegistryTable& Table() {
+  // Leaked on purpose: registrations run during static initialization of any translation unit,
+  // and lookups may run during static destruction of others.
+  static RegistryTable* table = new RegistryTable();
+  return *table;
+}
+
+}  // namespace
+
+namespace detail {
+
+void ThrowArgumentError(const std::string& func, const std::vector<std::string>& names,
+                        size_t index, const char* expected, const Any& actual, const char* reason) {
+  std::ostringstream os;
+  os << (func.empty() ? "<anonymous>" : func) << ": argument " << index;
+  if (index < names.size() && !names[index].empty()) os << " (" << names[index] << ")";
+  os << ": expected " << expected << ", got " << actual.type_name();
+  if (reason != nullptr) os << " " << actual.ToString() << " (" << reason << ")";
+  throw TypeError(RankPrefix() + os.str());
+}
+
+void ThrowArityError(const std::string& func, size_t expected, size_t got) {
+  throw TypeError(RankPrefix() + (func.empty() ? "<anonymous>" : func) + ": expected " +
+                  std::to_string(expected) + " argument" + (expected == 1 ? "" : "s") + ", got " +
+                  std::to_string(got));
+}
+
+}  // namespace detail
+
+Registry& Registry::Register(const std::string& name, bool can_override) {
+  DISCO_CHECK(!name.empty(), ValueError) << "a global function needs a non-empty name";
+  RegistryTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto it = table.entries.find(name);
+  if (it != table.entries.end()) {
+    DISCO_CHECK(can_override, ValueError)
+        << "global function '" << name << "' is already registered";
+    return *it->second;
+  }
+  auto entry = std::unique_ptr<Registry>(new Registry(name));
+  Registry& ref = *entry;
+  table.entries.emplace(name, std::move(entry));
+  return ref;
+}
+
+Function Registry::Get(const std::string& name) {
+  RegistryTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto it = table.entries.find(name);
+  if (it == table.entries.end()) return Function();
+  return it->second->func_;
+}
+
+std::vector<std::string> Registry::ListNames() {
+  RegistryTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  std::vector<std::string> names;
+  for (const auto& kv : table.entries) names.push_back(kv.first);
+  return names;
+}
+
+bool Registry::Remove(const std::string& name) {
+  RegistryTable& table = Table();
+  std::lock_guard<std::mutex> lock(table.mu);
+  return table.entries.erase(name) > 0;
+}
+
+Registry& Registry::set_body_packed(PackedBody body) {
+  DISCO_CHECK(body != nullptr, ValueError) << "global function '" << name_ << "': empty body";
+  Function func = MakeFunction(std::move(body), name_);
+  std::lock_guard<std::mutex> lock(Table().mu);
+  func_ = std::move(func);
+  return *this;
+}
+
+}  // namespace disco

@@ -1,0 +1,57 @@
+#include "session/builtins.h"
+
+#include <disco/function.h>
+#include <disco/session.h>
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace disco {
+namespace {
+
+bool IsFirstOfGroup(const WorkerInfo& w) {
+  int group_size = w.num_workers / w.num_groups;
+  return w.worker_id % group_size == 0;
+}
+
+void RegisterAll() {
+  Registry::Register("disco.worker_id", true).set_body_typed([]() -> int64_t {
+    return ThisWorker().worker_id;
+  });
+  Registry::Register("disco.num_workers", true).set_body_typed([]() -> int64_t {
+    return ThisWorker().num_workers;
+  });
+  Registry::Register("disco.device", true).set_body_typed([]() -> DLDevice {
+    return ThisWorker().device;
+  });
+  Registry::Register("disco.empty", true)
+      .set_body_typed(
+          [](Shape shape, DLDataType dtype, DLDevice device, bool worker0_only,
+             bool in_group) -> Any {
+            const WorkerInfo& w = ThisWorker();
+            if (worker0_only) {
+              bool mine = in_group ? IsFirstOfGroup(w) : w.worker_id == 0;
+              if (!mine) return Any();
+            }
+            return Any(Tensor::Empty(shape, dtype, device));
+          },
+          {"shape", "dtype", "device", "worker0_only", "in_group"});
+  Registry::Register("disco.load_library", true)
+      .set_body_typed(
+          [](std::string path) {
+            // RTLD_GLOBAL: a plugin may depend on symbols of another one loaded before it.
+            void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+            DISCO_CHECK(handle != nullptr, ValueError)
+                << "disco.load_library: cannot load '" << path << "': " << dlerror();
+          },
+          {"path"});
+}
+
+}  // namespace
+
+void RegisterBuiltins() {
+  static std::once_flag once;
+  std::call_once(once, RegisterAll);
+}
+
+}  // namespace disco

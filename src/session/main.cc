@@ -1,0 +1,138 @@
+// disco::Main: MPI start-up, the banner, the controller on rank 0 and the worker loop elsewhere,
+// and the fatal-error path that ends every rank instead of leaving some of them hanging.
+#include <disco/config.h>
+#include <disco/log.h>
+#include <disco/session.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <exception>
+
+#include "core/process_info.h"
+#include "session/builtins.h"
+#include "session/mpi_transport.h"
+#include "session/mpi_util.h"
+#include "session/session_impl.h"
+#include "session/worker.h"
+
+namespace disco {
+namespace {
+
+std::string StripPrefix(const std::string& what) {
+  std::string prefix = detail::RankPrefix();
+  if (what.compare(0, prefix.size(), prefix) == 0) return what.substr(prefix.size());
+  return what;
+}
+
+[[noreturn]] void FatalAbort(const std::string& cause) {
+  LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
+  if (mpi::IsActive()) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+void TerminateHandler() {
+  std::string cause = "std::terminate called";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      cause = std::string("uncaught exception: ") + ex.what();
+    } catch (...) {
+      cause = "uncaught non-standard exception";
+    }
+  }
+  FatalAbort(cause);
+}
+
+// Rank 0's settings, so that every rank agrees on the frame size.
+SessionConfig AgreeOnConfig(const SessionConfig& mine) {
+  int64_t values[3] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups};
+  DISCO_MPI_CALL(MPI_Bcast(values, 3, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  SessionConfig c;
+  c.inline_bytes = values[0];
+  c.max_frame_bytes = values[1];
+  c.num_groups = values[2];
+  return c;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv, std::function<int(Session&)> controller) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  const bool owns_mpi = !initialized;
+  if (owns_mpi) {
+    int provided = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      LogLine(LogLevel::kError, "fatal: MPI_Init_thread failed");
+      return 1;
+    }
+  }
+  std::set_terminate(TerminateHandler);
+  int exit_code = 1;
+  try {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = 0, size = 1;
+    DISCO_MPI_CALL(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    DISCO_MPI_CALL(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    int local_rank = mpi::NodeLocalRank(MPI_COMM_WORLD);
+    SetProcessInfo(rank, size, local_rank);
+    RegisterBuiltins();
+
+    // Rank 0 validates the environment; a bad knob ends the job with one clear line.
+    SessionConfig config;
+    int64_t config_ok = 1;
+    if (rank == 0) {
+      try {
+        config = SessionConfig::FromEnv(size);
+      } catch (const std::exception& e) {
+        LogLine(LogLevel::kError, StripPrefix(e.what()));
+        config_ok = 0;
+      }
+    }
+    DISCO_MPI_CALL(MPI_Bcast(&config_ok, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    if (!config_ok) {
+      if (owns_mpi) MPI_Finalize();
+      return 2;
+    }
+    config = AgreeOnConfig(config);
+
+    WorkerInfo info;
+    info.worker_id = rank;
+    info.num_workers = size;
+    info.num_groups = static_cast<int>(config.num_groups);
+    info.group_id = rank / (size / info.num_groups);
+    info.local_rank = local_rank;
+    info.device = CPU();
+    DISCO_LOG(INFO) << "disco " << DISCO_VERSION << " rank " << rank << "/" << size
+                    << " local_rank " << local_rank << " host " << GetProcessInfo().host << " pid "
+                    << getpid() << " world_size " << size << " groups " << info.num_groups
+                    << " inline_bytes " << config.inline_bytes << " mpi \"" << mpi::LibraryVersion()
+                    << "\"";
+
+    MpiTransport transport(MPI_COMM_WORLD);
+    if (rank == 0) {
+      detail::SetThisWorker(info);
+      auto impl = std::make_shared<detail::SessionImpl>(&transport, config, info);
+      Session session(impl);
+      int user_code = 0;
+      try {
+        user_code = controller(session);
+      } catch (const std::exception& e) {
+        FatalAbort(std::string("controller raised ") + e.what());
+      } catch (...) {
+        FatalAbort("controller raised a non-standard exception");
+      }
+      exit_code = impl->Shutdown(user_code);
+    } else {
+      exit_code = RunWorkerLoop(&transport, config, info);
+    }
+  } catch (const std::exception& e) {
+    FatalAbort(e.what());
+  }
+  if (owns_mpi) MPI_Finalize();
+  return exit_code;
+}
+
+}  // namespace disco

@@ -1,0 +1,94 @@
+#include "session/mpi_transport.h"
+
+#include <climits>
+
+namespace disco {
+namespace {
+constexpr size_t kMaxChunk = size_t{1} << 30;
+}
+
+MpiTransport::MpiTransport(MPI_Comm world) : comm_(mpi::Comm::Dup(world)) {
+  rank_ = comm_.rank();
+  size_ = comm_.size();
+}
+
+MpiTransport::~MpiTransport() {
+  if (!mpi::IsActive()) return;
+  for (PendingSend& p : pending_) {
+    if (p.request != MPI_REQUEST_NULL) MPI_Request_free(&p.request);
+  }
+}
+
+void MpiTransport::Broadcast(void* data, size_t n) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    size_t chunk = n < kMaxChunk ? n : kMaxChunk;
+    DISCO_MPI_CALL(MPI_Bcast(p, static_cast<int>(chunk), MPI_BYTE, 0, comm_.get()));
+    p += chunk;
+    n -= chunk;
+  }
+}
+
+void MpiTransport::Send(int dest, int tag, const void* data, size_t n) {
+  DISCO_CHECK(n <= static_cast<size_t>(INT_MAX), ValueError)
+      << "a reply of " << n << " bytes exceeds MPI's 2 GiB message limit";
+  DISCO_MPI_CALL(MPI_Send(data, static_cast<int>(n), MPI_BYTE, dest, tag, comm_.get()));
+}
+
+void MpiTransport::SendAsync(int dest, int tag, const void* data, size_t n) {
+  DISCO_CHECK(n <= static_cast<size_t>(INT_MAX), ValueError)
+      << "a message of " << n << " bytes exceeds MPI's 2 GiB message limit";
+  pending_.emplace_back();
+  PendingSend& p = pending_.back();
+  p.data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+  DISCO_MPI_CALL(
+      MPI_Isend(p.data.data(), static_cast<int>(n), MPI_BYTE, dest, tag, comm_.get(), &p.request));
+}
+
+void MpiTransport::ProgressSends(bool wait) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int done = 0;
+    if (wait) {
+      DISCO_MPI_CALL(MPI_Wait(&it->request, MPI_STATUS_IGNORE));
+      done = 1;
+    } else {
+      DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+    }
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+}
+
+int MpiTransport::Receive(int source, int tag, protocol::ByteBuffer* buf, size_t max_bytes) {
+  MPI_Status status;
+  DISCO_MPI_CALL(MPI_Probe(source, tag, comm_.get(), &status));
+  int count = 0;
+  DISCO_MPI_CALL(MPI_Get_count(&status, MPI_BYTE, &count));
+  DISCO_CHECK(count >= 0 && static_cast<size_t>(count) <= max_bytes, ProtocolError)
+      << "a message of " << count << " bytes from rank " << status.MPI_SOURCE
+      << " exceeds the limit of " << max_bytes << " bytes";
+  buf->Resize(static_cast<size_t>(count));
+  DISCO_MPI_CALL(MPI_Recv(buf->data(), count, MPI_BYTE, status.MPI_SOURCE, tag, comm_.get(),
+                          MPI_STATUS_IGNORE));
+  return status.MPI_SOURCE;
+}
+
+bool MpiTransport::Probe(int tag, int* source) {
+  int flag = 0;
+  MPI_Status status;
+  DISCO_MPI_CALL(MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_.get(), &flag, &status));
+  if (flag) *source = status.MPI_SOURCE;
+  return flag != 0;
+}
+
+void MpiTransport::GatherU64(uint64_t mine, std::vector<uint64_t>* all) {
+  if (rank_ == 0) all->assign(size_, 0);
+  DISCO_MPI_CALL(MPI_Gather(&mine, 1, MPI_UINT64_T, rank_ == 0 ? all->data() : nullptr, 1,
+                            MPI_UINT64_T, 0, comm_.get()));
+}
+
+int64_t MpiTransport::BroadcastI64(int64_t value) {
+  DISCO_MPI_CALL(MPI_Bcast(&value, 1, MPI_INT64_T, 0, comm_.get()));
+  return value;
+}
+
+}  // namespace disco

@@ -1,0 +1,64 @@
+// The control-plane transport: moves bytes between rank 0 and the workers over a communicator of
+// its own (a duplicate of the world). It knows nothing of frames or values: the session layer
+// builds and parses those (protocol/), the transport only broadcasts, sends and receives.
+#ifndef DISCO_SESSION_MPI_TRANSPORT_H_
+#define DISCO_SESSION_MPI_TRANSPORT_H_
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <list>
+#include <vector>
+
+#include "protocol/frame.h"
+#include "session/mpi_util.h"
+
+namespace disco {
+
+class MpiTransport {
+ public:
+  /// Tags of point-to-point messages on the control communicator.
+  static constexpr int kTagReply = 101;
+  static constexpr int kTagError = 102;
+
+  explicit MpiTransport(MPI_Comm world);
+  ~MpiTransport();
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm comm() const { return comm_.get(); }
+
+  /// MPI_Bcast of `n` bytes from rank 0 (split into chunks of at most 1 GiB).
+  void Broadcast(void* data, size_t n);
+  /// Blocking send of `n` bytes to `dest`.
+  void Send(int dest, int tag, const void* data, size_t n);
+  /// Non-blocking send of a copy of `n` bytes; the copy lives until the send completes.
+  void SendAsync(int dest, int tag, const void* data, size_t n);
+  /// Completes the asynchronous sends that have finished; with `wait`, all of them.
+  void ProgressSends(bool wait);
+  /// Receives one message from `source` (MPI_ANY_SOURCE allowed) with `tag` into `buf`, sized by
+  /// MPI_Probe; refuses messages over `max_bytes`. Returns the source rank.
+  int Receive(int source, int tag, protocol::ByteBuffer* buf, size_t max_bytes);
+  /// True when a message with `tag` from anyone is waiting; sets `*source`.
+  bool Probe(int tag, int* source);
+  /// MPI_Gather of one uint64 per rank to rank 0 (`all` is filled on rank 0 only).
+  void GatherU64(uint64_t mine, std::vector<uint64_t>* all);
+  /// MPI_Bcast of one int64 from rank 0.
+  int64_t BroadcastI64(int64_t value);
+
+ private:
+  struct PendingSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<uint8_t> data;
+  };
+  mpi::Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::list<PendingSend> pending_;
+};
+
+}  // namespace disco
+
+#endif  // DISCO_SESSION_MPI_TRANSPORT_H_

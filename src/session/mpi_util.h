@@ -1,0 +1,66 @@
+// MPI helpers: the DISCO_MPI_CALL wrapper and RAII for communicators.
+#ifndef DISCO_SESSION_MPI_UTIL_H_
+#define DISCO_SESSION_MPI_UTIL_H_
+
+#include <disco/error.h>
+#include <mpi.h>
+
+#include <string>
+
+/// Evaluates an MPI call once; throws RuntimeError with MPI's error string when it fails. The
+/// communicators disco creates use MPI_ERRORS_RETURN, so failures arrive here.
+#define DISCO_MPI_CALL(expr)                                                                    \
+  do {                                                                                          \
+    int disco_mpi_status_ = (expr);                                                             \
+    if (disco_mpi_status_ != MPI_SUCCESS) {                                                     \
+      DISCO_THROW(RuntimeError) << #expr                                                        \
+                                << " failed: " << ::disco::mpi::ErrorString(disco_mpi_status_); \
+    }                                                                                           \
+  } while (0)
+
+namespace disco {
+namespace mpi {
+
+std::string ErrorString(int code);
+/// First line of MPI_Get_library_version.
+std::string LibraryVersion();
+/// True between MPI_Init and MPI_Finalize.
+bool IsActive();
+
+/// Owns a communicator (freed in the destructor unless MPI is already finalized).
+class Comm {
+ public:
+  Comm() = default;
+  explicit Comm(MPI_Comm comm) : comm_(comm) {}
+  ~Comm() { Reset(); }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  Comm(Comm&& other) noexcept : comm_(other.comm_) { other.comm_ = MPI_COMM_NULL; }
+  Comm& operator=(Comm&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      comm_ = other.comm_;
+      other.comm_ = MPI_COMM_NULL;
+    }
+    return *this;
+  }
+  /// A duplicate of `parent` with MPI_ERRORS_RETURN.
+  static Comm Dup(MPI_Comm parent);
+  /// MPI_Comm_split of `parent`.
+  static Comm Split(MPI_Comm parent, int color, int key);
+  MPI_Comm get() const { return comm_; }
+  int rank() const;
+  int size() const;
+  void Reset();
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+/// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).
+int NodeLocalRank(MPI_Comm comm);
+
+}  // namespace mpi
+}  // namespace disco
+
+#endif  // DISCO_SESSION_MPI_UTIL_H_

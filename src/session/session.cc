@@ -1,0 +1,430 @@
+#include <disco/log.h>
+#include <disco/session.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/env.h"
+#include "session/session_impl.h"
+
+namespace disco {
+
+// ---- SessionConfig ------------------------------------------------------------------------------
+
+SessionConfig SessionConfig::FromEnv(int num_workers) {
+  SessionConfig c;
+  c.inline_bytes = env::GetInt("DISCO_INLINE_BYTES", protocol::kMinInlineBytes, 1 << 20);
+  c.max_frame_bytes = env::GetInt("DISCO_MAX_FRAME_BYTES", 1 << 16, INT32_MAX);
+  c.num_groups = env::GetInt("DISCO_NUM_GROUPS", 1, num_workers);
+  DISCO_CHECK(num_workers % c.num_groups == 0, ValueError)
+      << "DISCO_NUM_GROUPS=" << c.num_groups << " does not divide the " << num_workers
+      << " workers";
+  return c;
+}
+
+size_t SessionConfig::max_payload() const {
+  return static_cast<size_t>(max_frame_bytes) - protocol::kHeaderBytes;
+}
+
+// ---- DRef ---------------------------------------------------------------------------------------
+
+namespace {
+// The one session of this process and its generation; DRefs compare generations so that a DRef
+// outliving its session (a static, say) frees nothing.
+detail::SessionImpl* g_live_session = nullptr;
+uint64_t g_last_generation = 0;
+}  // namespace
+
+namespace detail {
+SessionImpl* LiveSession(uint64_t generation) {
+  return generation != 0 && g_live_session != nullptr && g_live_session->generation() == generation
+             ? g_live_session
+             : nullptr;
+}
+}  // namespace detail
+
+DRef DRef::Make(int64_t reg_id, uint64_t session) {
+  DRef ref;
+  ref.obj_ = new Obj{reg_id, 1, session};
+  return ref;
+}
+
+void DRef::Release(Obj* obj) noexcept {
+  if (detail::SessionImpl* s = detail::LiveSession(obj->session)) s->DeallocReg(obj->reg_id);
+  delete obj;
+}
+
+namespace {
+detail::SessionImpl* SessionOf(const DRef& ref, const char* what) {
+  DISCO_CHECK(ref.defined(), ValueError) << what << " of an empty DRef";
+  detail::SessionImpl* s = detail::LiveSession(ref.session());
+  DISCO_CHECK(s != nullptr, ValueError)
+      << what << " of DRef(" << ref.reg_id() << "), whose session has ended";
+  return s;
+}
+}  // namespace
+
+Any DRef::DebugGetFromRemote(int worker) const {
+  return SessionOf(*this, "DebugGetFromRemote")->DebugGetFromRemote(reg_id(), worker);
+}
+
+void DRef::DebugCopyFrom(int worker, const Any& value) const {
+  SessionOf(*this, "DebugCopyFrom")->DebugSetRegister(reg_id(), value, worker);
+}
+
+namespace detail {
+
+// ---- SessionImpl --------------------------------------------------------------------------------
+
+SessionImpl::SessionImpl(MpiTransport* transport, const SessionConfig& config,
+                         const WorkerInfo& worker0)
+    : transport_(transport),
+      generation_(++g_last_generation),
+      config_(config),
+      worker0_(worker0, [this](const protocol::ErrorReport& r) { OnError(r); }),
+      errors_received_(transport->size(), 0) {
+  frame_.Reserve(static_cast<size_t>(config_.inline_bytes));
+  DISCO_CHECK(g_live_session == nullptr, ValueError)
+      << "a process runs one disco session at a time";
+  g_live_session = this;
+}
+
+SessionImpl::~SessionImpl() {
+  builtins_.clear();
+  if (g_live_session == this) g_live_session = nullptr;
+}
+
+void SessionImpl::CheckLive(const char* what) const {
+  DISCO_CHECK(!shut_down_, ValueError) << what << " after the session was shut down";
+}
+
+void SessionImpl::CheckWorker(int worker_id, const char* what) const {
+  DISCO_CHECK(worker_id >= 0 && worker_id < num_workers(), ValueError)
+      << what << ": worker id " << worker_id << " is out of range [0, " << num_workers() << ")";
+}
+
+void SessionImpl::CheckRegister(int64_t reg, const char* what) const {
+  DISCO_CHECK(reg >= 1 && reg < reg_count_, ValueError)
+      << what << ": register " << reg << " does not exist (registers 1.." << reg_count_ - 1
+      << " have been allocated)";
+}
+
+int64_t SessionImpl::AllocateReg() {
+  if (!free_regs_.empty()) {
+    int64_t reg = free_regs_.back();
+    free_regs_.pop_back();
+    return reg;
+  }
+  return reg_count_++;
+}
+
+DRef SessionImpl::MakeDRef(int64_t reg) { return DRef::Make(reg, generation_); }
+
+void SessionImpl::DeallocReg(int64_t reg) noexcept {
+  if (shut_down_) return;
+  try {
+    worker0_.KillRegs(&reg, 1);
+    pending_kills_.push_back(reg);
+    if (pending_kills_.size() >= kMaxPendingKills) FlushKills();
+  } catch (const std::exception& e) {
+    DISCO_LOG(ERROR) << "freeing register " << reg << " failed: " << e.what();
+  }
+}
+
+void SessionImpl::FlushKills() {
+  if (!pending_kills_.empty()) Broadcast(protocol::Action::kKillReg, nullptr, 0, nullptr, 0);
+}
+
+uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t num_head,
+                                const Any* args, size_t num_args) {
+  const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
+  uint64_t seq = ++seq_;
+  size_t total;
+  try {
+    total = protocol::EncodeCommand(&frame_, action, seq, pending_kills_, head, num_head, args,
+                                    num_args, &bulk_, protocol::kOutOfLineMinBytes);
+    size_t bulk_total = 0;
+    for (const protocol::BulkSegment& b : bulk_) bulk_total += b.size;
+    DISCO_CHECK(bulk_total <= config_.max_payload(), ValueError)
+        << protocol::ActionName(action) << ": " << bulk_total
+        << " bytes of tensor and bytes arguments exceed DISCO_MAX_FRAME_BYTES="
+        << config_.max_frame_bytes;
+    DISCO_CHECK(total - protocol::kHeaderBytes <= config_.max_payload(), ValueError)
+        << protocol::ActionName(action) << ": " << total - protocol::kHeaderBytes
+        << " bytes of arguments exceed DISCO_MAX_FRAME_BYTES=" << config_.max_frame_bytes;
+  } catch (...) {
+    --seq_;  // nothing was sent: the sequence stays as the workers expect it
+    throw;
+  }
+  if (transport_->size() > 1) {
+    if (total <= inline_bytes) {
+      frame_.Resize(inline_bytes);  // padding: workers always receive a whole inline frame
+      transport_->Broadcast(frame_.data(), inline_bytes);
+    } else {
+      transport_->Broadcast(frame_.data(), inline_bytes);
+      transport_->Broadcast(frame_.data() + inline_bytes, total - inline_bytes);
+    }
+    for (const protocol::BulkSegment& b : bulk_) {
+      transport_->Broadcast(const_cast<void*>(b.data), b.size);  // MPI_Bcast's root only reads
+    }
+  }
+  bulk_.clear();
+  free_regs_.insert(free_regs_.end(), pending_kills_.begin(), pending_kills_.end());
+  pending_kills_.clear();
+  return seq;
+}
+
+void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
+  const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
+  DISCO_ICHECK_LE(n, inline_bytes);
+  frame_.Resize(inline_bytes);
+  std::fill(frame_.data(), frame_.data() + inline_bytes, 0);
+  std::copy(data, data + n, frame_.data());
+  transport_->Broadcast(frame_.data(), inline_bytes);
+}
+
+DRef SessionImpl::GetGlobalFunc(const std::string& name) {
+  CheckLive("GetGlobalFunc");
+  int64_t reg = AllocateReg();
+  Any head[2] = {Any(reg), Any(name)};
+  uint64_t seq;
+  try {
+    seq = Broadcast(protocol::Action::kGetGlobalFunc, head, 2, nullptr, 0);
+  } catch (...) {
+    free_regs_.push_back(reg);
+    throw;
+  }
+  worker0_.GetGlobalFunc(seq, reg, name);
+  return MakeDRef(reg);
+}
+
+DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_args) {
+  CheckLive("CallPacked");
+  DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
+  int64_t reg = AllocateReg();
+  Any head[2] = {Any(reg), Any(func)};
+  uint64_t seq;
+  try {
+    seq = Broadcast(protocol::Action::kCallPacked, head, 2, args, num_args);
+  } catch (...) {
+    free_regs_.push_back(reg);
+    throw;
+  }
+  worker0_.CallPacked(seq, reg, func.reg_id(), args, num_args);
+  return MakeDRef(reg);
+}
+
+void SessionImpl::CopyToWorker0(const Tensor& host, const DRef& remote) {
+  CheckLive("CopyToWorker0");
+  DISCO_CHECK(remote.defined(), ValueError) << "CopyToWorker0 into an empty DRef";
+  worker0_.GetTensor(remote.reg_id(), "CopyToWorker0").CopyFrom(host);
+}
+
+void SessionImpl::CopyFromWorker0(const Tensor& host, const DRef& remote) {
+  CheckLive("CopyFromWorker0");
+  DISCO_CHECK(remote.defined(), ValueError) << "CopyFromWorker0 from an empty DRef";
+  Tensor dst = host;
+  dst.CopyFrom(worker0_.GetTensor(remote.reg_id(), "CopyFromWorker0"));
+}
+
+void SessionImpl::OnError(const protocol::ErrorReport& report) {
+  pending_errors_.push_back(report);
+}
+
+void SessionImpl::CollectErrors(int worker, uint64_t sent) {
+  protocol::Reply reply;
+  while (errors_received_[worker] < sent) {
+    transport_->Receive(worker, MpiTransport::kTagError, &reply_buf_, config_.max_payload());
+    protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
+    DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
+        << "worker " << worker << " sent a non-error message on the error channel";
+    ++errors_received_[worker];
+    pending_errors_.push_back(std::move(reply.error));
+  }
+}
+
+void SessionImpl::DrainErrors() {
+  int source = 0;
+  while (transport_->Probe(MpiTransport::kTagError, &source)) {
+    CollectErrors(source, errors_received_[source] + 1);
+  }
+}
+
+void SessionImpl::RaisePending() {
+  if (pending_errors_.empty()) return;
+  std::vector<protocol::ErrorReport> errors;
+  errors.swap(pending_errors_);
+  std::stable_sort(errors.begin(), errors.end(), [](const auto& a, const auto& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.worker < b.worker;
+  });
+  const protocol::ErrorReport& first = errors.front();
+  std::ostringstream os;
+  os << "worker " << first.worker << " failed in '" << first.function << "' (command #" << first.seq
+     << ", register " << first.reg << "): " << first.message;
+  if (errors.size() > 1) {
+    os << "\n  and " << errors.size() - 1 << " more error report(s):";
+    size_t shown = 0;
+    for (size_t i = 1; i < errors.size() && shown < 8; ++i, ++shown) {
+      const auto& e = errors[i];
+      std::string msg = e.message.size() > 200 ? e.message.substr(0, 200) + "..." : e.message;
+      os << "\n  worker " << e.worker << " in '" << e.function << "' (command #" << e.seq
+         << "): " << msg;
+    }
+    if (errors.size() - 1 > shown) os << "\n  ...";
+  }
+  throw RemoteError(os.str(), first.worker);
+}
+
+void SessionImpl::ReceiveReply(int worker, protocol::Reply* reply) {
+  transport_->Receive(worker, MpiTransport::kTagReply, &reply_buf_, config_.max_payload());
+  protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), reply);
+}
+
+void SessionImpl::SyncWorker(int worker_id) {
+  CheckLive("SyncWorker");
+  CheckWorker(worker_id, "SyncWorker");
+  if (worker_id != 0) {
+    Any head[1] = {Any(worker_id)};
+    Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);
+    protocol::Reply reply;
+    ReceiveReply(worker_id, &reply);
+    DISCO_CHECK(reply.kind == protocol::ReplyKind::kSyncAck, ProtocolError)
+        << "worker " << worker_id << " answered a sync with reply kind "
+        << static_cast<int>(reply.kind);
+    CollectErrors(worker_id, reply.errors_sent);
+  }
+  DrainErrors();
+  RaisePending();
+}
+
+void SessionImpl::SyncAll() {
+  CheckLive("SyncAll");
+  if (transport_->size() > 1) {
+    Any head[1] = {Any(-1)};
+    Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);
+    std::vector<uint64_t> sent;
+    transport_->GatherU64(0, &sent);
+    for (int w = 1; w < num_workers(); ++w) CollectErrors(w, sent[w]);
+  }
+  RaisePending();
+}
+
+Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
+  CheckLive("DebugGetFromRemote");
+  CheckWorker(worker_id, "DebugGetFromRemote");
+  CheckRegister(reg_id, "DebugGetFromRemote");
+  Any value;
+  protocol::DebugStatus status;
+  if (worker_id == 0) {
+    status = worker0_.DebugGetRegister(reg_id, &value);
+  } else {
+    Any head[2] = {Any(reg_id), Any(worker_id)};
+    Broadcast(protocol::Action::kDebugGetFromRemote, head, 2, nullptr, 0);
+    protocol::Reply reply;
+    ReceiveReply(worker_id, &reply);
+    DISCO_CHECK(reply.kind == protocol::ReplyKind::kDebugValue, ProtocolError)
+        << "worker " << worker_id << " answered a debug read with reply kind "
+        << static_cast<int>(reply.kind);
+    CollectErrors(worker_id, reply.errors_sent);
+    status = reply.status;
+    value = std::move(reply.value);
+  }
+  DrainErrors();
+  RaisePending();
+  switch (status) {
+    case protocol::DebugStatus::kValue:
+      return value;
+    case protocol::DebugStatus::kPoisoned:
+      throw RemoteError(value.cast<std::string>(), worker_id);
+    case protocol::DebugStatus::kNoSuchRegister:
+      throw ValueError(value.cast<std::string>());
+  }
+  return value;
+}
+
+void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) {
+  CheckLive("DebugSetRegister");
+  CheckWorker(worker_id, "DebugSetRegister");
+  CheckRegister(reg_id, "DebugSetRegister");
+  if (worker_id == 0) {
+    worker0_.DebugSetRegister(seq_, reg_id, value);
+    return;
+  }
+  Any head[3] = {Any(reg_id), Any(worker_id), value};
+  Broadcast(protocol::Action::kDebugSetRegister, head, 3, nullptr, 0);
+}
+
+const DRef& SessionImpl::Builtin(const std::string& name) {
+  auto it = builtins_.find(name);
+  if (it == builtins_.end()) it = builtins_.emplace(name, GetGlobalFunc(name)).first;
+  return it->second;
+}
+
+int SessionImpl::Shutdown(int exit_code) {
+  if (shut_down_) return final_exit_code_;
+  builtins_.clear();
+  Any head[1] = {Any(exit_code)};
+  Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
+  shut_down_ = true;
+  if (transport_->size() > 1) {
+    std::vector<uint64_t> sent;
+    transport_->GatherU64(0, &sent);
+    for (int w = 1; w < num_workers(); ++w) CollectErrors(w, sent[w]);
+  }
+  int code = exit_code;
+  if (!pending_errors_.empty()) {
+    for (const protocol::ErrorReport& e : pending_errors_) {
+      DISCO_LOG(ERROR) << "unobserved remote error (never raised by a sync): worker " << e.worker
+                       << " failed in '" << e.function << "' (command #" << e.seq
+                       << "): " << e.message;
+    }
+    pending_errors_.clear();
+    if (code == 0) code = 1;
+  }
+  if (transport_->size() > 1) code = static_cast<int>(transport_->BroadcastI64(code));
+  final_exit_code_ = code;
+  return code;
+}
+
+}  // namespace detail
+
+// ---- Session ------------------------------------------------------------------------------------
+
+Session::Session(std::shared_ptr<detail::SessionImpl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+int Session::num_workers() const { return impl_->num_workers(); }
+int Session::num_groups() const { return impl_->num_groups(); }
+DRef Session::GetGlobalFunc(const std::string& name) { return impl_->GetGlobalFunc(name); }
+DRef Session::CallWithPacked(const DRef& func, const Any* args, size_t num_args) {
+  return impl_->CallWithPacked(func, args, num_args);
+}
+void Session::CopyToWorker0(const Tensor& host, const DRef& remote) {
+  impl_->CopyToWorker0(host, remote);
+}
+void Session::CopyFromWorker0(const Tensor& host, const DRef& remote) {
+  impl_->CopyFromWorker0(host, remote);
+}
+void Session::SyncWorker(int worker_id) { impl_->SyncWorker(worker_id); }
+void Session::SyncAll() { impl_->SyncAll(); }
+Any Session::DebugGetFromRemote(int64_t reg_id, int worker_id) {
+  return impl_->DebugGetFromRemote(reg_id, worker_id);
+}
+void Session::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) {
+  impl_->DebugSetRegister(reg_id, value, worker_id);
+}
+void Session::Shutdown() { impl_->Shutdown(0); }
+
+void Session::InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids) {
+  DISCO_CHECK(ccl == "auto" || ccl == "mpi" || ccl == "nccl", ValueError)
+      << "InitCCL: unknown collective library '" << ccl << "' (expected auto, mpi or nccl)";
+  DISCO_THROW(ValueError) << "InitCCL('" << ccl
+                          << "'): collectives are not part of this build of disco yet";
+}
+
+DRef Session::Empty(const Shape& shape, DLDataType dtype, DLDevice device, bool worker0_only,
+                    bool in_group) {
+  return CallPacked(impl_->Builtin("disco.empty"), shape, dtype, device, worker0_only, in_group);
+}
+
+}  // namespace disco

@@ -1,0 +1,106 @@
+// The controller side of a session: register allocation and the free list, frame building and
+// broadcast, worker 0 in line, replies, and the queue of remote errors.
+#ifndef DISCO_SESSION_SESSION_IMPL_H_
+#define DISCO_SESSION_SESSION_IMPL_H_
+
+#include <disco/session.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/serializer.h"
+#include "session/config.h"
+#include "session/mpi_transport.h"
+#include "session/worker.h"
+
+namespace disco {
+
+namespace detail {
+
+/// The live session of this process, if it has the given generation (nullptr otherwise).
+SessionImpl* LiveSession(uint64_t generation);
+
+class SessionImpl {
+ public:
+  /// Kills wait in a list and ride on the next frame; past this many they go out on their own.
+  static constexpr size_t kMaxPendingKills = 16;
+
+  SessionImpl(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& worker0);
+  ~SessionImpl();
+
+  /// Identifies this session to the DRefs it hands out (never reused within a process).
+  uint64_t generation() const { return generation_; }
+  int num_workers() const { return transport_->size(); }
+  int num_groups() const { return static_cast<int>(config_.num_groups); }
+  const SessionConfig& config() const { return config_; }
+
+  DRef GetGlobalFunc(const std::string& name);
+  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args);
+  void CopyToWorker0(const Tensor& host, const DRef& remote);
+  void CopyFromWorker0(const Tensor& host, const DRef& remote);
+  void SyncWorker(int worker_id);
+  void SyncAll();
+  Any DebugGetFromRemote(int64_t reg_id, int worker_id);
+  void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id);
+  /// Ends the session with `exit_code` and returns the job's final exit code (1 when remote
+  /// errors were never observed by the controller). Idempotent.
+  int Shutdown(int exit_code);
+  bool is_shut_down() const { return shut_down_; }
+
+  /// A cached DRef to a builtin, fetched on first use.
+  const DRef& Builtin(const std::string& name);
+
+  /// Called when the last copy of a DRef goes; never throws.
+  void DeallocReg(int64_t reg) noexcept;
+
+  Worker& worker0() { return worker0_; }
+  /// For tests: the next frame carries a sequence number `delta` ahead, so workers see a
+  /// desynchronised stream.
+  void TestSkipSequence(uint64_t delta) { seq_ += delta; }
+  /// For tests: broadcasts `n` raw bytes as if they were a frame (n <= inline bytes).
+  void TestBroadcastRaw(const uint8_t* data, size_t n);
+  int64_t register_count() const { return reg_count_; }
+
+ private:
+  void CheckLive(const char* what) const;
+  void CheckWorker(int worker_id, const char* what) const;
+  void CheckRegister(int64_t reg, const char* what) const;
+  int64_t AllocateReg();
+  DRef MakeDRef(int64_t reg);
+  /// Encodes and broadcasts one command (with the pending kills); returns its sequence number.
+  uint64_t Broadcast(protocol::Action action, const Any* head, size_t num_head, const Any* args,
+                     size_t num_args);
+  void FlushKills();
+  /// Receives error reports from `worker` until `sent` have arrived.
+  void CollectErrors(int worker, uint64_t sent);
+  /// Receives every error report already waiting.
+  void DrainErrors();
+  /// Throws RemoteError for the queued reports (all of them in one message) and clears them.
+  void RaisePending();
+  void OnError(const protocol::ErrorReport& report);
+  void ReceiveReply(int worker, protocol::Reply* reply);
+
+  MpiTransport* transport_;
+  uint64_t generation_;
+  SessionConfig config_;
+  Worker worker0_;
+  uint64_t seq_ = 0;
+  int64_t reg_count_ = 1;
+  std::vector<int64_t> free_regs_;
+  std::vector<int64_t> pending_kills_;
+  std::vector<uint64_t> errors_received_;
+  std::vector<protocol::ErrorReport> pending_errors_;
+  protocol::ByteBuffer frame_;
+  std::vector<protocol::BulkSegment> bulk_;
+  protocol::ByteBuffer reply_buf_;
+  std::map<std::string, DRef> builtins_;
+  bool shut_down_ = false;
+  int final_exit_code_ = 0;
+};
+
+}  // namespace detail
+}  // namespace disco
+
+#endif  // DISCO_SESSION_SESSION_IMPL_H_

@@ -1,0 +1,331 @@
+#include "session/worker.h"
+
+#include <disco/function.h>
+#include <disco/log.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/device_memory.h"
+#include "session/mpi_transport.h"
+
+namespace disco {
+namespace {
+
+// Error reports stay below Open MPI's shared-memory eager limit, so reporting never blocks.
+constexpr size_t kMaxErrorMessage = 3000;
+
+WorkerInfo& ThisWorkerStorage() {
+  static WorkerInfo info;
+  return info;
+}
+
+std::string Truncate(const std::string& s) {
+  if (s.size() <= kMaxErrorMessage) return s;
+  return s.substr(0, kMaxErrorMessage) + "... (" + std::to_string(s.size()) + " bytes in all)";
+}
+
+}  // namespace
+
+static const Worker*& CurrentWorkerStorage() {
+  static const Worker* worker = nullptr;
+  return worker;
+}
+
+namespace detail {
+void SetThisWorker(const WorkerInfo& info) { ThisWorkerStorage() = info; }
+const Worker* CurrentWorker() { return CurrentWorkerStorage(); }
+}  // namespace detail
+
+const WorkerInfo& ThisWorker() { return ThisWorkerStorage(); }
+
+Worker::Worker(const WorkerInfo& info, ErrorSink sink) : info_(info), sink_(std::move(sink)) {
+  regs_.resize(1);  // register 0 is never handed out
+  CurrentWorkerStorage() = this;
+}
+
+Worker::~Worker() {
+  if (CurrentWorkerStorage() == this) CurrentWorkerStorage() = nullptr;
+}
+
+Worker::Register* Worker::Slot(int64_t reg) {
+  // The controller hands out ids in order, so a new id is at most one past the end; anything
+  // else is a corrupt command, and must not make us allocate what it claims.
+  DISCO_CHECK(reg >= 1 && static_cast<uint64_t>(reg) <= regs_.size(), ProtocolError)
+      << "register id " << reg << " is outside the register file (size " << regs_.size() << ")";
+  if (static_cast<size_t>(reg) == regs_.size()) regs_.emplace_back();
+  return &regs_[reg];
+}
+
+const Worker::Register* Worker::Find(int64_t reg) const {
+  if (reg < 1 || static_cast<uint64_t>(reg) >= regs_.size() || !regs_[reg].used) return nullptr;
+  return &regs_[reg];
+}
+
+void Worker::Store(int64_t reg, Any value) {
+  Register* slot = Slot(reg);
+  slot->value = std::move(value);
+  slot->failure.reset();
+  slot->used = true;
+}
+
+void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
+                  const std::string& message) {
+  Register* slot = Slot(reg);
+  slot->value = Any();
+  slot->failure = std::make_shared<const Failure>(Failure{function, Truncate(message)});
+  slot->used = true;
+  ++errors_reported_;
+  protocol::ErrorReport report;
+  report.worker = info_.worker_id;
+  report.seq = seq;
+  report.reg = reg;
+  report.function = function;
+  report.message = slot->failure->message;
+  DISCO_LOG(DEBUG) << "worker " << info_.worker_id << ": '" << function << "' failed: " << message;
+  sink_(report);
+}
+
+void Worker::KillRegs(const int64_t* regs, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    int64_t reg = regs[i];
+    DISCO_CHECK(reg >= 1, ProtocolError) << "kill of register id " << reg;
+    if (static_cast<uint64_t>(reg) < regs_.size()) {
+      Register& r = regs_[reg];
+      if (r.value.type_code() != TypeCode::kNone) r.value = Any();
+      r.failure.reset();
+      r.used = false;
+    }
+  }
+}
+
+const Any& Worker::Resolve(const Any& arg, size_t index, const std::string& function) const {
+  const DRef* ref = std::get_if<DRef>(&arg.storage());
+  if (ref == nullptr) return arg;
+  int64_t reg = ref->reg_id();
+  const Register* r = Find(reg);
+  DISCO_CHECK(r != nullptr, ValueError)
+      << function << ": argument " << index << " names register " << reg
+      << ", which does not exist on worker " << info_.worker_id;
+  DISCO_CHECK(r->failure == nullptr, ValueError)
+      << function << ": argument " << index << " is register " << reg
+      << ", which holds the failure of an earlier call to '" << r->failure->function
+      << "': " << r->failure->message;
+  return r->value;
+}
+
+void Worker::GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name) {
+  Function f = Registry::Get(name);
+  if (!f.defined()) {
+    Fail(seq, reg, name,
+         detail::RankPrefix() + "unknown global function '" + name +
+             "' (not registered on worker " + std::to_string(info_.worker_id) +
+             "; load its library with disco.load_library?)");
+    return;
+  }
+  Store(reg, Any(std::move(f)));
+}
+
+void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args,
+                        size_t n) {
+  // The hot path builds no strings: names and messages are made only when something fails.
+  const Register* fr = Find(func_reg);
+  const Function* f = nullptr;
+  if (fr != nullptr && fr->failure == nullptr) f = std::get_if<Function>(&fr->value.storage());
+  if (f == nullptr) {
+    std::string label = "<register " + std::to_string(func_reg) + ">";
+    std::string why;
+    if (fr == nullptr) {
+      why = "the function register " + std::to_string(func_reg) + " does not exist on worker " +
+            std::to_string(info_.worker_id);
+    } else if (fr->failure != nullptr) {
+      label = fr->failure->function;
+      why = "the function register " + std::to_string(func_reg) +
+            " holds the failure of an earlier call to '" + fr->failure->function +
+            "': " + fr->failure->message;
+    } else {
+      why = "register " + std::to_string(func_reg) + " holds a " + fr->value.type_name() +
+            ", not a Function";
+    }
+    Fail(seq, result_reg, label, detail::RankPrefix() + why);
+    return;
+  }
+  // Functions never touch the register file, so `f` stays valid during the call.
+  try {
+    const Any* call_args = args;
+    for (size_t i = 0; i < n; ++i) {
+      if (args[i].type_code() != TypeCode::kDRef) continue;
+      scratch_.assign(args, args + n);
+      for (size_t j = i; j < n; ++j) scratch_[j] = Resolve(args[j], j, f->name());
+      call_args = scratch_.data();
+      break;
+    }
+    Any rv = f->CallPacked(call_args, n);
+    scratch_.clear();
+    Store(result_reg, std::move(rv));
+  } catch (const ProtocolError&) {
+    throw;
+  } catch (const std::exception& e) {
+    scratch_.clear();
+    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), e.what());
+  }
+}
+
+void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
+  try {
+    Store(reg, Resolve(value, 2, "DebugSetRegister"));
+  } catch (const ProtocolError&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail(seq, reg, "DebugSetRegister", e.what());
+  }
+}
+
+protocol::DebugStatus Worker::DebugGetRegister(int64_t reg, Any* out) const {
+  const Register* r = Find(reg);
+  if (r == nullptr) {
+    *out = Any(detail::RankPrefix() + "register " + std::to_string(reg) +
+               " does not exist on worker " + std::to_string(info_.worker_id));
+    return protocol::DebugStatus::kNoSuchRegister;
+  }
+  if (r->failure != nullptr) {
+    *out = Any("register " + std::to_string(reg) + " on worker " + std::to_string(info_.worker_id) +
+               " holds the failure of '" + r->failure->function + "': " + r->failure->message);
+    return protocol::DebugStatus::kPoisoned;
+  }
+  if (const Tensor* t = std::get_if<Tensor>(&r->value.storage())) {
+    Tensor copy = Tensor::Empty(t->shape(), t->dtype(), CPU());
+    copy.CopyFrom(*t);
+    *out = Any(std::move(copy));
+  } else {
+    *out = r->value;
+  }
+  return protocol::DebugStatus::kValue;
+}
+
+Tensor Worker::GetTensor(int64_t reg, const char* what) const {
+  const Register* r = Find(reg);
+  DISCO_CHECK(r != nullptr, ValueError)
+      << what << ": register " << reg << " does not exist on worker " << info_.worker_id;
+  if (r->failure != nullptr) {
+    throw RemoteError(detail::RankPrefix() + what + ": register " + std::to_string(reg) +
+                          " on worker 0 holds the failure of '" + r->failure->function +
+                          "': " + r->failure->message,
+                      info_.worker_id);
+  }
+  const Tensor* t = std::get_if<Tensor>(&r->value.storage());
+  DISCO_CHECK(t != nullptr, TypeError)
+      << what << ": register " << reg << " holds a " << r->value.type_name() << ", not a Tensor";
+  return *t;
+}
+
+size_t Worker::num_live_registers() const {
+  return static_cast<size_t>(
+      std::count_if(regs_.begin(), regs_.end(), [](const Register& r) { return r.used; }));
+}
+
+// ---- The worker loop on ranks 1..N-1 ------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+T Operand(const protocol::Command& cmd, size_t i, const char* name) {
+  DISCO_CHECK(i < cmd.args.size(), ProtocolError)
+      << protocol::ActionName(cmd.action()) << " command #" << cmd.header.seq << " lacks operand "
+      << i << " (" << name << ")";
+  std::optional<T> v = cmd.args[i].as<T>();
+  DISCO_CHECK(v.has_value(), ProtocolError)
+      << protocol::ActionName(cmd.action()) << " command #" << cmd.header.seq << ": operand " << i
+      << " (" << name << ") is a " << cmd.args[i].type_name();
+  return *v;
+}
+
+}  // namespace
+
+int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info) {
+  detail::SetThisWorker(info);
+  protocol::ByteBuffer out;
+  Worker worker(info, [&](const protocol::ErrorReport& report) {
+    protocol::EncodeErrorReport(&out, report);
+    transport->SendAsync(0, MpiTransport::kTagError, out.data(), out.size());
+  });
+  const size_t inline_bytes = static_cast<size_t>(config.inline_bytes);
+  const size_t max_payload = config.max_payload();
+  protocol::ByteBuffer frame;
+  frame.Reserve(inline_bytes);
+  protocol::Command cmd;
+  uint64_t expected_seq = 1;
+  for (;;) {
+    frame.Resize(inline_bytes);
+    transport->Broadcast(frame.data(), inline_bytes);
+    protocol::FrameHeader header = protocol::ParseHeader(frame.data(), inline_bytes, max_payload);
+    size_t total = protocol::kHeaderBytes + header.payload_bytes;
+    if (total > inline_bytes) {
+      frame.Resize(total);
+      transport->Broadcast(frame.data() + inline_bytes, total - inline_bytes);
+    }
+    protocol::DecodeCommand(frame.data(), total, max_payload, &cmd);
+    for (const protocol::BulkSlot& b : cmd.bulk) transport->Broadcast(b.data, b.size);
+    DISCO_CHECK(header.seq == expected_seq, ProtocolError)
+        << "desynchronised command stream on worker " << info.worker_id << ": expected command #"
+        << expected_seq << ", received #" << header.seq << " ("
+        << protocol::ActionName(cmd.action()) << "); this rank and the controller disagree on "
+        << "the command sequence";
+    ++expected_seq;
+    if (!cmd.kills.empty()) worker.KillRegs(cmd.kills.data(), cmd.kills.size());
+    switch (cmd.action()) {
+      case protocol::Action::kShutdown: {
+        transport->GatherU64(worker.errors_reported(), nullptr);
+        transport->ProgressSends(/*wait=*/true);
+        return static_cast<int>(transport->BroadcastI64(0));
+      }
+      case protocol::Action::kKillReg:
+        break;
+      case protocol::Action::kGetGlobalFunc:
+        worker.GetGlobalFunc(header.seq, Operand<int64_t>(cmd, 0, "register"),
+                             Operand<std::string>(cmd, 1, "name"));
+        break;
+      case protocol::Action::kCallPacked:
+        DISCO_CHECK(cmd.args.size() >= 2, ProtocolError)
+            << "call_packed command #" << header.seq << " has " << cmd.args.size()
+            << " operands (needs at least 2)";
+        worker.CallPacked(header.seq, Operand<int64_t>(cmd, 0, "result register"),
+                          Operand<DRef>(cmd, 1, "function").reg_id(), cmd.args.data() + 2,
+                          cmd.args.size() - 2);
+        break;
+      case protocol::Action::kSyncWorker: {
+        int64_t target = Operand<int64_t>(cmd, 0, "worker id");
+        if (target == -1) {
+          transport->GatherU64(worker.errors_reported(), nullptr);
+        } else if (target == info.worker_id) {
+          protocol::EncodeSyncAck(&out, worker.errors_reported());
+          transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
+        }
+        break;
+      }
+      case protocol::Action::kDebugGetFromRemote: {
+        int64_t reg = Operand<int64_t>(cmd, 0, "register");
+        if (Operand<int64_t>(cmd, 1, "worker id") == info.worker_id) {
+          Any value;
+          protocol::DebugStatus status = worker.DebugGetRegister(reg, &value);
+          protocol::EncodeDebugValue(&out, worker.errors_reported(), status, value);
+          transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
+        }
+        break;
+      }
+      case protocol::Action::kDebugSetRegister: {
+        int64_t reg = Operand<int64_t>(cmd, 0, "register");
+        if (Operand<int64_t>(cmd, 1, "worker id") == info.worker_id) {
+          DISCO_CHECK(cmd.args.size() == 3, ProtocolError)
+              << "debug_set_register command #" << header.seq << " has " << cmd.args.size()
+              << " operands (needs 3)";
+          worker.DebugSetRegister(header.seq, reg, cmd.args[2]);
+        }
+        break;
+      }
+    }
+    transport->ProgressSends(/*wait=*/false);
+  }
+}
+
+}  // namespace disco

@@ -1,0 +1,93 @@
+// A worker: the register file and the execution of commands. The same class serves worker 0 (run
+// in line by the controller on rank 0, from the controller's own values) and workers 1..N-1 (run
+// by RunWorkerLoop from decoded frames).
+#ifndef DISCO_SESSION_WORKER_H_
+#define DISCO_SESSION_WORKER_H_
+
+#include <disco/any.h>
+#include <disco/session.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/serializer.h"
+#include "session/config.h"
+
+namespace disco {
+
+class MpiTransport;
+
+class Worker {
+ public:
+  /// Receives every error this worker reports (rank 0: queued locally; others: sent to rank 0).
+  using ErrorSink = std::function<void(const protocol::ErrorReport&)>;
+
+  Worker(const WorkerInfo& info, ErrorSink sink);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  const WorkerInfo& info() const { return info_; }
+  /// Number of errors reported so far.
+  uint64_t errors_reported() const { return errors_reported_; }
+
+  /// Frees registers (ids the controller allocated; ids never stored are ignored).
+  void KillRegs(const int64_t* regs, size_t n);
+  /// Stores the global function `name` (or the failure "unknown global function") in `reg`.
+  void GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name);
+  /// Calls the function in `func_reg` with `args` (DRef arguments resolved to registers), storing
+  /// the result (or the failure) in `result_reg`.
+  void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n);
+  /// Stores `value` (a DRef is resolved) in `reg`.
+  void DebugSetRegister(uint64_t seq, int64_t reg, const Any& value);
+  /// The value of `reg`, by value (tensors copied to the host); for a poisoned or missing
+  /// register, the status and a message instead.
+  protocol::DebugStatus DebugGetRegister(int64_t reg, Any* out) const;
+  /// The tensor in `reg` (for CopyToWorker0/CopyFromWorker0); throws naming the register when it
+  /// is missing, poisoned or not a tensor.
+  Tensor GetTensor(int64_t reg, const char* what) const;
+  /// Registers currently in use (for tests of the free list).
+  size_t num_live_registers() const;
+  size_t register_capacity() const { return regs_.size(); }
+
+ private:
+  struct Failure {
+    std::string function;
+    std::string message;
+  };
+  struct Register {
+    Any value;
+    std::shared_ptr<const Failure> failure;
+    bool used = false;
+  };
+
+  Register* Slot(int64_t reg);
+  const Register* Find(int64_t reg) const;
+  void Store(int64_t reg, Any value);
+  void Fail(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
+  const Any& Resolve(const Any& arg, size_t index, const std::string& function) const;
+
+  WorkerInfo info_;
+  ErrorSink sink_;
+  uint64_t errors_reported_ = 0;
+  std::vector<Register> regs_;
+  std::vector<Any> scratch_;
+};
+
+/// Runs the loop of a worker on ranks 1..N-1 until shutdown; returns the job's exit code.
+int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info);
+
+namespace detail {
+/// Sets the WorkerInfo returned by ThisWorker().
+void SetThisWorker(const WorkerInfo& info);
+/// The worker of this process (for introspection by tests and debug builtins); null outside a
+/// session.
+const Worker* CurrentWorker();
+}  // namespace detail
+
+}  // namespace disco
+
+#endif  // DISCO_SESSION_WORKER_H_

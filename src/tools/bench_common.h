@@ -1,0 +1,70 @@
+// Shared pieces of disco-bench: options, clocks, statistics and table/CSV output.
+#ifndef DISCO_TOOLS_BENCH_COMMON_H_
+#define DISCO_TOOLS_BENCH_COMMON_H_
+
+#include <disco/disco.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace disco {
+namespace bench {
+
+inline double NowUs() {
+  using namespace std::chrono;
+  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+inline double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+/// "--name value" and "--flag" options after the subcommand.
+struct Options {
+  std::map<std::string, std::string> values;
+  static Options Parse(int argc, char** argv, int first);
+  bool Has(const std::string& k) const { return values.count(k) != 0; }
+  std::string Get(const std::string& k, const std::string& def) const {
+    auto it = values.find(k);
+    return it == values.end() ? def : it->second;
+  }
+  int64_t GetInt(const std::string& k, int64_t def) const;
+};
+
+/// A result table printed aligned to stdout and optionally written as CSV.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> columns) : columns_(std::move(columns)) {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(FILE* out) const;
+  void WriteCsv(const std::string& path, const std::vector<std::string>& metadata) const;
+
+ private:
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Fmt(double v, int precision = 3);
+/// Run metadata lines: ranks, nodes, MPI version, host, date.
+std::vector<std::string> Metadata(const Session& s);
+
+int RunCallBench(Session& s, const Options& opts);
+
+}  // namespace bench
+}  // namespace disco
+
+#endif  // DISCO_TOOLS_BENCH_COMMON_H_

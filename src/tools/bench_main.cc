@@ -1,0 +1,97 @@
+// disco-bench: benchmarks that measure the runtime next to the raw MPI baseline in the same run.
+//   mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--csv FILE]
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#include "session/mpi_util.h"
+#include "tools/bench_common.h"
+
+namespace disco {
+namespace bench {
+
+Options Options::Parse(int argc, char** argv, int first) {
+  Options o;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    DISCO_CHECK(a.rfind("--", 0) == 0, ValueError)
+        << "disco-bench: unexpected argument '" << a << "'";
+    a = a.substr(2);
+    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+      o.values[a] = argv[++i];
+    } else {
+      o.values[a] = "1";
+    }
+  }
+  return o;
+}
+
+int64_t Options::GetInt(const std::string& k, int64_t def) const {
+  auto it = values.find(k);
+  if (it == values.end()) return def;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);  // NOLINT(runtime/int)
+  DISCO_CHECK(end != it->second.c_str() && *end == '\0' && v > 0, ValueError)
+      << "disco-bench: --" << k << " needs a positive integer, got '" << it->second << "'";
+  return v;
+}
+
+std::string Fmt(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+void Table::Print(FILE* out) const {
+  std::vector<size_t> width(columns_.size());
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    width[c] = columns_[c].size();
+    for (const auto& r : rows_) width[c] = std::max(width[c], r[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) {
+      std::fprintf(out, "%s%*s", c ? "  " : "", static_cast<int>(width[c]), cells[c].c_str());
+    }
+    std::fprintf(out, "\n");
+  };
+  line(columns_);
+  for (const auto& r : rows_) line(r);
+  std::fflush(out);
+}
+
+void Table::WriteCsv(const std::string& path, const std::vector<std::string>& metadata) const {
+  std::ofstream f(path);
+  DISCO_CHECK(f.good(), ValueError) << "disco-bench: cannot write '" << path << "'";
+  for (const auto& m : metadata) f << "# " << m << "\n";
+  for (size_t c = 0; c < columns_.size(); ++c) f << (c ? "," : "") << columns_[c];
+  f << "\n";
+  for (const auto& r : rows_) {
+    for (size_t c = 0; c < r.size(); ++c) f << (c ? "," : "") << r[c];
+    f << "\n";
+  }
+}
+
+std::vector<std::string> Metadata(const Session& s) {
+  int nodes = 1;  // the benchmark fills in the measured count
+  char date[64];
+  std::time_t t = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return {"ranks=" + std::to_string(s.num_workers()), "nodes=" + std::to_string(nodes),
+          "mpi=" + mpi::LibraryVersion(), "disco=" DISCO_VERSION, std::string("date=") + date};
+}
+
+}  // namespace bench
+}  // namespace disco
+
+int main(int argc, char** argv) {
+  std::string sub = argc > 1 ? argv[1] : "";
+  return disco::Main(argc, argv, [&](disco::Session& s) -> int {
+    disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
+    if (sub == "call") return disco::bench::RunCallBench(s, opts);
+    std::fprintf(stderr,
+                 "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--csv FILE]\n"
+                 "unknown or missing benchmark '%s'\n",
+                 sub.c_str());
+    return 2;
+  });
+}

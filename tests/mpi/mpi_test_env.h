@@ -1,0 +1,28 @@
+#ifndef DISCO_TESTS_MPI_MPI_TEST_ENV_H_
+#define DISCO_TESTS_MPI_MPI_TEST_ENV_H_
+
+#include <disco/disco.h>
+
+#include <string>
+
+namespace disco {
+namespace testing {
+/// The controller's session while the tests run (rank 0 only).
+extern Session* g_session;
+
+/// The message of the RemoteError `f` raises, or "" (and a test failure) when it raises none.
+template <typename F>
+std::string RemoteErrorOf(F&& f, int* worker = nullptr) {
+  try {
+    f();
+  } catch (const RemoteError& e) {
+    if (worker) *worker = e.worker();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a RemoteError";
+  return "";
+}
+}  // namespace testing
+}  // namespace disco
+
+#endif  // DISCO_TESTS_MPI_MPI_TEST_ENV_H_

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs a job that must fail in a given way and checks how it ended:
+#   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX -- command...
+# Passes when the job ends within SECONDS with the expected exit code and its output matches
+# REGEX (extended grep). A job still running at SECONDS + 5 is killed and fails the test.
+set -uo pipefail
+timeout_s=10 expect_exit=nonzero pattern=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --timeout) timeout_s=$2; shift 2 ;;
+    --expect-exit) expect_exit=$2; shift 2 ;;
+    --expect) pattern=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "run_fault_test.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+echo "+ $*"
+start_ms=$(( $(date +%s%N) / 1000000 ))
+timeout -s KILL $((timeout_s + 5)) "$@" >"$out" 2>&1
+code=$?
+elapsed_ms=$(( $(date +%s%N) / 1000000 - start_ms ))
+elapsed=$(printf "%d.%03d" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)))
+cat "$out"
+echo "--- exit code $code after ${elapsed}s"
+fail=0
+if (( elapsed_ms >= (timeout_s + 5) * 1000 - 200 )); then
+  echo "FAIL: the job hung and was killed after $((timeout_s + 5))s"; fail=1
+elif [[ $expect_exit == nonzero && $code -eq 0 ]]; then
+  echo "FAIL: expected a non-zero exit"; fail=1
+elif [[ $expect_exit != nonzero && $code -ne $expect_exit ]]; then
+  echo "FAIL: expected exit code $expect_exit"; fail=1
+fi
+if (( elapsed_ms > timeout_s * 1000 )); then
+  echo "FAIL: took ${elapsed}s, more than ${timeout_s}s"; fail=1
+fi
+if [[ -n $pattern ]] && ! grep -Eq -- "$pattern" "$out"; then
+  echo "FAIL: output does not match: $pattern"; fail=1
+fi
+[[ $fail -eq 0 ]] && echo "PASS"
+exit $fail

@@ -1,0 +1,319 @@
+// The session at every world size: values in and out, every action on every worker, errors and
+// their recovery, the register free list. Expected values are formulas of the worker id.
+#include <disco/disco.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "mpi/mpi_test_env.h"
+#include "session/session_impl.h"
+#include "session/worker.h"
+
+namespace disco {
+namespace {
+
+using testing::g_session;
+using testing::RemoteErrorOf;
+
+// ---- Functions the tests call on every worker
+// ----------------------------------------------------
+
+DISCO_REGISTER_GLOBAL("test.echo").set_body_typed([](Any x) { return x; });
+DISCO_REGISTER_GLOBAL("test.noop").set_body_packed([](const Args&, Any*) {});
+DISCO_REGISTER_GLOBAL("test.affine").set_body_typed([](int64_t x) {
+  return x * 1000 + ThisWorker().worker_id;
+});
+DISCO_REGISTER_GLOBAL("test.scale").set_body_typed([](double x) {
+  return x * (ThisWorker().worker_id + 1);
+});
+DISCO_REGISTER_GLOBAL("test.suffix").set_body_typed([](std::string s) {
+  return s + "@" + std::to_string(ThisWorker().worker_id);
+});
+DISCO_REGISTER_GLOBAL("test.bytes_len").set_body_typed([](Bytes b) {
+  return static_cast<int64_t>(b.size());
+});
+DISCO_REGISTER_GLOBAL("test.shape_append").set_body_typed([](Shape s) {
+  std::vector<int64_t> dims = s.dims();
+  dims.push_back(ThisWorker().worker_id);
+  return Shape(dims);
+});
+// Fills a float32 tensor with worker_id * 1000 + i.
+DISCO_REGISTER_GLOBAL("test.fill_iota").set_body_typed([](Tensor t) {
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<float>(ThisWorker().worker_id * 1000 + i);
+  return t;
+});
+// Returns a new tensor: t * k (float32).
+DISCO_REGISTER_GLOBAL("test.times").set_body_typed([](Tensor t, double k) {
+  Tensor out = Tensor::Empty(t.shape(), t.dtype());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data_as<float>()[i] = t.data_as<float>()[i] * k;
+  return out;
+});
+DISCO_REGISTER_GLOBAL("test.throw_if").set_body_typed([](int64_t worker, std::string msg) {
+  if (worker < 0 || worker == ThisWorker().worker_id) throw ValueError(msg);
+  return int64_t{1};
+});
+DISCO_REGISTER_GLOBAL("test.expect_int").set_body_typed([](int64_t got, int64_t want) {
+  DISCO_CHECK(got == want, ValueError)
+      << "worker " << ThisWorker().worker_id << ": got " << got << ", want " << want;
+});
+DISCO_REGISTER_GLOBAL("test.live_registers").set_body_typed([]() {
+  return static_cast<int64_t>(detail::CurrentWorker()->num_live_registers());
+});
+DISCO_REGISTER_GLOBAL("test.register_capacity").set_body_typed([]() {
+  return static_cast<int64_t>(detail::CurrentWorker()->register_capacity());
+});
+DISCO_REGISTER_GLOBAL("test.add").set_body_typed([](int64_t a, int64_t b) { return a + b; });
+
+class SessionTest : public ::testing::Test {
+ protected:
+  Session& s() { return *g_session; }
+  int n() { return g_session->num_workers(); }
+  DRef F(const std::string& name) { return s().GetGlobalFunc(name); }
+};
+
+// ---- Tests
+// ---------------------------------------------------------------------------------------
+
+TEST_F(SessionTest, WorkerIdsAndCounts) {
+  DRef id = s().CallPacked(F("disco.worker_id"));
+  DRef count = s().CallPacked(F("disco.num_workers"));
+  DRef dev = s().CallPacked(F("disco.device"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(id.DebugGetFromRemote(w).cast<int64_t>(), w);
+    EXPECT_EQ(count.DebugGetFromRemote(w).cast<int64_t>(), n());
+    EXPECT_EQ(dev.DebugGetFromRemote(w).cast<DLDevice>(), CPU());
+  }
+  s().SyncAll();
+}
+
+TEST_F(SessionTest, ScalarArgumentsAndResultsOnEveryWorker) {
+  DRef ints = s().CallPacked(F("test.affine"), 42);
+  DRef floats = s().CallPacked(F("test.scale"), 0.25);
+  DRef strs = s().CallPacked(F("test.suffix"), "w");
+  DRef bytes = s().CallPacked(F("test.bytes_len"), Bytes(std::string(300, 'x')));
+  DRef shapes = s().CallPacked(F("test.shape_append"), Shape{7, 0});
+  DRef none = s().CallPacked(F("test.echo"), Any());
+  DRef dtype = s().CallPacked(F("test.echo"), DataType("bfloat16"));
+  DRef boolean = s().CallPacked(F("test.echo"), false);
+  DRef big = s().CallPacked(F("test.echo"), std::numeric_limits<int64_t>::min());
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(ints.DebugGetFromRemote(w).cast<int64_t>(), 42000 + w);
+    EXPECT_EQ(floats.DebugGetFromRemote(w).cast<double>(), 0.25 * (w + 1));
+    EXPECT_EQ(strs.DebugGetFromRemote(w).cast<std::string>(), "w@" + std::to_string(w));
+    EXPECT_EQ(bytes.DebugGetFromRemote(w).cast<int64_t>(), 300);
+    EXPECT_EQ(shapes.DebugGetFromRemote(w).cast<Shape>(), (Shape{7, 0, w}));
+    EXPECT_TRUE(none.DebugGetFromRemote(w).is_none());
+    EXPECT_EQ(dtype.DebugGetFromRemote(w).cast<DLDataType>(), DataType("bfloat16"));
+    EXPECT_EQ(boolean.DebugGetFromRemote(w).cast<bool>(), false);
+    EXPECT_EQ(big.DebugGetFromRemote(w).cast<int64_t>(), std::numeric_limits<int64_t>::min());
+  }
+}
+
+TEST_F(SessionTest, RegistersChainBetweenCalls) {
+  DRef add = F("test.add");
+  DRef a = s().CallPacked(F("test.affine"), 1);  // 1000 + w
+  DRef b = s().CallPacked(add, a, a);            // 2000 + 2w
+  DRef c = s().CallPacked(add, b, 5);            // 2005 + 2w
+  for (int w = 0; w < n(); ++w) EXPECT_EQ(c.DebugGetFromRemote(w).cast<int64_t>(), 2005 + 2 * w);
+  s().CallPacked(F("test.expect_int"), c, Any());  // wrong type: caught below
+  EXPECT_NE(RemoteErrorOf([&] { s().SyncAll(); }).find("argument 1: expected int, got None"),
+            std::string::npos);
+}
+
+TEST_F(SessionTest, LargeArgumentsTakeTheSecondBroadcast) {
+  for (size_t size : {size_t{0}, size_t{100}, size_t{200}, size_t{232}, size_t{233}, size_t{4096},
+                      size_t{1} << 20}) {
+    std::string data(size, '\0');
+    for (size_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 7 + size);
+    DRef len = s().CallPacked(F("test.bytes_len"), Bytes(data));
+    DRef echo = s().CallPacked(F("test.echo"), Bytes(data));
+    for (int w = 0; w < n(); ++w) {
+      EXPECT_EQ(len.DebugGetFromRemote(w).cast<int64_t>(), static_cast<int64_t>(size));
+      EXPECT_EQ(echo.DebugGetFromRemote(w).cast<Bytes>().str(), data) << size << " on " << w;
+    }
+  }
+}
+
+TEST_F(SessionTest, TensorArgumentsAndDebugReadsByValue) {
+  Tensor host = Tensor::Empty(Shape{5}, DataType("float32"));
+  for (int i = 0; i < 5; ++i) host.data_as<float>()[i] = i + 0.5f;
+  DRef scaled = s().CallPacked(F("test.times"), host, 4.0);
+  for (int w = 0; w < n(); ++w) {
+    Tensor t = scaled.DebugGetFromRemote(w).cast<Tensor>();
+    ASSERT_EQ(t.shape(), Shape{5});
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(t.data_as<float>()[i], (i + 0.5f) * 4) << w;
+  }
+  // A 0-d and an empty tensor survive the trip too.
+  DRef scalar = s().CallPacked(F("test.echo"), Tensor::Empty(Shape{}, DataType("int64")));
+  DRef empty = s().CallPacked(F("test.echo"), Tensor::Empty(Shape{0, 3}, DataType("float16")));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(scalar.DebugGetFromRemote(w).cast<Tensor>().shape(), Shape{});
+    EXPECT_EQ(empty.DebugGetFromRemote(w).cast<Tensor>().shape(), (Shape{0, 3}));
+  }
+}
+
+TEST_F(SessionTest, TensorRoundTripThroughWorker0) {
+  DRef remote = s().Empty(Shape{2, 3}, DataType("float32"));
+  DRef filled = s().CallPacked(F("test.fill_iota"), remote);
+  Tensor in = Tensor::Empty(Shape{2, 3}, DataType("float32"));
+  for (int i = 0; i < 6; ++i) in.data_as<float>()[i] = -static_cast<float>(i);
+  s().CopyToWorker0(in, remote);  // overwrites worker 0's values only
+  DRef doubled = s().CallPacked(F("test.times"), remote, 2.0);
+  Tensor out = Tensor::Empty(Shape{2, 3}, DataType("float32"));
+  s().CopyFromWorker0(out, doubled);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out.data_as<float>()[i], -2.0f * i);
+  for (int w = 1; w < n(); ++w) {
+    Tensor t = doubled.DebugGetFromRemote(w).cast<Tensor>();
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(t.data_as<float>()[i], 2.0f * (w * 1000 + i));
+  }
+  EXPECT_THROW(s().CopyFromWorker0(Tensor::Empty(Shape{7}, DataType("float32")), doubled),
+               ValueError);
+  DRef not_tensor = s().CallPacked(F("test.echo"), 3);
+  EXPECT_THROW(s().CopyToWorker0(in, not_tensor), TypeError);
+}
+
+TEST_F(SessionTest, EmptyHonoursWorker0Only) {
+  DRef only0 = s().Empty(Shape{3}, DataType("int8"), CPU(), /*worker0_only=*/true);
+  DRef all = s().Empty(Shape{3}, DataType("int8"));
+  EXPECT_EQ(only0.DebugGetFromRemote(0).cast<Tensor>().shape(), Shape{3});
+  for (int w = 1; w < n(); ++w) {
+    EXPECT_TRUE(only0.DebugGetFromRemote(w).is_none());
+    EXPECT_EQ(all.DebugGetFromRemote(w).cast<Tensor>().shape(), Shape{3});
+  }
+}
+
+TEST_F(SessionTest, EveryActionOnEveryWorker) {
+  DRef reg = s().CallPacked(F("test.echo"), 0);
+  for (int w = 0; w < n(); ++w) {
+    s().SyncWorker(w);
+    s().DebugSetRegister(reg.reg_id(), Any(static_cast<int64_t>(w * 11)), w);
+    reg.DebugCopyFrom(w, Any(static_cast<int64_t>(w * 11 + 1)));
+  }
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(s().DebugGetFromRemote(reg.reg_id(), w).cast<int64_t>(), w * 11 + 1);
+  }
+  // A tensor set by value on one worker is visible there only.
+  Tensor t = Tensor::Empty(Shape{2}, DataType("int32"));
+  t.data_as<int32_t>()[0] = 5;
+  t.data_as<int32_t>()[1] = 6;
+  int last = n() - 1;
+  reg.DebugCopyFrom(last, Any(t));
+  Tensor back = reg.DebugGetFromRemote(last).cast<Tensor>();
+  EXPECT_EQ(back.data_as<int32_t>()[1], 6);
+  // Setting a register from another register resolves on the worker.
+  DRef other = s().CallPacked(F("test.affine"), 9);
+  reg.DebugCopyFrom(last, Any(other));
+  EXPECT_EQ(reg.DebugGetFromRemote(last).cast<int64_t>(), 9000 + last);
+  s().SyncAll();
+}
+
+TEST_F(SessionTest, BadControllerArgumentsAreValueErrors) {
+  DRef reg = s().CallPacked(F("test.echo"), 1);
+  EXPECT_THROW(s().SyncWorker(n()), ValueError);
+  EXPECT_THROW(s().SyncWorker(-1), ValueError);
+  EXPECT_THROW(s().DebugGetFromRemote(reg.reg_id(), n()), ValueError);
+  EXPECT_THROW(s().DebugGetFromRemote(1 << 30, 0), ValueError);
+  EXPECT_THROW(s().DebugSetRegister(0, Any(1), 0), ValueError);
+  EXPECT_THROW(s().CallPacked(DRef(), 1), ValueError);
+  EXPECT_THROW(s().CallPacked(F("test.echo"), MakeFunction([](const Args&, Any*) {})), ValueError);
+  s().SyncAll();  // nothing was sent for the refused calls: the session is in step
+  EXPECT_EQ(s().CallPacked(F("test.affine"), 3).DebugGetFromRemote(n() - 1).cast<int64_t>(),
+            3000 + n() - 1);
+}
+
+TEST_F(SessionTest, UnknownFunctionIsARemoteErrorAndTheSessionGoesOn) {
+  DRef bad = F("no.such.function");
+  int worker = -1;
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); }, &worker);
+  EXPECT_EQ(worker, 0);
+  EXPECT_NE(msg.find("unknown global function 'no.such.function'"), std::string::npos) << msg;
+  if (n() > 1) {
+    EXPECT_NE(msg.find("more error report"), std::string::npos) << msg;
+  }
+  // Calling the poisoned function register names it and the original failure.
+  DRef r = s().CallPacked(bad, 1);
+  msg = RemoteErrorOf([&] { s().SyncWorker(n() - 1); });
+  EXPECT_NE(msg.find("holds the failure of an earlier call to 'no.such.function'"),
+            std::string::npos)
+      << msg;
+  try {
+    s().SyncAll();  // reports of the workers in between may arrive only now
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no.such.function"), std::string::npos) << e.what();
+  }
+  s().SyncAll();
+  EXPECT_EQ(s().CallPacked(F("test.affine"), 2).DebugGetFromRemote(0).cast<int64_t>(), 2000);
+}
+
+TEST_F(SessionTest, ThrowingFunctionOnOneWorker) {
+  int target = n() - 1;
+  DRef r = s().CallPacked(F("test.throw_if"), target, "boom on purpose");
+  int worker = -1;
+  std::string msg = RemoteErrorOf([&] { s().SyncWorker(target); }, &worker);
+  EXPECT_EQ(worker, target);
+  EXPECT_NE(msg.find("worker " + std::to_string(target) + " failed in 'test.throw_if'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("boom on purpose"), std::string::npos) << msg;
+  // The other workers hold the result; the failed one holds the failure.
+  for (int w = 0; w < target; ++w) EXPECT_EQ(r.DebugGetFromRemote(w).cast<int64_t>(), 1);
+  msg = RemoteErrorOf([&] { r.DebugGetFromRemote(target); });
+  EXPECT_NE(msg.find("holds the failure of 'test.throw_if'"), std::string::npos) << msg;
+  // A poisoned register as an argument names the register and the original failure.
+  DRef next = s().CallPacked(F("test.add"), r, 1);
+  msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("argument 0 is register " + std::to_string(r.reg_id()) +
+                     ", which holds the failure of an earlier call to 'test.throw_if': "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("boom on purpose"), std::string::npos) << msg;
+  s().SyncAll();
+}
+
+TEST_F(SessionTest, WrongArgumentTypeNamesFunctionPositionAndTypes) {
+  s().CallPacked(F("test.affine"), "not a number");
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("test.affine: argument 0: expected int, got string"), std::string::npos)
+      << msg;
+  s().CallPacked(F("test.add"), 1);
+  msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("test.add: expected 2 arguments, got 1"), std::string::npos) << msg;
+}
+
+TEST_F(SessionTest, ErrorsRaiseAtDebugReads) {
+  s().CallPacked(F("test.throw_if"), -1, "everyone fails");
+  DRef ok = s().CallPacked(F("test.echo"), 5);
+  std::string msg = RemoteErrorOf([&] { ok.DebugGetFromRemote(n() - 1); });
+  EXPECT_NE(msg.find("everyone fails"), std::string::npos) << msg;
+  s().SyncAll();  // remaining reports from other workers
+  EXPECT_EQ(ok.DebugGetFromRemote(n() - 1).cast<int64_t>(), 5);
+}
+
+TEST_F(SessionTest, LoadLibraryErrorsNameThePath) {
+  s().CallPacked(F("disco.load_library"), "/nonexistent/libplugin.so");
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("cannot load '/nonexistent/libplugin.so'"), std::string::npos) << msg;
+}
+
+TEST_F(SessionTest, HundredThousandAllocateFreeCyclesKeepTheRegisterFileBounded) {
+  DRef noop = F("test.noop");
+  DRef echo = F("test.echo");
+  int64_t before = s().impl()->register_count();
+  for (int i = 0; i < 100000; ++i) {
+    DRef tmp = s().CallPacked(i % 2 ? noop : echo, i);
+  }
+  s().SyncAll();
+  int64_t after = s().impl()->register_count();
+  EXPECT_LE(after - before, static_cast<int64_t>(detail::SessionImpl::kMaxPendingKills) + 4);
+  DRef live = s().CallPacked(F("test.live_registers"));
+  DRef cap = s().CallPacked(F("test.register_capacity"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_LE(live.DebugGetFromRemote(w).cast<int64_t>(), 64) << w;
+    EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), after + 2) << w;
+  }
+}
+
+}  // namespace
+}  // namespace disco
