@@ -31,17 +31,21 @@ class Any;
 class DRef {
  public:
   DRef() = default;
-  DRef(const DRef& other) noexcept : obj_(other.obj_) {
+  DRef(const DRef& other) noexcept : obj_(other.obj_), unowned_reg_(other.unowned_reg_) {
     if (obj_ != nullptr) ++obj_->refs;
   }
-  DRef(DRef&& other) noexcept : obj_(other.obj_) { other.obj_ = nullptr; }
+  DRef(DRef&& other) noexcept : obj_(other.obj_), unowned_reg_(other.unowned_reg_) {
+    other.obj_ = nullptr;
+  }
   DRef& operator=(const DRef& other) noexcept {
     DRef copy(other);
     std::swap(obj_, copy.obj_);
+    unowned_reg_ = other.unowned_reg_;
     return *this;
   }
   DRef& operator=(DRef&& other) noexcept {
     std::swap(obj_, other.obj_);
+    unowned_reg_ = other.unowned_reg_;
     return *this;
   }
   ~DRef() {
@@ -49,8 +53,8 @@ class DRef {
   }
 
   /// The register id (0 for an empty DRef).
-  int64_t reg_id() const { return obj_ != nullptr ? obj_->reg_id : 0; }
-  bool defined() const { return obj_ != nullptr; }
+  int64_t reg_id() const { return obj_ != nullptr ? obj_->reg_id : unowned_reg_; }
+  bool defined() const { return obj_ != nullptr || unowned_reg_ != 0; }
   /// Fetches this register's value from `worker` (tensors come back by value, on the host).
   Any DebugGetFromRemote(int worker) const;
   /// Overwrites this register on `worker` with `value`.
@@ -65,14 +69,20 @@ class DRef {
   };
   /// A DRef owning register `reg_id` of the session of generation `session`.
   static DRef Make(int64_t reg_id, uint64_t session);
-  /// A DRef that names `reg_id` without owning it (what a worker sees on the wire).
-  static DRef Unowned(int64_t reg_id) { return Make(reg_id, 0); }
+  /// A DRef that names `reg_id` without owning it (what a worker sees on the wire); it allocates
+  /// nothing.
+  static DRef Unowned(int64_t reg_id) {
+    DRef ref;
+    ref.unowned_reg_ = reg_id;
+    return ref;
+  }
   /// The generation of the session that owns the register (0 for none).
   uint64_t session() const { return obj_ != nullptr ? obj_->session : 0; }
 
  private:
   static void Release(Obj* obj) noexcept;
   Obj* obj_ = nullptr;
+  int64_t unowned_reg_ = 0;
 };
 
 class Args;

@@ -64,14 +64,16 @@ class Bytes {
   /// A buffer of `size` uninitialized bytes, written through `*data` before the Bytes is shared.
   static Bytes Allocate(size_t size, char** data);
 
-  const char* data() const { return data_.get(); }
+  const char* data() const { return data_; }
   size_t size() const { return size_; }
   /// A copy as a std::string.
-  std::string str() const { return size_ ? std::string(data_.get(), size_) : std::string(); }
+  std::string str() const { return size_ ? std::string(data_, size_) : std::string(); }
   bool operator==(const Bytes& other) const;
 
  private:
-  std::shared_ptr<const char[]> data_;
+  // `owner_` keeps the storage alive; small strings live inside the owner's own allocation.
+  std::shared_ptr<const void> owner_;
+  const char* data_ = nullptr;
   size_t size_;
 };
 

@@ -2,6 +2,7 @@
 #include <disco/error.h>
 #include <disco/types.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -145,15 +146,23 @@ Bytes::Bytes(const void* data, size_t size) : size_(size) {
 }
 
 Bytes Bytes::Allocate(size_t size, char** data) {
+  constexpr size_t kSmall = 48;
   Bytes b;
   b.size_ = size;
-  if (size != 0) {
-    std::shared_ptr<char[]> buf(new char[size]);
-    *data = buf.get();
-    b.data_ = std::move(buf);
+  char* p = nullptr;
+  if (size == 0) {
+    // data() stays null
+  } else if (size <= kSmall) {
+    auto block = std::make_shared<std::array<char, kSmall>>();  // one allocation
+    p = block->data();
+    b.owner_ = std::move(block);
   } else {
-    *data = nullptr;
+    std::shared_ptr<char[]> buf(new char[size]);  // uninitialized: filled by the caller
+    p = buf.get();
+    b.owner_ = std::move(buf);
   }
+  b.data_ = p;
+  *data = p;
   return b;
 }
 

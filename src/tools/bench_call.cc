@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "protocol/frame.h"
 #include "session/mpi_util.h"
@@ -67,20 +68,29 @@ DISCO_REGISTER_GLOBAL("bench.raw_pipelined").set_body_typed([](int64_t bytes, in
   return (NowUs() - t0) / iters;
 });
 
-DISCO_REGISTER_GLOBAL("bench.raw_latency").set_body_typed([](int64_t bytes, int64_t iters) {
-  BenchState& st = State();
-  st.EnsureComm();
-  uint8_t* p = st.Buffer(bytes);
-  MPI_Comm c = st.comm.get();
-  std::vector<double> times(iters);
-  for (int64_t i = 0; i < iters; ++i) {
-    MPI_Barrier(c);
-    double t0 = NowUs();
-    MPI_Bcast(p, static_cast<int>(bytes), MPI_BYTE, 0, c);
-    times[i] = NowUs() - t0;
-  }
-  return ReduceMaxMedian(&times);
-});
+// Completion latency of one broadcast: from the root issuing it to the last rank holding it. On
+// one node every rank reads the same monotonic clock, so the root's issue time travels in the
+// message and each rank subtracts it from its arrival time. Across nodes (`same_clock` false)
+// each rank times from the barrier it left, which adds the barrier's exit skew.
+DISCO_REGISTER_GLOBAL("bench.raw_latency")
+    .set_body_typed([](int64_t bytes, int64_t iters, bool same_clock) {
+      BenchState& st = State();
+      st.EnsureComm();
+      uint8_t* p = st.Buffer(std::max<int64_t>(bytes, sizeof(double)));
+      MPI_Comm c = st.comm.get();
+      bool root = st.comm.rank() == 0;
+      std::vector<double> times(iters);
+      for (int64_t i = 0; i < iters; ++i) {
+        MPI_Barrier(c);
+        double t0 = NowUs();
+        if (root) std::memcpy(p, &t0, sizeof t0);
+        MPI_Bcast(p, static_cast<int>(bytes), MPI_BYTE, 0, c);
+        double t1 = NowUs();
+        if (same_clock) std::memcpy(&t0, p, sizeof t0);
+        times[i] = t1 - t0;
+      }
+      return ReduceMaxMedian(&times);
+    });
 
 // The raw counterpart of SyncWorker(target): a frame broadcast, a small reply from `target`.
 DISCO_REGISTER_GLOBAL("bench.raw_sync")
@@ -114,12 +124,15 @@ DISCO_REGISTER_GLOBAL("bench.mark_start").set_body_typed([]() {
 
 DISCO_REGISTER_GLOBAL("bench.noop").set_body_packed([](const Args&, Any*) {});
 
-DISCO_REGISTER_GLOBAL("bench.noop_record").set_body_typed([](Bytes payload, int64_t i) {
-  BenchState& st = State();
-  double now = NowUs();
-  if (st.times.size() <= static_cast<size_t>(i)) st.times.resize(i + 1);
-  st.times[i] = now - st.start;
-});
+// Records when this worker ran call `i`: relative to the controller's issue time `t_issue` (one
+// node: the same clock) or to the barrier this worker left (`t_issue` < 0).
+DISCO_REGISTER_GLOBAL("bench.noop_record")
+    .set_body_typed([](Bytes payload, int64_t i, double t_issue) {
+      BenchState& st = State();
+      double now = NowUs();
+      if (st.times.size() <= static_cast<size_t>(i)) st.times.resize(i + 1);
+      st.times[i] = now - (t_issue >= 0 ? t_issue : st.start);
+    });
 
 DISCO_REGISTER_GLOBAL("bench.collect").set_body_typed([](int64_t n) {
   BenchState& st = State();
@@ -158,6 +171,7 @@ int RunCallBench(Session& s, const Options& opts) {
   int64_t nodes =
       s.CallPacked(s.GetGlobalFunc("bench.num_nodes")).DebugGetFromRemote(0).cast<int64_t>();
 
+  const bool same_clock = nodes == 1;
   std::vector<std::string> meta = Metadata(s);
   meta[1] = "nodes=" + std::to_string(nodes);
   meta.push_back("inline_bytes=" + std::to_string(inline_bytes));
@@ -171,8 +185,13 @@ int RunCallBench(Session& s, const Options& opts) {
 
   Table table({"payload_B", "wire_B", "raw_pipe_us", "call_pipe_us", "pipe_ratio", "raw_lat_us",
                "call_lat_us", "lat_ratio"});
-  for (size_t payload : {size_t{8}, size_t{64}, size_t{256}, size_t{1024}, size_t{4096},
-                         size_t{16384}, size_t{65536}}) {
+  std::vector<size_t> sizes = {8, 64, 256, 1024, 4096, 16384, 65536};
+  if (opts.Has("max-bytes")) {
+    size_t max = static_cast<size_t>(opts.GetInt("max-bytes", 65536));
+    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t v) { return v > max; }),
+                sizes.end());
+  }
+  for (size_t payload : sizes) {
     size_t wire = CallWireBytes(payload, inline_bytes);
     int64_t k = payload > 4096 ? iters / 4 : iters;
     Bytes data(std::string(payload, 'x'));
@@ -187,12 +206,12 @@ int RunCallBench(Session& s, const Options& opts) {
       s.SyncWorker(last);
       cp.push_back((NowUs() - t0) / k);
 
-      rl.push_back(s.CallPacked(raw_lat, static_cast<int64_t>(wire), lat_iters)
+      rl.push_back(s.CallPacked(raw_lat, static_cast<int64_t>(wire), lat_iters, same_clock)
                        .DebugGetFromRemote(0)
                        .cast<double>());
       for (int64_t i = 0; i < lat_iters; ++i) {
         s.CallPacked(mark);
-        s.CallPacked(record, data, i);
+        s.CallPacked(record, data, i, same_clock ? NowUs() : -1.0);
       }
       cl.push_back(s.CallPacked(collect, lat_iters).DebugGetFromRemote(0).cast<double>());
     }
