@@ -36,7 +36,8 @@
 //
 // Replies from a worker to rank 0 go point to point, as a one-byte ReplyKind and its fields:
 //   kSyncAck:    u64 number of error reports this worker has sent so far
-//   kDebugValue: u64 error reports sent, u8 status (0 value, 1 poisoned, 2 no such register),
+//   kDebugValue: u64 error reports sent, u8 status (0 value, 1 poisoned, 2 no such register,
+//                3 a value that cannot be sent),
 //                then the value (an argument as above) or a string message
 //   kError:      i32 worker, u64 sequence, i64 register, string function, string message
 //

@@ -44,7 +44,7 @@ Shape DecodeShape(Reader* r) {
   }
   const uint8_t* p = r->Take(static_cast<size_t>(ndim) * sizeof(int64_t), "shape extents");
   std::vector<int64_t> dims(ndim);
-  std::memcpy(dims.data(), p, ndim * sizeof(int64_t));
+  if (ndim != 0) std::memcpy(dims.data(), p, ndim * sizeof(int64_t));
   for (uint32_t i = 0; i < ndim; ++i) {
     if (dims[i] < 0) {
       r->Fail("negative extent " + std::to_string(dims[i]) + " at axis " + std::to_string(i),
@@ -277,8 +277,8 @@ void DecodeCommand(const uint8_t* data, size_t size, size_t max_payload, Command
     r.Fail("kill count " + std::to_string(nkills) + " exceeds the bytes left", at);
   }
   out->kills.resize(nkills);
-  std::memcpy(out->kills.data(), r.Take(nkills * sizeof(int64_t), "kill list"),
-              nkills * sizeof(int64_t));
+  const uint8_t* kills = r.Take(nkills * sizeof(int64_t), "kill list");
+  if (nkills != 0) std::memcpy(out->kills.data(), kills, nkills * sizeof(int64_t));
   at = r.offset();
   uint32_t argc = r.Get<uint32_t>("argument count");
   if (argc > r.remaining()) {  // every argument takes at least its tag byte
@@ -343,7 +343,9 @@ void DecodeReply(const uint8_t* data, size_t size, Reply* out) {
       out->errors_sent = r.Get<uint64_t>("error count");
       size_t at = r.offset();
       uint8_t status = r.Get<uint8_t>("debug status");
-      if (status > 2) r.Fail("unknown debug status " + std::to_string(status), at);
+      if (status > static_cast<uint8_t>(DebugStatus::kUnsendable)) {
+        r.Fail("unknown debug status " + std::to_string(status), at);
+      }
       out->status = static_cast<DebugStatus>(status);
       out->value = DecodeAny(&r);
       break;

@@ -69,7 +69,13 @@ struct ErrorReport {
 void EncodeErrorReport(ByteBuffer* buf, const ErrorReport& report);
 void EncodeSyncAck(ByteBuffer* buf, uint64_t errors_sent);
 
-enum class DebugStatus : uint8_t { kValue = 0, kPoisoned = 1, kNoSuchRegister = 2 };
+/// kUnsendable: the register holds a value that cannot cross the wire (a Function, an Object).
+enum class DebugStatus : uint8_t {
+  kValue = 0,
+  kPoisoned = 1,
+  kNoSuchRegister = 2,
+  kUnsendable = 3
+};
 /// `value` for kValue, a string message otherwise.
 void EncodeDebugValue(ByteBuffer* buf, uint64_t errors_sent, DebugStatus status, const Any& value);
 

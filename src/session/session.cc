@@ -337,6 +337,7 @@ Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
     case protocol::DebugStatus::kPoisoned:
       throw RemoteError(value.cast<std::string>(), worker_id);
     case protocol::DebugStatus::kNoSuchRegister:
+    case protocol::DebugStatus::kUnsendable:
       throw ValueError(value.cast<std::string>());
   }
   return value;

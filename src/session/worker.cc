@@ -194,9 +194,16 @@ protocol::DebugStatus Worker::DebugGetRegister(int64_t reg, Any* out) const {
     return protocol::DebugStatus::kPoisoned;
   }
   if (const Tensor* t = std::get_if<Tensor>(&r->value.storage())) {
-    Tensor copy = Tensor::Empty(t->shape(), t->dtype(), CPU());
-    copy.CopyFrom(*t);
-    *out = Any(std::move(copy));
+    try {
+      Tensor copy = Tensor::Empty(t->shape(), t->dtype(), CPU());
+      copy.CopyFrom(*t);
+      *out = Any(std::move(copy));
+    } catch (const std::exception& e) {
+      *out =
+          Any("register " + std::to_string(reg) + " on worker " + std::to_string(info_.worker_id) +
+              ": copying " + t->ToString() + " to the host failed: " + e.what());
+      return protocol::DebugStatus::kUnsendable;
+    }
   } else {
     *out = r->value;
   }
@@ -308,7 +315,15 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
         if (Operand<int64_t>(cmd, 1, "worker id") == info.worker_id) {
           Any value;
           protocol::DebugStatus status = worker.DebugGetRegister(reg, &value);
-          protocol::EncodeDebugValue(&out, worker.errors_reported(), status, value);
+          try {
+            protocol::EncodeDebugValue(&out, worker.errors_reported(), status, value);
+          } catch (const std::exception& e) {
+            // A Function or Object cannot be sent; say so instead of ending the job.
+            protocol::EncodeDebugValue(
+                &out, worker.errors_reported(), protocol::DebugStatus::kUnsendable,
+                Any("register " + std::to_string(reg) + " on worker " +
+                    std::to_string(info.worker_id) + " cannot be read remotely: " + e.what()));
+          }
           transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
         }
         break;

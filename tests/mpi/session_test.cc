@@ -291,6 +291,28 @@ TEST_F(SessionTest, ErrorsRaiseAtDebugReads) {
   EXPECT_EQ(ok.DebugGetFromRemote(n() - 1).cast<int64_t>(), 5);
 }
 
+DISCO_REGISTER_GLOBAL("test.make_object").set_body_typed([]() {
+  return Object::Make(std::make_shared<int>(ThisWorker().worker_id), "test.int");
+});
+
+TEST_F(SessionTest, UnsendableRegistersAreRefusedNotFatal) {
+  DRef obj = s().CallPacked(F("test.make_object"));
+  DRef func = F("test.echo");
+  EXPECT_EQ(*obj.DebugGetFromRemote(0).cast<Object>().as<int>(), 0);  // in process: no wire
+  for (int w = 1; w < n(); ++w) {
+    try {
+      obj.DebugGetFromRemote(w);
+      ADD_FAILURE() << "expected a ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot be read remotely"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(func.DebugGetFromRemote(w), ValueError);
+  }
+  // Objects still work as arguments on their own worker.
+  s().SyncAll();
+}
+
 TEST_F(SessionTest, LoadLibraryErrorsNameThePath) {
   s().CallPacked(F("disco.load_library"), "/nonexistent/libplugin.so");
   std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
