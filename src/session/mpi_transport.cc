@@ -72,6 +72,17 @@ int MpiTransport::Receive(int source, int tag, protocol::ByteBuffer* buf, size_t
   return status.MPI_SOURCE;
 }
 
+size_t MpiTransport::ReceiveSmall(int source, int tag, protocol::ByteBuffer* buf, size_t capacity) {
+  buf->Resize(capacity);
+  MPI_Status status;
+  DISCO_MPI_CALL(MPI_Recv(buf->data(), static_cast<int>(capacity), MPI_BYTE, source, tag,
+                          comm_.get(), &status));
+  int count = 0;
+  DISCO_MPI_CALL(MPI_Get_count(&status, MPI_BYTE, &count));
+  buf->Resize(static_cast<size_t>(count));
+  return static_cast<size_t>(count);
+}
+
 bool MpiTransport::Probe(int tag, int* source) {
   int flag = 0;
   MPI_Status status;

@@ -41,6 +41,9 @@ class MpiTransport {
   /// Receives one message from `source` (MPI_ANY_SOURCE allowed) with `tag` into `buf`, sized by
   /// MPI_Probe; refuses messages over `max_bytes`. Returns the source rank.
   int Receive(int source, int tag, protocol::ByteBuffer* buf, size_t max_bytes);
+  /// Receives one message of at most `capacity` bytes from `source` with a single MPI_Recv (no
+  /// probe: for replies whose size is known to be small). Returns its size.
+  size_t ReceiveSmall(int source, int tag, protocol::ByteBuffer* buf, size_t capacity);
   /// True when a message with `tag` from anyone is waiting; sets `*source`.
   bool Probe(int tag, int* source);
   /// MPI_Gather of one uint64 per rank to rank 0 (`all` is filled on rank 0 only).

@@ -287,7 +287,9 @@ void SessionImpl::SyncWorker(int worker_id) {
     Any head[1] = {Any(worker_id)};
     Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);
     protocol::Reply reply;
-    ReceiveReply(worker_id, &reply);
+    // A sync ack is 9 bytes: one receive, no probe.
+    transport_->ReceiveSmall(worker_id, MpiTransport::kTagReply, &reply_buf_, 64);
+    protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
     DISCO_CHECK(reply.kind == protocol::ReplyKind::kSyncAck, ProtocolError)
         << "worker " << worker_id << " answered a sync with reply kind "
         << static_cast<int>(reply.kind);
