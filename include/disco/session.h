@@ -83,8 +83,11 @@ class Session {
   /// Waits for every worker; raises every pending remote error.
   void SyncAll();
 
-  /// Initializes the collective library: "mpi", "nccl" or "auto".
-  void InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids);
+  /// Initializes the collective library on every worker: "mpi", "nccl" or "auto" (DISCO_CCL
+  /// overrides). `device_ids` maps node-local ranks to GPUs (empty: local rank modulo the visible
+  /// GPUs). Raises (RemoteError) when a worker fails to initialize. Calling it again replaces the
+  /// communicators.
+  void InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids = {});
 
   /// The value of register `reg_id` on `worker_id` (tensors by value, on the host).
   Any DebugGetFromRemote(int64_t reg_id, int worker_id);
@@ -97,6 +100,21 @@ class Session {
   /// `disco.empty` on every worker (or on worker 0 / each group's first worker only).
   DRef Empty(const Shape& shape, DLDataType dtype, DLDevice device = CPU(),
              bool worker0_only = false, bool in_group = false);
+
+  /// Collectives (see disco/ccl.h): each calls its builtin on every worker and returns the
+  /// (None) result register. An empty DRef passes None. `op`: sum, prod, min, max, avg.
+  DRef AllReduce(const DRef& send, const std::string& op, bool in_group, const DRef& recv);
+  DRef AllGather(const DRef& send, bool in_group, const DRef& recv);
+  DRef ReduceScatter(const DRef& send, const std::string& op, bool in_group, const DRef& recv);
+  DRef Broadcast(const DRef& send, bool in_group, const DRef& recv);
+  DRef Scatter(const DRef& send, bool in_group, const DRef& recv);
+  DRef Gather(const DRef& send, bool in_group, const DRef& recv);
+  DRef RecvFromWorker0(const DRef& buffer);
+  DRef SendToNextGroup(const DRef& buffer);
+  DRef RecvFromPrevGroup(const DRef& buffer);
+  DRef SendToWorker(const DRef& buffer, int peer);
+  DRef RecvFromWorker(const DRef& buffer, int peer);
+  DRef Barrier(bool in_group = false);
 
   explicit Session(std::shared_ptr<detail::SessionImpl> impl);
   ~Session();

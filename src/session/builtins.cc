@@ -6,6 +6,8 @@
 
 #include <mutex>
 
+#include "ccl/builtins.h"
+
 namespace disco {
 namespace {
 
@@ -52,6 +54,7 @@ void RegisterAll() {
 void RegisterBuiltins() {
   static std::once_flag once;
   std::call_once(once, RegisterAll);
+  ccl::RegisterCclBuiltins();
 }
 
 }  // namespace disco

@@ -2,8 +2,10 @@
 #include <disco/session.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
+#include "ccl/context.h"
 #include "core/env.h"
 #include "session/session_impl.h"
 
@@ -369,6 +371,7 @@ int SessionImpl::Shutdown(int exit_code) {
   Any head[1] = {Any(exit_code)};
   Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
   shut_down_ = true;
+  ccl::Reset();  // every rank frees its communicators on the shutdown command
   if (transport_->size() > 1) {
     std::vector<uint64_t> sent;
     transport_->GatherU64(0, &sent);
@@ -419,10 +422,57 @@ void Session::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) 
 void Session::Shutdown() { impl_->Shutdown(0); }
 
 void Session::InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids) {
-  DISCO_CHECK(ccl == "auto" || ccl == "mpi" || ccl == "nccl", ValueError)
-      << "InitCCL: unknown collective library '" << ccl << "' (expected auto, mpi or nccl)";
-  DISCO_THROW(ValueError) << "InitCCL('" << ccl
-                          << "'): collectives are not part of this build of disco yet";
+  std::string chosen = ccl;
+  const char* forced = std::getenv("DISCO_CCL");
+  if (forced != nullptr && *forced != '\0') chosen = env::GetString("DISCO_CCL");
+  DISCO_CHECK(chosen == "auto" || chosen == "mpi" || chosen == "nccl", ValueError)
+      << "InitCCL: unknown collective library '" << chosen << "'"
+      << (forced != nullptr && *forced != '\0' ? " (from DISCO_CCL)" : "")
+      << " (expected auto, mpi or nccl)";
+  CallPacked(impl_->Builtin("disco.init_ccl"), chosen, Shape(device_ids));
+  SyncAll();
+}
+
+namespace {
+Any OrNone(const DRef& ref) { return ref.defined() ? Any(ref) : Any(); }
+}  // namespace
+
+DRef Session::AllReduce(const DRef& send, const std::string& op, bool in_group, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.allreduce"), send, op, in_group, recv);
+}
+DRef Session::AllGather(const DRef& send, bool in_group, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.allgather"), send, in_group, recv);
+}
+DRef Session::ReduceScatter(const DRef& send, const std::string& op, bool in_group,
+                            const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.reduce_scatter"), send, op, in_group, recv);
+}
+DRef Session::Broadcast(const DRef& send, bool in_group, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.broadcast_from_worker0"), OrNone(send), in_group, recv);
+}
+DRef Session::Scatter(const DRef& send, bool in_group, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.scatter_from_worker0"), OrNone(send), in_group, recv);
+}
+DRef Session::Gather(const DRef& send, bool in_group, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.gather_to_worker0"), send, in_group, OrNone(recv));
+}
+DRef Session::RecvFromWorker0(const DRef& buffer) {
+  return CallPacked(impl_->Builtin("disco.recv_from_worker0"), buffer);
+}
+DRef Session::SendToNextGroup(const DRef& buffer) {
+  return CallPacked(impl_->Builtin("disco.send_to_next_group"), buffer);
+}
+DRef Session::RecvFromPrevGroup(const DRef& buffer) {
+  return CallPacked(impl_->Builtin("disco.recv_from_prev_group"), buffer);
+}
+DRef Session::SendToWorker(const DRef& buffer, int peer) {
+  return CallPacked(impl_->Builtin("disco.send_to_worker"), buffer, peer);
+}
+DRef Session::RecvFromWorker(const DRef& buffer, int peer) {
+  return CallPacked(impl_->Builtin("disco.recv_from_worker"), buffer, peer);
+}
+DRef Session::Barrier(bool in_group) {
+  return CallPacked(impl_->Builtin("disco.barrier"), in_group);
 }
 
 DRef Session::Empty(const Shape& shape, DLDataType dtype, DLDevice device, bool worker0_only,

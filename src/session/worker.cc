@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ccl/context.h"
 #include "core/device_memory.h"
 #include "session/mpi_transport.h"
 
@@ -282,6 +283,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
     if (!cmd.kills.empty()) worker.KillRegs(cmd.kills.data(), cmd.kills.size());
     switch (cmd.action()) {
       case protocol::Action::kShutdown: {
+        ccl::Reset();
         transport->GatherU64(worker.errors_reported(), nullptr);
         transport->ProgressSends(/*wait=*/true);
         return static_cast<int>(transport->BroadcastI64(0));

@@ -1,0 +1,293 @@
+// The collective builtins (DESIGN.md §2): argument checks, agreement, dispatch to the backend.
+//
+// Checks that depend only on the command (op name, flags, peer ids) fail the same way on every
+// rank. Checks that depend on the tensors in registers may not: before moving data, the ranks of
+// a collective agree (one small MPI_Allreduce on the communicator's host side) on whether every
+// rank passed and on the element count, so a bad tensor on one rank is an error on all of them.
+#include "ccl/builtins.h"
+
+#include <disco/ccl.h>
+#include <disco/function.h>
+#include <disco/session.h>
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+
+#include "ccl/context.h"
+#include "ccl/reduce.h"
+#include "core/device_memory.h"
+#include "session/mpi_util.h"
+
+namespace disco {
+namespace ccl {
+namespace {
+
+Communicator& Comm(bool in_group, const char* fn) {
+  Context* ctx = CurrentContext();
+  DISCO_CHECK(ctx != nullptr, ValueError)
+      << fn << ": collectives need Session::InitCCL first (no communicator on worker "
+      << ThisWorker().worker_id << ")";
+  return in_group ? *ctx->group : *ctx->world;
+}
+
+void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const char* arg) {
+  DISCO_CHECK(t.defined(), ValueError) << fn << ": argument '" << arg << "' is an undefined tensor";
+  DISCO_CHECK(IsCollectiveDType(t.dtype()), TypeError)
+      << fn << ": argument '" << arg << "' has dtype " << DataTypeToString(t.dtype())
+      << ", which collectives do not support (int8..int64, uint8..uint64, float16, bfloat16, "
+         "float32, float64)";
+  DLDevice want = c.device();
+  bool ok = c.device().device_type == kDLCPU ? memory::IsHost(t.device()) : t.device() == want;
+  DISCO_CHECK(ok, ValueError) << fn << ": argument '" << arg << "' is a " << t.ToString()
+                              << ", but the " << c.backend() << " backend works on "
+                              << (want.device_type == kDLCPU ? std::string("host tensors")
+                                                             : DeviceToString(want) + " tensors");
+}
+
+void CheckSameDType(const Tensor& a, const char* an, const Tensor& b, const char* bn,
+                    const char* fn) {
+  DISCO_CHECK(a.dtype() == b.dtype(), TypeError)
+      << fn << ": dtype mismatch: '" << an << "' is " << DataTypeToString(a.dtype()) << ", '" << bn
+      << "' is " << DataTypeToString(b.dtype());
+}
+
+ReduceOp CheckOp(const std::string& name, DLDataType dtype, const char* fn) {
+  ReduceOp op = ParseReduceOp(name);
+  DISCO_CHECK(ReduceOpSupports(op, dtype), ValueError)
+      << fn << ": op '" << name << "' is not defined for " << DataTypeToString(dtype)
+      << " (avg needs a floating-point dtype)";
+  return op;
+}
+
+// Runs the checks; the ranks of `c` then agree. Every rank throws when any rank failed: the
+// failing ranks their own error, the others one that points at them.
+void CheckAndAgree(Communicator& c, const char* fn, int64_t count,
+                   const std::function<void()>& checks) {
+  std::exception_ptr local;
+  try {
+    checks();
+  } catch (const Error&) {
+    local = std::current_exception();
+  }
+  int64_t mine[3] = {local ? 1 : 0, count, -count};
+  int64_t all[3] = {0, 0, 0};
+  DISCO_MPI_CALL(MPI_Allreduce(mine, all, 3, MPI_INT64_T, MPI_MAX, c.host_comm()));
+  if (local) std::rethrow_exception(local);
+  DISCO_CHECK(all[0] == 0, ValueError)
+      << fn << ": another worker of this collective rejected its arguments (its error says why); "
+      << "nothing was sent";
+  DISCO_CHECK(all[1] == -all[2], ValueError)
+      << fn << ": the workers of this collective disagree on the element count (from " << -all[2]
+      << " to " << all[1] << "); nothing was sent";
+}
+
+int Root(bool in_group) { return 0; }  // the first worker of the world or of the group
+
+void RegisterAll() {
+  Registry::Register("disco.init_ccl", true)
+      .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
+                      {"ccl", "device_ids"});
+
+  Registry::Register("disco.allreduce", true)
+      .set_body_typed(
+          [](Tensor send, std::string op_name, bool in_group, Tensor recv) {
+            const char* fn = "disco.allreduce";
+            Communicator& c = Comm(in_group, fn);
+            ReduceOp op = ReduceOp::kSum;
+            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
+              CheckTensor(send, c, fn, "send");
+              CheckTensor(recv, c, fn, "recv");
+              CheckSameDType(send, "send", recv, "recv", fn);
+              DISCO_CHECK(send.numel() == recv.numel(), ValueError)
+                  << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
+              op = CheckOp(op_name, send.dtype(), fn);
+            });
+            c.AllReduce(send, recv, op);
+          },
+          {"send", "op", "in_group", "recv"});
+
+  Registry::Register("disco.allgather", true)
+      .set_body_typed(
+          [](Tensor send, bool in_group, Tensor recv) {
+            const char* fn = "disco.allgather";
+            Communicator& c = Comm(in_group, fn);
+            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
+              CheckTensor(send, c, fn, "send");
+              CheckTensor(recv, c, fn, "recv");
+              CheckSameDType(send, "send", recv, "recv", fn);
+              DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
+                  << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
+                  << " x " << send.numel() << " = " << send.numel() * c.size();
+            });
+            c.AllGather(send, recv);
+          },
+          {"send", "in_group", "recv"});
+
+  Registry::Register("disco.reduce_scatter", true)
+      .set_body_typed(
+          [](Tensor send, std::string op_name, bool in_group, Tensor recv) {
+            const char* fn = "disco.reduce_scatter";
+            Communicator& c = Comm(in_group, fn);
+            ReduceOp op = ReduceOp::kSum;
+            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
+              CheckTensor(send, c, fn, "send");
+              CheckTensor(recv, c, fn, "recv");
+              CheckSameDType(send, "send", recv, "recv", fn);
+              DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
+                  << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
+                  << " workers cannot share equally";
+              DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
+                  << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
+                  << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
+              op = CheckOp(op_name, send.dtype(), fn);
+            });
+            c.ReduceScatter(send, recv, op);
+          },
+          {"send", "op", "in_group", "recv"});
+
+  Registry::Register("disco.broadcast_from_worker0", true)
+      .set_body_typed(
+          [](std::optional<Tensor> send, bool in_group, Tensor recv) {
+            const char* fn = "disco.broadcast_from_worker0";
+            Communicator& c = Comm(in_group, fn);
+            bool root = c.rank() == Root(in_group);
+            CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, [&] {
+              CheckTensor(recv, c, fn, "recv");
+              if (root) {
+                DISCO_CHECK(send.has_value(), ValueError)
+                    << fn << ": the root worker needs a 'send' tensor, got None";
+                CheckTensor(*send, c, fn, "send");
+                CheckSameDType(*send, "send", recv, "recv", fn);
+                DISCO_CHECK(send->numel() == recv.numel(), ValueError)
+                    << fn << ": 'send' has " << send->numel() << " elements, 'recv' "
+                    << recv.numel();
+              }
+            });
+            c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
+          },
+          {"send", "in_group", "recv"});
+
+  Registry::Register("disco.scatter_from_worker0", true)
+      .set_body_typed(
+          [](std::optional<Tensor> send, bool in_group, Tensor recv) {
+            const char* fn = "disco.scatter_from_worker0";
+            Communicator& c = Comm(in_group, fn);
+            bool root = c.rank() == Root(in_group);
+            CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, [&] {
+              CheckTensor(recv, c, fn, "recv");
+              if (root) {
+                DISCO_CHECK(send.has_value(), ValueError)
+                    << fn << ": the root worker needs a 'send' tensor, got None";
+                CheckTensor(*send, c, fn, "send");
+                CheckSameDType(*send, "send", recv, "recv", fn);
+                DISCO_CHECK(send->numel() == recv.numel() * c.size(), ValueError)
+                    << fn << ": 'send' has " << send->numel() << " elements; " << c.size()
+                    << " workers x 'recv' of " << recv.numel() << " need "
+                    << recv.numel() * c.size();
+              }
+            });
+            c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
+          },
+          {"send", "in_group", "recv"});
+
+  Registry::Register("disco.gather_to_worker0", true)
+      .set_body_typed(
+          [](Tensor send, bool in_group, std::optional<Tensor> recv) {
+            const char* fn = "disco.gather_to_worker0";
+            Communicator& c = Comm(in_group, fn);
+            bool root = c.rank() == Root(in_group);
+            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
+              CheckTensor(send, c, fn, "send");
+              if (root) {
+                DISCO_CHECK(recv.has_value(), ValueError)
+                    << fn << ": the root worker needs a 'recv' tensor, got None";
+                CheckTensor(*recv, c, fn, "recv");
+                CheckSameDType(send, "send", *recv, "recv", fn);
+                DISCO_CHECK(recv->numel() == send.numel() * c.size(), ValueError)
+                    << fn << ": 'recv' has " << recv->numel() << " elements; it needs " << c.size()
+                    << " x " << send.numel() << " = " << send.numel() * c.size();
+              }
+            });
+            c.Gather(send, recv.value_or(Tensor()), Root(in_group));
+          },
+          {"send", "in_group", "recv"});
+
+  Registry::Register("disco.recv_from_worker0", true)
+      .set_body_typed(
+          [](Tensor buffer) {
+            const char* fn = "disco.recv_from_worker0";
+            Communicator& c = Comm(false, fn);
+            CheckAndAgree(c, fn, buffer.defined() ? buffer.numel() : -1,
+                          [&] { CheckTensor(buffer, c, fn, "buffer"); });
+            c.Broadcast(buffer, buffer, 0);
+          },
+          {"buffer"});
+
+  Registry::Register("disco.barrier", true)
+      .set_body_typed([](bool in_group) { Comm(in_group, "disco.barrier").Barrier(); },
+                      {"in_group"});
+
+  // Point to point: global worker ids on the world communicator. Sends return at once (the data
+  // is copied), so a send and the matching receive may be separate commands.
+  auto check_peer = [](const char* fn, int64_t peer) {
+    const WorkerInfo& w = ThisWorker();
+    DISCO_CHECK(peer >= 0 && peer < w.num_workers, ValueError)
+        << fn << ": peer " << peer << " is out of range [0, " << w.num_workers << ")";
+    DISCO_CHECK(peer != w.worker_id, ValueError)
+        << fn << ": worker " << w.worker_id << " cannot exchange with itself";
+  };
+  Registry::Register("disco.send_to_worker", true)
+      .set_body_typed(
+          [check_peer](Tensor buffer, int64_t peer) {
+            const char* fn = "disco.send_to_worker";
+            Communicator& c = Comm(false, fn);
+            check_peer(fn, peer);
+            CheckTensor(buffer, c, fn, "buffer");
+            c.Send(buffer, static_cast<int>(peer));
+          },
+          {"buffer", "peer"});
+  Registry::Register("disco.recv_from_worker", true)
+      .set_body_typed(
+          [check_peer](Tensor buffer, int64_t peer) {
+            const char* fn = "disco.recv_from_worker";
+            Communicator& c = Comm(false, fn);
+            check_peer(fn, peer);
+            CheckTensor(buffer, c, fn, "buffer");
+            c.Recv(buffer, static_cast<int>(peer));
+          },
+          {"buffer", "peer"});
+  Registry::Register("disco.send_to_next_group", true)
+      .set_body_typed(
+          [](Tensor buffer) {
+            const char* fn = "disco.send_to_next_group";
+            Communicator& c = Comm(false, fn);
+            CheckTensor(buffer, c, fn, "buffer");
+            const WorkerInfo& w = ThisWorker();
+            int group_size = w.num_workers / w.num_groups;
+            if (w.group_id + 1 < w.num_groups) c.Send(buffer, w.worker_id + group_size);
+          },
+          {"buffer"});
+  Registry::Register("disco.recv_from_prev_group", true)
+      .set_body_typed(
+          [](Tensor buffer) {
+            const char* fn = "disco.recv_from_prev_group";
+            Communicator& c = Comm(false, fn);
+            CheckTensor(buffer, c, fn, "buffer");
+            const WorkerInfo& w = ThisWorker();
+            int group_size = w.num_workers / w.num_groups;
+            if (w.group_id > 0) c.Recv(buffer, w.worker_id - group_size);
+          },
+          {"buffer"});
+}
+
+}  // namespace
+
+void RegisterCclBuiltins() {
+  static std::once_flag once;
+  std::call_once(once, RegisterAll);
+}
+
+}  // namespace ccl
+}  // namespace disco

@@ -1,0 +1,52 @@
+// The data-plane interface: one communicator over a set of workers, with the collectives and
+// point-to-point operations the builtins need. Backends live in sibling folders with the same file
+// names (ccl/mpi/communicator.cc, ccl/nccl/communicator.cc); the builtins (ccl/builtins.cc) check
+// arguments, make the ranks agree, and call these. Tensors are compact; counts are elements.
+#ifndef DISCO_CCL_COMMUNICATOR_H_
+#define DISCO_CCL_COMMUNICATOR_H_
+
+#include <disco/ccl.h>
+#include <disco/tensor.h>
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+namespace disco {
+namespace ccl {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  /// "mpi" or "nccl".
+  virtual const char* backend() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The device tensors must live on (CPU for MPI, the bound GPU for NCCL).
+  virtual DLDevice device() const = 0;
+
+  virtual void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  /// recv holds size() blocks of send's element count, in rank order.
+  virtual void AllGather(const Tensor& send, const Tensor& recv) = 0;
+  /// send holds size() blocks of recv's element count; rank r gets the reduction of block r.
+  virtual void ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  /// `root` sends `send`; every rank (root included) receives into `recv`.
+  virtual void Broadcast(const Tensor& send, const Tensor& recv, int root) = 0;
+  /// `root`'s send (size() blocks of recv's count) is split; `send` is undefined elsewhere.
+  virtual void Scatter(const Tensor& send, const Tensor& recv, int root) = 0;
+  /// Every rank's send is concatenated into `root`'s recv (undefined elsewhere).
+  virtual void Gather(const Tensor& send, const Tensor& recv, int root) = 0;
+  /// Starts sending a copy of `buffer` to `peer` and returns without waiting for the receiver.
+  virtual void Send(const Tensor& buffer, int peer) = 0;
+  /// Receives from `peer` into `buffer`.
+  virtual void Recv(const Tensor& buffer, int peer) = 0;
+  virtual void Barrier() = 0;
+  /// An MPI communicator over the same ranks, in the same order, for host-side agreement.
+  virtual MPI_Comm host_comm() const = 0;
+};
+
+}  // namespace ccl
+}  // namespace disco
+
+#endif  // DISCO_CCL_COMMUNICATOR_H_

@@ -1,0 +1,88 @@
+#include "ccl/context.h"
+
+#include <disco/config.h>
+#include <disco/log.h>
+#include <disco/session.h>
+
+#include "ccl/mpi/communicator.h"
+#include "core/device_memory.h"
+#include "session/mpi_util.h"
+#include "session/worker.h"
+#if DISCO_HAVE_NCCL
+#include "ccl/nccl/communicator.h"
+#endif
+
+namespace disco {
+namespace ccl {
+namespace {
+std::unique_ptr<Context>& Storage() {
+  static std::unique_ptr<Context> ctx;
+  return ctx;
+}
+}  // namespace
+
+Context* CurrentContext() { return Storage().get(); }
+
+void Reset() {
+  if (Storage()) {
+    if (Storage()->group) Storage()->group.reset();
+    Storage()->world.reset();
+    Storage().reset();
+  }
+  WorkerInfo info = ThisWorker();
+  info.device = CPU();
+  detail::SetThisWorker(info);
+}
+
+bool NcclUsable() {
+#if DISCO_HAVE_NCCL
+  return memory::CudaDeviceCount() > 0;
+#else
+  return false;
+#endif
+}
+
+void Init(const std::string& requested, const std::vector<int64_t>& device_ids) {
+  DISCO_CHECK(requested == "auto" || requested == "mpi" || requested == "nccl", ValueError)
+      << "InitCCL: unknown collective library '" << requested << "' (expected auto, mpi or nccl)";
+  Reset();  // a second InitCCL replaces the first, freeing its communicators
+  WorkerInfo info = ThisWorker();
+  const int group_size = info.num_workers / info.num_groups;
+  // Every rank must pick the same backend: "auto" is NCCL only when every rank can use it.
+  int usable = NcclUsable() ? 1 : 0, all_usable = 0;
+  DISCO_MPI_CALL(MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  std::string backend = requested == "auto" ? (all_usable ? "nccl" : "mpi") : requested;
+  if (backend == "nccl") {
+#if DISCO_HAVE_NCCL
+    DISCO_CHECK(all_usable, ValueError)
+        << "InitCCL('nccl'): " << (usable ? "another worker sees" : "this worker sees")
+        << " no CUDA device; use 'mpi' (or 'auto') on hosts without GPUs";
+#else
+    DISCO_THROW(ValueError) << "InitCCL('nccl'): this build of disco has no NCCL "
+                               "(configure with CUDA and NCCL found, or use 'mpi')";
+#endif
+  }
+  auto ctx = std::make_unique<Context>();
+  ctx->backend = backend;
+  ctx->group_size = group_size;
+  if (backend == "mpi") {
+    ctx->world = MakeMpiCommunicator(MPI_COMM_WORLD, 0, info.worker_id);
+    ctx->group = MakeMpiCommunicator(MPI_COMM_WORLD, info.group_id, info.worker_id);
+  } else {
+#if DISCO_HAVE_NCCL
+    auto comms = MakeNcclCommunicators(MPI_COMM_WORLD, info.local_rank, device_ids, info.group_id,
+                                       info.worker_id);
+    ctx->world = std::move(comms[0]);
+    ctx->group = std::move(comms[1]);
+#endif
+  }
+  info.device = ctx->world->device();
+  detail::SetThisWorker(info);
+  DISCO_LOG(INFO) << "InitCCL: backend " << backend << ", device " << DeviceToString(info.device)
+                  << ", group " << info.group_id << " of " << info.num_groups << " (" << group_size
+                  << " workers)";
+  Storage() = std::move(ctx);
+}
+
+}  // namespace ccl
+}  // namespace disco

@@ -1,0 +1,373 @@
+#include "ccl/mpi/communicator.h"
+
+#include <disco/error.h>
+#include <disco/types.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <vector>
+
+#include "ccl/reduce.h"
+#include "protocol/frame.h"
+#include "session/mpi_util.h"
+
+namespace disco {
+namespace ccl {
+namespace {
+
+// ---- Datatypes and operators
+// --------------------------------------------------------------------- float16 and bfloat16 have
+// no MPI datatype: each gets a 2-byte contiguous type of its own, and the four reductions are
+// user-defined MPI_Ops that tell the two apart by that type.
+struct HalfTypes {
+  MPI_Datatype f16 = MPI_DATATYPE_NULL;
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL;
+  MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+HalfTypes& Halves() {
+  static HalfTypes h;
+  return h;
+}
+
+template <ReduceOp kOp>
+void HalfOp(void* in, void* inout, int* len, MPI_Datatype* type) {
+  DLDataType t =
+      *type == Halves().bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 16, 1};
+  Reduce(inout, inout, in, *len, t, kOp);
+}
+
+void InitHalfTypes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    HalfTypes& h = Halves();
+    DISCO_MPI_CALL(MPI_Type_contiguous(2, MPI_BYTE, &h.f16));
+    DISCO_MPI_CALL(MPI_Type_commit(&h.f16));
+    DISCO_MPI_CALL(MPI_Type_contiguous(2, MPI_BYTE, &h.bf16));
+    DISCO_MPI_CALL(MPI_Type_commit(&h.bf16));
+    DISCO_MPI_CALL(MPI_Op_create(&HalfOp<ReduceOp::kSum>, 1, &h.ops[0]));
+    DISCO_MPI_CALL(MPI_Op_create(&HalfOp<ReduceOp::kProd>, 1, &h.ops[1]));
+    DISCO_MPI_CALL(MPI_Op_create(&HalfOp<ReduceOp::kMin>, 1, &h.ops[2]));
+    DISCO_MPI_CALL(MPI_Op_create(&HalfOp<ReduceOp::kMax>, 1, &h.ops[3]));
+  });
+}
+
+MPI_Datatype ToMpiType(DLDataType t) {
+  switch (t.code) {
+    case kDLInt:
+      return t.bits == 8    ? MPI_INT8_T
+             : t.bits == 16 ? MPI_INT16_T
+             : t.bits == 32 ? MPI_INT32_T
+                            : MPI_INT64_T;
+    case kDLUInt:
+      return t.bits == 8    ? MPI_UINT8_T
+             : t.bits == 16 ? MPI_UINT16_T
+             : t.bits == 32 ? MPI_UINT32_T
+                            : MPI_UINT64_T;
+    case kDLFloat:
+      return t.bits == 16 ? Halves().f16 : t.bits == 32 ? MPI_FLOAT : MPI_DOUBLE;
+    case kDLBfloat:
+      return Halves().bf16;
+  }
+  DISCO_THROW(InternalError) << "no MPI datatype for " << DataTypeToString(t);
+}
+
+MPI_Op ToMpiOp(ReduceOp op, DLDataType t) {
+  bool half = t.bits == 16 && (t.code == kDLBfloat || t.code == kDLFloat);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return half ? Halves().ops[0] : MPI_SUM;
+    case ReduceOp::kProd:
+      return half ? Halves().ops[1] : MPI_PROD;
+    case ReduceOp::kMin:
+      return half ? Halves().ops[2] : MPI_MIN;
+    case ReduceOp::kMax:
+      return half ? Halves().ops[3] : MPI_MAX;
+  }
+  return MPI_OP_NULL;
+}
+
+int CheckedCount(size_t n, const char* what) {
+  DISCO_CHECK(n <= static_cast<size_t>(INT_MAX), ValueError)
+      << what << ": " << n << " elements exceed the MPI backend's limit of " << INT_MAX
+      << " per message";
+  return static_cast<int>(n);
+}
+
+char* Bytes(const Tensor& t) { return static_cast<char*>(t.data()); }
+
+// ---- The communicator
+// ----------------------------------------------------------------------------
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(mpi::Comm comm) : comm_(std::move(comm)) {
+    InitHalfTypes();
+    rank_ = comm_.rank();
+    size_ = comm_.size();
+  }
+  ~MpiCommunicator() override { CancelSends(); }
+
+  const char* backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  DLDevice device() const override { return CPU(); }
+  MPI_Comm host_comm() const override { return comm_.get(); }
+
+  void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    DLDataType t = send.dtype();
+    int64_t n = send.numel();
+    if (n == 0) return;
+    if (size_ == 1) {
+      if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), send.nbytes());
+    } else if (send.nbytes() < kRingMinBytes) {
+      const void* src = send.same_as(recv) ? MPI_IN_PLACE : send.data();
+      DISCO_MPI_CALL(MPI_Allreduce(src, recv.data(), CheckedCount(n, "allreduce"), ToMpiType(t),
+                                   ToMpiOp(op, t), comm_.get()));
+    } else {
+      RingAllReduce(Bytes(send), Bytes(recv), n, t, op);
+    }
+    if (op == ReduceOp::kAvg) DivideBy(recv.data(), n, t, size_);
+  }
+
+  void AllGather(const Tensor& send, const Tensor& recv) override {
+    size_t bytes = send.nbytes();
+    if (bytes == 0) return;
+    char* dst = Bytes(recv);
+    const char* src = Bytes(send);
+    if (src == dst + rank_ * bytes) {
+      DISCO_MPI_CALL(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, dst, CheckedCount(bytes, "allgather"),
+                                   MPI_BYTE, comm_.get()));
+    } else {
+      DISCO_MPI_CALL(MPI_Allgather(src, CheckedCount(bytes, "allgather"), MPI_BYTE, dst,
+                                   static_cast<int>(bytes), MPI_BYTE, comm_.get()));
+    }
+  }
+
+  void ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    DLDataType t = recv.dtype();
+    int64_t m = recv.numel();
+    if (m == 0) return;
+    if (size_ == 1) {
+      if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), recv.nbytes());
+    } else if (send.nbytes() < kRingMinBytes) {
+      DISCO_MPI_CALL(MPI_Reduce_scatter_block(send.data(), recv.data(),
+                                              CheckedCount(m, "reduce_scatter"), ToMpiType(t),
+                                              ToMpiOp(op, t), comm_.get()));
+    } else {
+      RingReduceScatter(Bytes(send), nullptr, Bytes(recv), m * size_, t, op);
+    }
+    if (op == ReduceOp::kAvg) DivideBy(recv.data(), m, t, size_);
+  }
+
+  void Broadcast(const Tensor& send, const Tensor& recv, int root) override {
+    if (recv.nbytes() == 0) return;
+    if (rank_ == root && send.defined() && !send.same_as(recv)) {
+      std::memcpy(recv.data(), send.data(), recv.nbytes());
+    }
+    BcastBytes(Bytes(recv), recv.nbytes(), root);
+  }
+
+  void Scatter(const Tensor& send, const Tensor& recv, int root) override {
+    size_t bytes = recv.nbytes();
+    if (bytes == 0) return;
+    int count = CheckedCount(bytes, "scatter");
+    DISCO_MPI_CALL(MPI_Scatter(rank_ == root ? send.data() : nullptr, count, MPI_BYTE, recv.data(),
+                               count, MPI_BYTE, root, comm_.get()));
+  }
+
+  void Gather(const Tensor& send, const Tensor& recv, int root) override {
+    size_t bytes = send.nbytes();
+    if (bytes == 0) return;
+    int count = CheckedCount(bytes, "gather");
+    DISCO_MPI_CALL(MPI_Gather(send.data(), count, MPI_BYTE, rank_ == root ? recv.data() : nullptr,
+                              count, MPI_BYTE, root, comm_.get()));
+  }
+
+  void Send(const Tensor& buffer, int peer) override {
+    ProgressSends();
+    pending_.emplace_back();
+    PendingSend& p = pending_.back();
+    // A copy: the caller may reuse the tensor at once, as with NCCL's stream-ordered sends.
+    p.data.assign(Bytes(buffer), Bytes(buffer) + buffer.nbytes());
+    DISCO_MPI_CALL(MPI_Isend(p.data.data(), CheckedCount(p.data.size(), "send"), MPI_BYTE, peer,
+                             kP2PTag, comm_.get(), &p.request));
+  }
+
+  void Recv(const Tensor& buffer, int peer) override {
+    MPI_Status status;
+    DISCO_MPI_CALL(MPI_Probe(peer, kP2PTag, comm_.get(), &status));
+    int count = 0;
+    DISCO_MPI_CALL(MPI_Get_count(&status, MPI_BYTE, &count));
+    if (static_cast<size_t>(count) != buffer.nbytes()) {
+      // Take the message anyway, so the next exchange with this peer is not misaligned.
+      std::vector<char> drain(static_cast<size_t>(count));
+      DISCO_MPI_CALL(
+          MPI_Recv(drain.data(), count, MPI_BYTE, peer, kP2PTag, comm_.get(), MPI_STATUS_IGNORE));
+      DISCO_THROW(ValueError) << "recv: the message from worker " << peer << " has " << count
+                              << " bytes, but the receive buffer holds " << buffer.nbytes();
+    }
+    DISCO_MPI_CALL(
+        MPI_Recv(buffer.data(), count, MPI_BYTE, peer, kP2PTag, comm_.get(), MPI_STATUS_IGNORE));
+    ProgressSends();
+  }
+
+  void Barrier() override {
+    DISCO_MPI_CALL(MPI_Barrier(comm_.get()));
+    ProgressSends();
+  }
+
+ private:
+  static constexpr int kP2PTag = 11;
+  static constexpr int kRingTag = 12;
+  // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
+  static constexpr size_t kSegmentBytes = 512 * 1024;
+
+  struct PendingSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<char> data;
+  };
+
+  void ProgressSends() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int done = 0;
+      DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+      it = done ? pending_.erase(it) : std::next(it);
+    }
+  }
+
+  // Sends nobody will receive (the job is ending) must not keep MPI_Finalize waiting.
+  void CancelSends() {
+    if (!mpi::IsActive()) return;
+    for (PendingSend& p : pending_) {
+      int done = 0;
+      MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Cancel(&p.request);
+        MPI_Request_free(&p.request);
+      }
+    }
+    pending_.clear();
+  }
+
+  void BcastBytes(char* data, size_t n, int root) {
+    constexpr size_t kChunk = size_t{1} << 30;
+    for (size_t off = 0; off < n; off += kChunk) {
+      DISCO_MPI_CALL(MPI_Bcast(data + off, static_cast<int>(std::min(kChunk, n - off)), MPI_BYTE,
+                               root, comm_.get()));
+    }
+  }
+
+  // Persistent staging: grown on demand, touched once, reused by every later call.
+  char* Staging(size_t index, size_t bytes) {
+    if (staging_[index].capacity() < bytes) staging_[index].Reserve(bytes);
+    return reinterpret_cast<char*>(staging_[index].data());
+  }
+
+  // Chunk c of a buffer of n elements split into size_ nearly equal chunks.
+  int64_t ChunkCount(int64_t n, int c) const { return n / size_ + (c < n % size_ ? 1 : 0); }
+  int64_t ChunkOffset(int64_t n, int c) const {
+    return static_cast<int64_t>(c) * (n / size_) + std::min<int64_t>(c, n % size_);
+  }
+  int Mod(int x) const { return ((x % size_) + size_) % size_; }
+
+  // Ring reduce-scatter of n elements of `send`. Rank r ends with the reduction of chunk r in
+  // `own`. With `full` (allreduce), every intermediate chunk is written into `full` (its final
+  // place); without it, intermediates alternate between two staging buffers.
+  void RingReduceScatter(const char* send, char* full, char* own, int64_t n, DLDataType t,
+                         ReduceOp op) {
+    const size_t elem = DataTypeBytes(t);
+    const int right = Mod(rank_ + 1), left = Mod(rank_ - 1);
+    const size_t max_chunk = static_cast<size_t>(ChunkCount(n, 0)) * elem;
+    char* incoming = Staging(0, max_chunk);
+    const char* outgoing = nullptr;
+    int64_t out_count = 0;
+    for (int s = 0; s < size_ - 1; ++s) {
+      int send_chunk = Mod(rank_ - s - 1), recv_chunk = Mod(rank_ - s - 2);
+      if (s == 0) {
+        outgoing = send + ChunkOffset(n, send_chunk) * elem;
+        out_count = ChunkCount(n, send_chunk);
+      }
+      int64_t in_count = ChunkCount(n, recv_chunk);
+      const char* mine = send + ChunkOffset(n, recv_chunk) * elem;
+      char* dst;
+      if (s == size_ - 2) {
+        dst = own;
+      } else if (full != nullptr) {
+        dst = full + ChunkOffset(n, recv_chunk) * elem;
+      } else {
+        dst = Staging(1 + (s % 2), max_chunk);
+      }
+      ExchangeAndReduce(outgoing, out_count * elem, incoming, in_count, mine, dst, t, op, right,
+                        left);
+      outgoing = dst;
+      out_count = in_count;
+    }
+  }
+
+  // Sends `out` to `right` while receiving `in_count` elements from `left` into `incoming`,
+  // segment by segment, reducing each arrived segment: dst = mine op incoming.
+  void ExchangeAndReduce(const char* out, size_t out_bytes, char* incoming, int64_t in_count,
+                         const char* mine, char* dst, DLDataType t, ReduceOp op, int right,
+                         int left) {
+    const size_t elem = DataTypeBytes(t);
+    const int64_t seg = std::max<int64_t>(1, static_cast<int64_t>(kSegmentBytes / elem));
+    const int64_t nseg = (in_count + seg - 1) / seg;
+    const int64_t out_seg = seg;
+    const int64_t out_count = static_cast<int64_t>(out_bytes / elem);
+    const int64_t nout = (out_count + out_seg - 1) / out_seg;
+    requests_.assign(static_cast<size_t>(nseg + nout), MPI_REQUEST_NULL);
+    for (int64_t k = 0; k < nseg; ++k) {
+      int64_t c = std::min(seg, in_count - k * seg);
+      DISCO_MPI_CALL(MPI_Irecv(incoming + k * seg * elem, static_cast<int>(c * elem), MPI_BYTE,
+                               left, kRingTag, comm_.get(), &requests_[k]));
+    }
+    for (int64_t k = 0; k < nout; ++k) {
+      int64_t c = std::min(out_seg, out_count - k * out_seg);
+      DISCO_MPI_CALL(MPI_Isend(out + k * out_seg * elem, static_cast<int>(c * elem), MPI_BYTE,
+                               right, kRingTag, comm_.get(), &requests_[nseg + k]));
+    }
+    for (int64_t k = 0; k < nseg; ++k) {
+      DISCO_MPI_CALL(MPI_Wait(&requests_[k], MPI_STATUS_IGNORE));
+      int64_t c = std::min(seg, in_count - k * seg);
+      Reduce(dst + k * seg * elem, mine + k * seg * elem, incoming + k * seg * elem, c, t, op);
+    }
+    DISCO_MPI_CALL(
+        MPI_Waitall(static_cast<int>(nout), requests_.data() + nseg, MPI_STATUSES_IGNORE));
+  }
+
+  void RingAllReduce(const char* send, char* recv, int64_t n, DLDataType t, ReduceOp op) {
+    const size_t elem = DataTypeBytes(t);
+    RingReduceScatter(send, recv, recv + ChunkOffset(n, rank_) * elem, n, t, op);
+    // Ring allgather: pass each finished chunk on, straight into its place in recv.
+    const int right = Mod(rank_ + 1), left = Mod(rank_ - 1);
+    for (int s = 0; s < size_ - 1; ++s) {
+      int send_chunk = Mod(rank_ - s), recv_chunk = Mod(rank_ - s - 1);
+      DISCO_MPI_CALL(MPI_Sendrecv(recv + ChunkOffset(n, send_chunk) * elem,
+                                  static_cast<int>(ChunkCount(n, send_chunk) * elem), MPI_BYTE,
+                                  right, kRingTag, recv + ChunkOffset(n, recv_chunk) * elem,
+                                  static_cast<int>(ChunkCount(n, recv_chunk) * elem), MPI_BYTE,
+                                  left, kRingTag, comm_.get(), MPI_STATUS_IGNORE));
+    }
+  }
+
+  mpi::Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::list<PendingSend> pending_;
+  protocol::ByteBuffer staging_[3];
+  std::vector<MPI_Request> requests_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm parent, int color, int key) {
+  mpi::Comm comm = mpi::Comm::Split(parent, color, key);
+  return std::make_unique<MpiCommunicator>(std::move(comm));
+}
+
+}  // namespace ccl
+}  // namespace disco

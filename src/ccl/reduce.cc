@@ -1,0 +1,230 @@
+#include "ccl/reduce.h"
+
+#include <disco/error.h>
+#include <disco/types.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace disco {
+
+ReduceOp ParseReduceOp(const std::string& name) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "prod") return ReduceOp::kProd;
+  if (name == "min") return ReduceOp::kMin;
+  if (name == "max") return ReduceOp::kMax;
+  if (name == "avg") return ReduceOp::kAvg;
+  DISCO_THROW(ValueError) << "unknown reduction op '" << name
+                          << "' (expected sum, prod, min, max or avg)";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAvg:
+      return "avg";
+  }
+  return "?";
+}
+
+bool ReduceOpSupports(ReduceOp op, DLDataType dtype) {
+  if (!ccl::IsCollectiveDType(dtype)) return false;
+  if (op == ReduceOp::kAvg) return dtype.code == kDLFloat || dtype.code == kDLBfloat;
+  return true;
+}
+
+namespace ccl {
+
+bool IsCollectiveDType(DLDataType t) {
+  if (t.lanes != 1) return false;
+  switch (t.code) {
+    case kDLInt:
+    case kDLUInt:
+      return t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64;
+    case kDLFloat:
+      return t.bits == 16 || t.bits == 32 || t.bits == 64;
+    case kDLBfloat:
+      return t.bits == 16;
+  }
+  return false;
+}
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) {  // inf or NaN
+    return static_cast<uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
+  }
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow to inf
+  if (abs < 0x38800000u) {  // subnormal or zero in half
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
+    // value = m * 2^(exp - 150) with m the 24-bit significand; a half subnormal is k * 2^-24.
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
+    uint32_t shift = 126 - exp;  // in [14, 24]
+    uint32_t result = mant >> shift;
+    uint32_t rest = mant & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (result & 1))) ++result;
+    return static_cast<uint16_t>(sign | result);
+  }
+  uint32_t result = ((abs >> 13) - (112u << 10));
+  uint32_t rest = abs & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (result & 1))) ++result;
+  return static_cast<uint16_t>(sign | result);
+}
+
+float BFloat16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
+  uint32_t rounding = 0x7FFFu + ((x >> 16) & 1);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+namespace {
+
+template <typename T>
+void ReduceTyped(T* dst, const T* a, const T* b, int64_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(a[i] + b[i]);
+      return;
+    case ReduceOp::kProd:
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(a[i] * b[i]);
+      return;
+    case ReduceOp::kMin:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::min(a[i], b[i]);
+      return;
+    case ReduceOp::kMax:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::max(a[i], b[i]);
+      return;
+  }
+}
+
+// Integer sums and products wrap around, as in MPI and NCCL: computed in the unsigned type.
+template <typename T>
+void ReduceInt(T* dst, const T* a, const T* b, int64_t n, ReduceOp op) {
+  using U = std::make_unsigned_t<T>;
+  if (op == ReduceOp::kSum) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
+  } else if (op == ReduceOp::kProd) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = static_cast<T>(static_cast<U>(a[i]) * static_cast<U>(b[i]));
+  } else {
+    ReduceTyped(dst, a, b, n, op);
+  }
+}
+
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void Reduce16(uint16_t* dst, const uint16_t* a, const uint16_t* b, int64_t n, ReduceOp op) {
+  // Blocks through float32 so the compiler can vectorize the arithmetic.
+  constexpr int64_t kBlock = 256;
+  float fa[kBlock], fb[kBlock];
+  for (int64_t base = 0; base < n; base += kBlock) {
+    int64_t m = std::min(kBlock, n - base);
+    for (int64_t i = 0; i < m; ++i) {
+      fa[i] = ToF(a[base + i]);
+      fb[i] = ToF(b[base + i]);
+    }
+    ReduceTyped(fa, fa, fb, m, op);
+    for (int64_t i = 0; i < m; ++i) dst[base + i] = FromF(fa[i]);
+  }
+}
+
+}  // namespace
+
+void Reduce(void* dst, const void* a, const void* b, int64_t n, DLDataType t, ReduceOp op) {
+  if (n <= 0) return;
+#define DISCO_REDUCE_CASE(kCode, kBits, Fn, T)                                                  \
+  if (t.code == kCode && t.bits == kBits) {                                                     \
+    return Fn(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, op); \
+  }
+  DISCO_REDUCE_CASE(kDLInt, 8, ReduceInt, int8_t)
+  DISCO_REDUCE_CASE(kDLInt, 16, ReduceInt, int16_t)
+  DISCO_REDUCE_CASE(kDLInt, 32, ReduceInt, int32_t)
+  DISCO_REDUCE_CASE(kDLInt, 64, ReduceInt, int64_t)
+  DISCO_REDUCE_CASE(kDLUInt, 8, ReduceInt, uint8_t)
+  DISCO_REDUCE_CASE(kDLUInt, 16, ReduceInt, uint16_t)
+  DISCO_REDUCE_CASE(kDLUInt, 32, ReduceInt, uint32_t)
+  DISCO_REDUCE_CASE(kDLUInt, 64, ReduceInt, uint64_t)
+  DISCO_REDUCE_CASE(kDLFloat, 32, ReduceTyped, float)
+  DISCO_REDUCE_CASE(kDLFloat, 64, ReduceTyped, double)
+#undef DISCO_REDUCE_CASE
+  if (t.code == kDLFloat && t.bits == 16) {
+    return Reduce16<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
+                                              static_cast<const uint16_t*>(a),
+                                              static_cast<const uint16_t*>(b), n, op);
+  }
+  if (t.code == kDLBfloat && t.bits == 16) {
+    return Reduce16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(dst),
+                                                      static_cast<const uint16_t*>(a),
+                                                      static_cast<const uint16_t*>(b), n, op);
+  }
+  DISCO_THROW(ValueError) << "reduction of " << DataTypeToString(t) << " is not supported";
+}
+
+void DivideBy(void* data, int64_t n, DLDataType t, int divisor) {
+  if (t.code == kDLFloat && t.bits == 32) {
+    auto* p = static_cast<float*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] /= static_cast<float>(divisor);
+  } else if (t.code == kDLFloat && t.bits == 64) {
+    auto* p = static_cast<double*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] /= divisor;
+  } else if (t.code == kDLFloat && t.bits == 16) {
+    auto* p = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] = FloatToHalf(HalfToFloat(p[i]) / divisor);
+  } else if (t.code == kDLBfloat && t.bits == 16) {
+    auto* p = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] = FloatToBFloat16(BFloat16ToFloat(p[i]) / divisor);
+  } else {
+    DISCO_THROW(ValueError) << "avg is not defined for " << DataTypeToString(t);
+  }
+}
+
+}  // namespace ccl
+}  // namespace disco

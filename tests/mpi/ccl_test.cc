@@ -1,0 +1,436 @@
+// Collectives at every world size: every builtin x every dtype x in_group on and off x element
+// counts 0, 1, odd and >= 1M (the ring path), checked on the workers against exact formulas; and
+// every bad-input case, raised as a RemoteError while the session goes on.
+#include <disco/ccl.h>
+#include <disco/disco.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <sstream>
+
+#include "ccl/reduce.h"
+#include "mpi/mpi_test_env.h"
+
+namespace disco {
+namespace {
+
+using testing::g_session;
+using testing::RemoteErrorOf;
+
+const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",    "uint8",   "uint16",
+                         "uint32", "uint64", "float16", "bfloat16", "float32", "float64"};
+const int64_t kCounts[] = {0, 1, 7, (1 << 20) + 3};
+
+// ---- Exact values: small integers, representable in every dtype (bfloat16 included) -----------
+
+double ValueFor(const std::string& kind, int w, int64_t i) {
+  if (kind == "prod") return (i % 2 == 0) ? 1 : (w % 2 + 1);  // product <= 16
+  if (kind == "minmax") return static_cast<double>((w * 7 + i * 3) % 11);
+  if (kind == "sum") return static_cast<double>((w + 1) * (i % 5));  // sum <= 40
+  return static_cast<double>((w * 31 + i) % 100);                    // "data"
+}
+
+double Load(const Tensor& t, int64_t i) {
+  DLDataType d = t.dtype();
+  const void* p = t.data();
+  switch (d.code) {
+    case kDLInt:
+      if (d.bits == 8) return static_cast<const int8_t*>(p)[i];
+      if (d.bits == 16) return static_cast<const int16_t*>(p)[i];
+      if (d.bits == 32) return static_cast<const int32_t*>(p)[i];
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case kDLUInt:
+      if (d.bits == 8) return static_cast<const uint8_t*>(p)[i];
+      if (d.bits == 16) return static_cast<const uint16_t*>(p)[i];
+      if (d.bits == 32) return static_cast<const uint32_t*>(p)[i];
+      return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case kDLFloat:
+      if (d.bits == 16) return ccl::HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+      if (d.bits == 32) return static_cast<const float*>(p)[i];
+      return static_cast<const double*>(p)[i];
+    case kDLBfloat:
+      return ccl::BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+
+void Store(const Tensor& t, int64_t i, double v) {
+  DLDataType d = t.dtype();
+  void* p = t.data();
+  switch (d.code) {
+    case kDLInt:
+      if (d.bits == 8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      if (d.bits == 16) static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      if (d.bits == 32) static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      if (d.bits == 64) static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      return;
+    case kDLUInt:
+      if (d.bits == 8) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      if (d.bits == 32) static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      if (d.bits == 64) static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      return;
+    case kDLFloat:
+      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = ccl::FloatToHalf(static_cast<float>(v));
+      if (d.bits == 32) static_cast<float*>(p)[i] = static_cast<float>(v);
+      if (d.bits == 64) static_cast<double*>(p)[i] = v;
+      return;
+    case kDLBfloat:
+      static_cast<uint16_t*>(p)[i] = ccl::FloatToBFloat16(static_cast<float>(v));
+      return;
+  }
+}
+
+// The workers taking part: the whole world, or this worker's group.
+std::pair<int, int> Members(bool in_group) {
+  const WorkerInfo& w = ThisWorker();
+  if (!in_group) return {0, w.num_workers};
+  int gs = w.num_workers / w.num_groups;
+  return {w.group_id * gs, gs};
+}
+
+// Every value formula repeats with this period in i, so fills and checks encode one period once
+// and then copy or compare whole periods: exact, and fast enough for 1M-element tensors.
+constexpr int64_t kPeriod = 1100;  // lcm(2, 5, 11, 100)
+
+std::vector<uint8_t> Encode(DLDataType dtype, const std::function<double(int64_t)>& value,
+                            int64_t offset) {
+  Tensor one = Tensor::Empty(Shape{kPeriod}, dtype);
+  for (int64_t i = 0; i < kPeriod; ++i) Store(one, i, value(offset + i));
+  const auto* p = static_cast<const uint8_t*>(one.data());
+  return std::vector<uint8_t>(p, p + one.nbytes());
+}
+
+// Checks elements [begin, begin + count) of t against value(i - begin + offset).
+void ExpectPattern(const Tensor& t, int64_t begin, int64_t count,
+                   const std::function<double(int64_t)>& value, int64_t offset,
+                   const std::string& what) {
+  std::vector<uint8_t> period = Encode(t.dtype(), value, offset);
+  size_t es = DataTypeBytes(t.dtype());
+  const auto* data = static_cast<const uint8_t*>(t.data()) + begin * es;
+  for (int64_t i = 0; i < count; i += kPeriod) {
+    int64_t m = std::min(kPeriod, count - i);
+    if (std::memcmp(data + i * es, period.data(), m * es) == 0) continue;
+    for (int64_t j = 0; j < m; ++j) {
+      double got = Load(t, begin + i + j), want = value(offset + i + j);
+      DISCO_CHECK(got == want, ValueError)
+          << what << " on worker " << ThisWorker().worker_id << ": element " << begin + i + j
+          << " of " << t.numel() << " (" << DataTypeToString(t.dtype()) << ") is " << got
+          << ", expected " << want;
+    }
+  }
+}
+
+// fill(t, kind, offset): t[i] = value(kind, worker, offset + i)
+DISCO_REGISTER_GLOBAL("test.ccl.fill")
+    .set_body_typed([](Tensor t, std::string kind, int64_t offset) {
+      int w = ThisWorker().worker_id;
+      std::vector<uint8_t> period = Encode(
+          t.dtype(), [&](int64_t i) { return ValueFor(kind, w, i); }, offset);
+      size_t es = DataTypeBytes(t.dtype());
+      auto* data = static_cast<uint8_t*>(t.data());
+      for (int64_t i = 0; i < t.numel(); i += kPeriod) {
+        std::memcpy(data + i * es, period.data(), std::min(kPeriod, t.numel() - i) * es);
+      }
+    });
+
+DISCO_REGISTER_GLOBAL("test.ccl.expect_allreduce")
+    .set_body_typed([](Tensor recv, std::string op, bool in_group) {
+      auto [first, n] = Members(in_group);
+      std::string kind = op == "prod" ? "prod" : (op == "min" || op == "max") ? "minmax" : "sum";
+      auto expected = [&, first = first, n = n](int64_t i) {
+        double acc = ValueFor(kind, first, i);
+        for (int w = first + 1; w < first + n; ++w) {
+          double v = ValueFor(kind, w, i);
+          if (op == "sum" || op == "avg") acc += v;
+          if (op == "prod") acc *= v;
+          if (op == "min") acc = std::min(acc, v);
+          if (op == "max") acc = std::max(acc, v);
+        }
+        return op == "avg" ? acc / n : acc;
+      };
+      ExpectPattern(recv, 0, recv.numel(), expected, 0, "allreduce(" + op + ")");
+    });
+
+// recv holds n blocks of `block` elements: block b is member b's data.
+DISCO_REGISTER_GLOBAL("test.ccl.expect_allgather")
+    .set_body_typed([](Tensor recv, bool in_group, int64_t block) {
+      auto [first, n] = Members(in_group);
+      for (int b = 0; b < n; ++b) {
+        int w = first + b;
+        ExpectPattern(
+            recv, b * block, block, [w](int64_t i) { return ValueFor("data", w, i); }, 0,
+            "allgather block " + std::to_string(b));
+      }
+    });
+
+// Member r holds the sum of every member's block r (send filled with "sum" values at offset 0).
+DISCO_REGISTER_GLOBAL("test.ccl.expect_reduce_scatter")
+    .set_body_typed([](Tensor recv, bool in_group) {
+      auto [first, n] = Members(in_group);
+      int r = ThisWorker().worker_id - first;
+      auto expected = [first = first, n = n](int64_t i) {
+        double acc = 0;
+        for (int w = first; w < first + n; ++w) acc += ValueFor("sum", w, i);
+        return acc;
+      };
+      ExpectPattern(recv, 0, recv.numel(), expected, r * recv.numel(), "reduce_scatter");
+    });
+
+// Every member holds the root's data at `offset`.
+DISCO_REGISTER_GLOBAL("test.ccl.expect_root_data")
+    .set_body_typed([](Tensor recv, bool in_group, int64_t offset, std::string what) {
+      int first = Members(in_group).first;
+      ExpectPattern(
+          recv, 0, recv.numel(), [first](int64_t i) { return ValueFor("data", first, i); }, offset,
+          what);
+    });
+
+// Each member r holds block r of the root's data.
+DISCO_REGISTER_GLOBAL("test.ccl.expect_scatter").set_body_typed([](Tensor recv, bool in_group) {
+  auto [first, n] = Members(in_group);
+  int r = ThisWorker().worker_id - first;
+  int root = first;
+  ExpectPattern(
+      recv, 0, recv.numel(), [root](int64_t i) { return ValueFor("data", root, i); },
+      r * recv.numel(), "scatter");
+});
+
+// Sends to the next worker and receives from the previous one, through the builtins.
+DISCO_REGISTER_GLOBAL("test.ccl.ring_exchange").set_body_typed([](Tensor send, Tensor recv) {
+  const WorkerInfo& w = ThisWorker();
+  int n = w.num_workers;
+  Registry::Get("disco.send_to_worker")(send, (w.worker_id + 1) % n);
+  Registry::Get("disco.recv_from_worker")(recv, (w.worker_id + n - 1) % n);
+  int prev = (w.worker_id + n - 1) % n;
+  ExpectPattern(
+      recv, 0, recv.numel(), [prev](int64_t i) { return ValueFor("data", prev, i); }, 0,
+      "ring exchange");
+});
+
+DISCO_REGISTER_GLOBAL("test.ccl.expect_from_prev_group").set_body_typed([](Tensor recv) {
+  const WorkerInfo& w = ThisWorker();
+  int gs = w.num_workers / w.num_groups;
+  int prev = w.worker_id - gs;
+  bool first_group = w.group_id == 0;  // receives nothing: keeps the sentinel
+  ExpectPattern(
+      recv, 0, recv.numel(),
+      [&](int64_t i) { return first_group ? 99.0 : ValueFor("data", prev, i); }, 0,
+      "recv_from_prev_group");
+});
+
+// A tensor that claims to live on cuda:0 (its memory is host memory, never touched).
+DISCO_REGISTER_GLOBAL("test.ccl.fake_cuda_tensor").set_body_typed([](int64_t n) {
+  static int64_t shape[1];
+  shape[0] = n;
+  auto* m = new DLManagedTensor();
+  m->dl_tensor.data = std::malloc(static_cast<size_t>(n) * 4 + 4);
+  m->dl_tensor.device = DLDevice{kDLCUDA, 0};
+  m->dl_tensor.ndim = 1;
+  m->dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  m->dl_tensor.shape = shape;
+  m->deleter = [](DLManagedTensor* self) {
+    std::free(self->dl_tensor.data);
+    delete self;
+  };
+  return Tensor::FromDLPack(m);
+});
+
+// n elements, one more on the last worker: a shape the workers disagree on.
+DISCO_REGISTER_GLOBAL("test.ccl.uneven").set_body_typed([](int64_t n) {
+  const WorkerInfo& w = ThisWorker();
+  return Tensor::Empty(Shape{n + (w.worker_id == w.num_workers - 1 ? 1 : 0)}, DataType("float32"));
+});
+
+class CclTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { g_session->InitCCL("mpi"); }
+  Session& s() { return *g_session; }
+  int n() { return s().num_workers(); }
+  int group_size(bool in_group) { return in_group ? n() / s().num_groups() : n(); }
+  DRef F(const std::string& name) { return s().GetGlobalFunc(name); }
+  DRef Filled(int64_t count, const char* dtype, const std::string& kind, int64_t offset = 0) {
+    DRef t = s().Empty(Shape{count}, DataType(dtype));
+    s().CallPacked(F("test.ccl.fill"), t, kind, offset);
+    return t;
+  }
+  void Check(const std::string& what) {
+    try {
+      s().SyncAll();
+    } catch (const RemoteError& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+  }
+};
+
+TEST(CclBeforeInit, CollectiveBeforeInitCCLIsARemoteError) {
+  Session& s = *g_session;
+  DRef t = s.Empty(Shape{4}, DataType("float32"));
+  s.AllReduce(t, "sum", false, t);
+  std::string msg = RemoteErrorOf([&] { s.SyncAll(); });
+  EXPECT_NE(msg.find("disco.allreduce: collectives need Session::InitCCL first"), std::string::npos)
+      << msg;
+}
+
+TEST_F(CclTest, AllReduceEveryOpDTypeCountAndGroup) {
+  for (bool in_group : {false, true}) {
+    for (const char* dtype : kDTypes) {
+      bool floating = std::string(dtype).find("float") != std::string::npos;
+      for (int64_t count : kCounts) {
+        for (std::string op : {"sum", "prod", "min", "max", "avg"}) {
+          if (op == "avg" && !floating) continue;
+          std::string kind = op == "prod"                   ? "prod"
+                             : (op == "min" || op == "max") ? "minmax"
+                                                            : "sum";
+          DRef send = Filled(count, dtype, kind);
+          DRef recv = s().Empty(Shape{count}, DataType(dtype));
+          s().AllReduce(send, op, in_group, recv);
+          s().CallPacked(F("test.ccl.expect_allreduce"), recv, op, in_group);
+          // In place too: send and recv the same tensor.
+          s().AllReduce(send, op, in_group, send);
+          s().CallPacked(F("test.ccl.expect_allreduce"), send, op, in_group);
+        }
+        Check(std::string("allreduce ") + dtype + " count " + std::to_string(count) +
+              (in_group ? " in group" : ""));
+      }
+    }
+  }
+}
+
+TEST_F(CclTest, AllGatherReduceScatterBroadcastScatterGather) {
+  for (bool in_group : {false, true}) {
+    int g = group_size(in_group);
+    for (const char* dtype : kDTypes) {
+      for (int64_t count : kCounts) {
+        DLDataType dt = DataType(dtype);
+        DRef send = Filled(count, dtype, "data");
+        DRef gathered = s().Empty(Shape{count * g}, dt);
+        s().AllGather(send, in_group, gathered);
+        s().CallPacked(F("test.ccl.expect_allgather"), gathered, in_group, count);
+
+        DRef rs_send = Filled(count * g, dtype, "sum");
+        DRef rs_recv = s().Empty(Shape{count}, dt);
+        s().ReduceScatter(rs_send, "sum", in_group, rs_recv);
+        s().CallPacked(F("test.ccl.expect_reduce_scatter"), rs_recv, in_group);
+
+        DRef bcast = s().Empty(Shape{count}, dt);
+        s().Broadcast(send, in_group, bcast);
+        s().CallPacked(F("test.ccl.expect_root_data"), bcast, in_group, 0, "broadcast");
+
+        DRef big = Filled(count * g, dtype, "data");
+        DRef part = s().Empty(Shape{count}, dt);
+        s().Scatter(big, in_group, part);
+        s().CallPacked(F("test.ccl.expect_scatter"), part, in_group);
+
+        // Gather: only the root has a receive buffer (None elsewhere).
+        DRef all = s().Empty(Shape{count * g}, dt, CPU(), /*worker0_only=*/true, in_group);
+        s().Gather(send, in_group, all);
+        s().CallPacked(F("test.ccl.expect_gathered_on_root"), all, in_group, count);
+        Check(std::string("gather family ") + dtype + " count " + std::to_string(count) +
+              (in_group ? " in group" : ""));
+      }
+    }
+  }
+}
+
+DISCO_REGISTER_GLOBAL("test.ccl.expect_gathered_on_root")
+    .set_body_typed([](std::optional<Tensor> recv, bool in_group, int64_t block) {
+      if (!recv) return;  // not a root
+      Registry::Get("test.ccl.expect_allgather")(*recv, in_group, block);
+    });
+
+TEST_F(CclTest, PointToPointAndWorker0) {
+  for (const char* dtype : {"int8", "bfloat16", "float32", "uint64"}) {
+    for (int64_t count : kCounts) {
+      DLDataType dt = DataType(dtype);
+      DRef buf = Filled(count, dtype, "data");
+      DRef from0 = s().Empty(Shape{count}, dt);
+      s().CallPacked(F("test.ccl.fill"), from0, "data", 0);
+      s().RecvFromWorker0(from0);
+      s().CallPacked(F("test.ccl.expect_root_data"), from0, false, 0, "recv_from_worker0");
+      if (n() > 1) {
+        DRef recv = s().Empty(Shape{count}, dt);
+        s().CallPacked(F("test.ccl.ring_exchange"), buf, recv);
+      }
+      // Pipeline between groups: group g sends to g + 1 in one command, receives in the next.
+      DRef prev = s().Empty(Shape{count}, dt);
+      s().CallPacked(F("test.ccl.fill_sentinel"), prev);
+      s().SendToNextGroup(buf);
+      s().RecvFromPrevGroup(prev);
+      s().CallPacked(F("test.ccl.expect_from_prev_group"), prev);
+      s().Barrier(false);
+      s().Barrier(true);
+      Check(std::string("point to point ") + dtype + " count " + std::to_string(count));
+    }
+  }
+}
+
+DISCO_REGISTER_GLOBAL("test.ccl.send_to_self").set_body_typed([](Tensor t) {
+  Registry::Get("disco.send_to_worker")(t, ThisWorker().worker_id);
+});
+
+DISCO_REGISTER_GLOBAL("test.ccl.fill_sentinel").set_body_typed([](Tensor t) {
+  for (int64_t i = 0; i < t.numel(); ++i) Store(t, i, 99);
+});
+
+TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {
+  auto expect = [&](const std::string& what, const std::string& needle) {
+    std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << what << ": " << msg;
+  };
+  DRef f32 = s().Empty(Shape{8}, DataType("float32"));
+  DRef f64 = s().Empty(Shape{8}, DataType("float64"));
+  DRef i32 = s().Empty(Shape{8}, DataType("int32"));
+  DRef f32_9 = s().Empty(Shape{9}, DataType("float32"));
+  s().AllReduce(f32, "sum", false, f64);
+  expect("dtype mismatch", "dtype mismatch: 'send' is float32, 'recv' is float64");
+  s().AllReduce(f32, "sum", false, f32_9);
+  expect("count mismatch", "'send' has 8 elements, 'recv' 9");
+  s().AllReduce(i32, "avg", false, i32);
+  expect("avg of int32", "op 'avg' is not defined for int32");
+  s().AllReduce(f32, "mean", false, f32);
+  expect("unknown op", "unknown reduction op 'mean'");
+  s().AllGather(f32, false, f32);
+  if (n() > 1) expect("allgather recv too small", "'recv' has 8 elements; it needs");
+  if (n() > 1) {
+    DRef f32_13 = s().Empty(Shape{13}, DataType("float32"));  // 13: prime, shared by no 2..4
+    s().ReduceScatter(f32_13, "sum", false, f32);
+    expect("not divisible", "cannot share equally");
+  }
+  s().SendToWorker(f32, n());
+  expect("peer out of range", "peer " + std::to_string(n()) + " is out of range");
+  s().CallPacked(F("test.ccl.send_to_self"), f32);
+  expect("peer is self", "worker 0 cannot exchange with itself");
+  // A tensor that claims to be on a GPU, given to the MPI backend.
+  DRef fake = s().CallPacked(F("test.ccl.fake_cuda_tensor"), 8);
+  s().AllReduce(fake, "sum", false, fake);
+  expect("cuda tensor on mpi", "the mpi backend works on host tensors");
+  // Workers disagree on the shape: every worker fails, none hangs.
+  DRef uneven = s().CallPacked(F("test.ccl.uneven"), 5);
+  s().AllReduce(uneven, "sum", false, uneven);
+  if (n() > 1) expect("uneven", "disagree on the element count (from 5 to 6)");
+  DRef none;
+  s().Scatter(none, false, f32);
+  expect("scatter without send", "the root worker needs a 'send' tensor, got None");
+  // The session and the communicators still work.
+  DRef ok = Filled(8, "float32", "sum");
+  DRef out = s().Empty(Shape{8}, DataType("float32"));
+  s().AllReduce(ok, "sum", false, out);
+  s().CallPacked(F("test.ccl.expect_allreduce"), out, "sum", false);
+  Check("after bad input");
+}
+
+TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {
+  for (int i = 0; i < 3; ++i) s().InitCCL("auto");  // auto is mpi without GPUs
+  DRef dev = s().CallPacked(F("disco.device"));
+  EXPECT_EQ(dev.DebugGetFromRemote(n() - 1).cast<DLDevice>(), CPU());
+  EXPECT_THROW(s().InitCCL("gloo"), ValueError);
+  DRef ok = Filled(3, "int32", "sum");
+  s().AllReduce(ok, "sum", true, ok);
+  s().CallPacked(F("test.ccl.expect_allreduce"), ok, "sum", true);
+  Check("after re-init");
+}
+
+}  // namespace
+}  // namespace disco
