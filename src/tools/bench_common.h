@@ -52,6 +52,8 @@ class Table {
   void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void Print(FILE* out) const;
   void WriteCsv(const std::string& path, const std::vector<std::string>& metadata) const;
+  /// {"metadata": {...}, "rows": [{column: value, ...}, ...]}; numbers stay numbers.
+  void WriteJson(const std::string& path, const std::vector<std::string>& metadata) const;
 
  private:
   std::vector<std::string> columns_;
@@ -63,6 +65,7 @@ std::string Fmt(double v, int precision = 3);
 std::vector<std::string> Metadata(const Session& s);
 
 int RunCallBench(Session& s, const Options& opts);
+int RunCclBench(Session& s, const Options& opts);
 
 }  // namespace bench
 }  // namespace disco

@@ -71,6 +71,46 @@ void Table::WriteCsv(const std::string& path, const std::vector<std::string>& me
   }
 }
 
+namespace {
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out + "\"";
+}
+bool LooksNumeric(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end != nullptr && *end == '\0';
+}
+}  // namespace
+
+void Table::WriteJson(const std::string& path, const std::vector<std::string>& metadata) const {
+  std::ofstream f(path);
+  DISCO_CHECK(f.good(), ValueError) << "disco-bench: cannot write '" << path << "'";
+  f << "{\n  \"metadata\": {";
+  for (size_t i = 0; i < metadata.size(); ++i) {
+    size_t eq = metadata[i].find('=');
+    std::string key = metadata[i].substr(0, eq),
+                value = eq == std::string::npos ? "" : metadata[i].substr(eq + 1);
+    f << (i ? ", " : "") << JsonString(key) << ": " << JsonString(value);
+  }
+  f << "},\n  \"rows\": [";
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    f << (r ? ",\n    {" : "\n    {");
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      f << (c ? ", " : "") << JsonString(columns_[c]) << ": "
+        << (LooksNumeric(rows_[r][c]) ? rows_[r][c] : JsonString(rows_[r][c]));
+    }
+    f << "}";
+  }
+  f << "\n  ]\n}\n";
+}
+
 std::vector<std::string> Metadata(const Session& s) {
   int nodes = 1;  // the benchmark fills in the measured count
   char date[64];
@@ -88,8 +128,13 @@ int main(int argc, char** argv) {
   return disco::Main(argc, argv, [&](disco::Session& s) -> int {
     disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
     if (sub == "call") return disco::bench::RunCallBench(s, opts);
+    if (sub == "ccl") return disco::bench::RunCclBench(s, opts);
     std::fprintf(stderr,
-                 "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--csv FILE]\n"
+                 "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--max-bytes B] "
+                 "[--csv FILE]\n"
+                 "       mpirun -n 2 disco-bench ccl [--ccl mpi|nccl] [--op allreduce|allgather|"
+                 "reduce_scatter|broadcast] [--min-bytes B] [--max-bytes B] [--repeats R] "
+                 "[--csv FILE] [--json FILE]\n"
                  "unknown or missing benchmark '%s'\n",
                  sub.c_str());
     return 2;

@@ -102,10 +102,19 @@ std::vector<uint8_t> Encode(DLDataType dtype, const std::function<double(int64_t
   return std::vector<uint8_t>(p, p + one.nbytes());
 }
 
+// A host copy of a device tensor (the tensor itself when it is on the host).
+Tensor OnHost(const Tensor& t) {
+  if (t.device().device_type == kDLCPU) return t;
+  Tensor h = Tensor::Empty(t.shape(), t.dtype());
+  h.CopyFrom(t);
+  return h;
+}
+
 // Checks elements [begin, begin + count) of t against value(i - begin + offset).
-void ExpectPattern(const Tensor& t, int64_t begin, int64_t count,
+void ExpectPattern(const Tensor& device_tensor, int64_t begin, int64_t count,
                    const std::function<double(int64_t)>& value, int64_t offset,
                    const std::string& what) {
+  Tensor t = OnHost(device_tensor);
   std::vector<uint8_t> period = Encode(t.dtype(), value, offset);
   size_t es = DataTypeBytes(t.dtype());
   const auto* data = static_cast<const uint8_t*>(t.data()) + begin * es;
@@ -124,7 +133,8 @@ void ExpectPattern(const Tensor& t, int64_t begin, int64_t count,
 
 // fill(t, kind, offset): t[i] = value(kind, worker, offset + i)
 DISCO_REGISTER_GLOBAL("test.ccl.fill")
-    .set_body_typed([](Tensor t, std::string kind, int64_t offset) {
+    .set_body_typed([](Tensor target, std::string kind, int64_t offset) {
+      Tensor t = OnHost(target);
       int w = ThisWorker().worker_id;
       std::vector<uint8_t> period = Encode(
           t.dtype(), [&](int64_t i) { return ValueFor(kind, w, i); }, offset);
@@ -133,6 +143,7 @@ DISCO_REGISTER_GLOBAL("test.ccl.fill")
       for (int64_t i = 0; i < t.numel(); i += kPeriod) {
         std::memcpy(data + i * es, period.data(), std::min(kPeriod, t.numel() - i) * es);
       }
+      if (!t.same_as(target)) target.CopyFrom(t);
     });
 
 DISCO_REGISTER_GLOBAL("test.ccl.expect_allreduce")
@@ -370,8 +381,10 @@ DISCO_REGISTER_GLOBAL("test.ccl.send_to_self").set_body_typed([](Tensor t) {
   Registry::Get("disco.send_to_worker")(t, ThisWorker().worker_id);
 });
 
-DISCO_REGISTER_GLOBAL("test.ccl.fill_sentinel").set_body_typed([](Tensor t) {
+DISCO_REGISTER_GLOBAL("test.ccl.fill_sentinel").set_body_typed([](Tensor target) {
+  Tensor t = OnHost(target);
   for (int64_t i = 0; i < t.numel(); ++i) Store(t, i, 99);
+  if (!t.same_as(target)) target.CopyFrom(t);
 });
 
 TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {

@@ -72,6 +72,7 @@ MPI_Datatype ToMpiType(DLDataType t) {
       return Halves().bf16;
   }
   DISCO_THROW(InternalError) << "no MPI datatype for " << DataTypeToString(t);
+  return MPI_DATATYPE_NULL;
 }
 
 MPI_Op ToMpiOp(ReduceOp op, DLDataType t) {
@@ -224,7 +225,8 @@ class MpiCommunicator final : public Communicator {
   static constexpr int kP2PTag = 11;
   static constexpr int kRingTag = 12;
   // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
-  static constexpr size_t kSegmentBytes = 512 * 1024;
+  static constexpr size_t kSegmentBytes = 256 * 1024;
+  static constexpr int64_t kWindow = 4;
 
   struct PendingSend {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -282,7 +284,6 @@ class MpiCommunicator final : public Communicator {
     const size_t elem = DataTypeBytes(t);
     const int right = Mod(rank_ + 1), left = Mod(rank_ - 1);
     const size_t max_chunk = static_cast<size_t>(ChunkCount(n, 0)) * elem;
-    char* incoming = Staging(0, max_chunk);
     const char* outgoing = nullptr;
     int64_t out_count = 0;
     for (int s = 0; s < size_ - 1; ++s) {
@@ -301,42 +302,44 @@ class MpiCommunicator final : public Communicator {
       } else {
         dst = Staging(1 + (s % 2), max_chunk);
       }
-      ExchangeAndReduce(outgoing, out_count * elem, incoming, in_count, mine, dst, t, op, right,
-                        left);
+      ExchangeAndReduce(outgoing, out_count * elem, in_count, mine, dst, t, op, right, left);
       outgoing = dst;
       out_count = in_count;
     }
   }
 
-  // Sends `out` to `right` while receiving `in_count` elements from `left` into `incoming`,
-  // segment by segment, reducing each arrived segment: dst = mine op incoming.
-  void ExchangeAndReduce(const char* out, size_t out_bytes, char* incoming, int64_t in_count,
-                         const char* mine, char* dst, DLDataType t, ReduceOp op, int right,
-                         int left) {
+  // Sends `out` to `right` while receiving `in_count` elements from `left`, segment by segment,
+  // reducing each arrived segment: dst = mine op incoming. Incoming segments land in a small ring
+  // of staging slots (kWindow x kSegmentBytes) that stays in cache, reposted as they are reduced.
+  void ExchangeAndReduce(const char* out, size_t out_bytes, int64_t in_count, const char* mine,
+                         char* dst, DLDataType t, ReduceOp op, int right, int left) {
     const size_t elem = DataTypeBytes(t);
     const int64_t seg = std::max<int64_t>(1, static_cast<int64_t>(kSegmentBytes / elem));
     const int64_t nseg = (in_count + seg - 1) / seg;
-    const int64_t out_seg = seg;
     const int64_t out_count = static_cast<int64_t>(out_bytes / elem);
-    const int64_t nout = (out_count + out_seg - 1) / out_seg;
-    requests_.assign(static_cast<size_t>(nseg + nout), MPI_REQUEST_NULL);
-    for (int64_t k = 0; k < nseg; ++k) {
+    const int64_t nout = (out_count + seg - 1) / seg;
+    char* slots = Staging(0, kWindow * seg * elem);
+    requests_.assign(static_cast<size_t>(kWindow + nout), MPI_REQUEST_NULL);
+    auto post = [&](int64_t k) {
       int64_t c = std::min(seg, in_count - k * seg);
-      DISCO_MPI_CALL(MPI_Irecv(incoming + k * seg * elem, static_cast<int>(c * elem), MPI_BYTE,
-                               left, kRingTag, comm_.get(), &requests_[k]));
-    }
+      DISCO_MPI_CALL(MPI_Irecv(slots + (k % kWindow) * seg * elem, static_cast<int>(c * elem),
+                               MPI_BYTE, left, kRingTag, comm_.get(), &requests_[k % kWindow]));
+    };
+    for (int64_t k = 0; k < std::min<int64_t>(kWindow, nseg); ++k) post(k);
     for (int64_t k = 0; k < nout; ++k) {
-      int64_t c = std::min(out_seg, out_count - k * out_seg);
-      DISCO_MPI_CALL(MPI_Isend(out + k * out_seg * elem, static_cast<int>(c * elem), MPI_BYTE,
-                               right, kRingTag, comm_.get(), &requests_[nseg + k]));
+      int64_t c = std::min(seg, out_count - k * seg);
+      DISCO_MPI_CALL(MPI_Isend(out + k * seg * elem, static_cast<int>(c * elem), MPI_BYTE, right,
+                               kRingTag, comm_.get(), &requests_[kWindow + k]));
     }
     for (int64_t k = 0; k < nseg; ++k) {
-      DISCO_MPI_CALL(MPI_Wait(&requests_[k], MPI_STATUS_IGNORE));
+      DISCO_MPI_CALL(MPI_Wait(&requests_[k % kWindow], MPI_STATUS_IGNORE));
       int64_t c = std::min(seg, in_count - k * seg);
-      Reduce(dst + k * seg * elem, mine + k * seg * elem, incoming + k * seg * elem, c, t, op);
+      Reduce(dst + k * seg * elem, mine + k * seg * elem, slots + (k % kWindow) * seg * elem, c, t,
+             op);
+      if (k + kWindow < nseg) post(k + kWindow);
     }
     DISCO_MPI_CALL(
-        MPI_Waitall(static_cast<int>(nout), requests_.data() + nseg, MPI_STATUSES_IGNORE));
+        MPI_Waitall(static_cast<int>(nout), requests_.data() + kWindow, MPI_STATUSES_IGNORE));
   }
 
   void RingAllReduce(const char* send, char* recv, int64_t n, DLDataType t, ReduceOp op) {

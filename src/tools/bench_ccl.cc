@@ -1,0 +1,199 @@
+// disco-bench ccl: collectives through the session next to the raw collective on the same buffers
+// in the same run, as nccl-tests prints them (size, count, type, op, time, algbw, busbw, #wrong).
+//
+// Session: K calls of Session::AllReduce (etc.) then SyncAll, timed on the controller, per call.
+// Raw: a function on every rank runs K raw MPI collectives (MPI_Allreduce, MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Bcast) on the same tensors over a communicator of its own; time is
+// the maximum over ranks. Both warm up first. #wrong counts elements that differ from the exact
+// expected value after each side's last call, summed over ranks.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "session/mpi_util.h"
+#include "tools/bench_common.h"
+
+namespace disco {
+namespace bench {
+namespace {
+
+mpi::Comm& RawComm() {
+  static mpi::Comm* comm = new mpi::Comm(mpi::Comm::Dup(MPI_COMM_WORLD));
+  return *comm;
+}
+
+// The collectives measured, with nccl-tests' bus-bandwidth factors.
+struct Kind {
+  const char* name;
+  double (*busbw_factor)(int n);
+};
+const Kind kKinds[] = {
+    {"allreduce", [](int n) { return 2.0 * (n - 1) / n; }},
+    {"allgather", [](int n) { return (n - 1) / static_cast<double>(n); }},
+    {"reduce_scatter", [](int n) { return (n - 1) / static_cast<double>(n); }},
+    {"broadcast", [](int n) { return 1.0; }},
+};
+
+// send[i] = rank + 1 + (i % 3) in float32: small integers, exact sums.
+DISCO_REGISTER_GLOBAL("bench.ccl_fill").set_body_typed([](Tensor t) {
+  float base = static_cast<float>(ThisWorker().worker_id + 1);
+  float* p = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = base + static_cast<float>(i % 3);
+});
+
+// Elements of `recv` that differ from the exact result of `kind`, summed over ranks (rank 0).
+DISCO_REGISTER_GLOBAL("bench.ccl_wrong").set_body_typed([](std::string kind, Tensor recv) {
+  const WorkerInfo& w = ThisWorker();
+  int n = w.num_workers;
+  const float* p = recv.data_as<float>();
+  int64_t wrong = 0;
+  int64_t m = recv.numel();
+  for (int64_t i = 0; i < m; ++i) {
+    float want;
+    if (kind == "allreduce") {
+      want = static_cast<float>(n * (n + 1) / 2 + n * (i % 3));
+    } else if (kind == "allgather") {
+      int64_t block = m / n;
+      want = static_cast<float>(i / block + 1 + (i % block) % 3);
+    } else if (kind == "reduce_scatter") {
+      int64_t gi = w.worker_id * m + i;
+      want = static_cast<float>(n * (n + 1) / 2 + n * (gi % 3));
+    } else {
+      want = static_cast<float>(1 + i % 3);
+    }
+    wrong += p[i] != want;
+  }
+  int64_t total = 0;
+  DISCO_MPI_CALL(MPI_Reduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, 0, RawComm().get()));
+  return total;
+});
+
+// Runs `iters` raw collectives of `kind` on send/recv; returns the max over ranks of the mean time
+// per call in microseconds (rank 0's value is the answer).
+DISCO_REGISTER_GLOBAL("bench.ccl_raw")
+    .set_body_typed([](std::string kind, Tensor send, Tensor recv, int64_t iters, int64_t warmup) {
+      MPI_Comm c = RawComm().get();
+      int n = 0;
+      MPI_Comm_size(c, &n);
+      auto once = [&] {
+        if (kind == "allreduce") {
+          MPI_Allreduce(send.data(), recv.data(), static_cast<int>(send.numel()), MPI_FLOAT,
+                        MPI_SUM, c);
+        } else if (kind == "allgather") {
+          MPI_Allgather(send.data(), static_cast<int>(send.numel()), MPI_FLOAT, recv.data(),
+                        static_cast<int>(send.numel()), MPI_FLOAT, c);
+        } else if (kind == "reduce_scatter") {
+          MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(recv.numel()),
+                                   MPI_FLOAT, MPI_SUM, c);
+        } else {
+          MPI_Bcast(recv.data(), static_cast<int>(recv.numel()), MPI_FLOAT, 0, c);
+        }
+      };
+      for (int64_t i = 0; i < warmup; ++i) once();
+      MPI_Barrier(c);
+      double t0 = NowUs();
+      for (int64_t i = 0; i < iters; ++i) once();
+      double mine = (NowUs() - t0) / iters, worst = 0;
+      MPI_Reduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, c);
+      return worst;
+    });
+
+DRef SessionCall(Session& s, const std::string& kind, const DRef& send, const DRef& recv) {
+  if (kind == "allreduce") return s.AllReduce(send, "sum", false, recv);
+  if (kind == "allgather") return s.AllGather(send, false, recv);
+  if (kind == "reduce_scatter") return s.ReduceScatter(send, "sum", false, recv);
+  return s.Broadcast(send, false, recv);
+}
+
+}  // namespace
+
+int RunCclBench(Session& s, const Options& opts) {
+  const int n = s.num_workers();
+  const int64_t min_bytes = opts.GetInt("min-bytes", 4096);
+  const int64_t max_bytes = opts.GetInt("max-bytes", 64 << 20);
+  const int repeats = static_cast<int>(opts.GetInt("repeats", 3));
+  std::string only = opts.Get("op", "");
+  s.InitCCL(opts.Get("ccl", "mpi"));
+
+  std::vector<std::string> meta = Metadata(s);
+  const char* mmap = std::getenv("MALLOC_MMAP_THRESHOLD_");
+  const char* trim = std::getenv("MALLOC_TRIM_THRESHOLD_");
+  meta.push_back(std::string("malloc=") + (mmap || trim ? "tuned" : "glibc-default") +
+                 " MALLOC_MMAP_THRESHOLD_=" + (mmap ? mmap : "unset") +
+                 " MALLOC_TRIM_THRESHOLD_=" + (trim ? trim : "unset"));
+  meta.push_back("ccl=" + opts.Get("ccl", "mpi") + " repeats=" + std::to_string(repeats));
+  std::printf("# disco-bench ccl");
+  for (const auto& m : meta) std::printf("  %s", m.c_str());
+  std::printf(
+      "\n# time: mean per call in microseconds (session: on the controller, calls issued "
+      "back to back then SyncAll; raw: max over ranks), median of %d repeats; sizes are "
+      "the larger buffer; busbw factors as in nccl-tests\n",
+      repeats);
+
+  Table table({"collective", "size_B", "count", "type", "op", "raw_time_us", "raw_algbw",
+               "raw_busbw", "raw_wrong", "disco_time_us", "disco_algbw", "disco_busbw",
+               "disco_wrong", "busbw_ratio"});
+  DRef fill = s.GetGlobalFunc("bench.ccl_fill");
+  DRef wrong = s.GetGlobalFunc("bench.ccl_wrong");
+  DRef raw = s.GetGlobalFunc("bench.ccl_raw");
+  for (const Kind& kind : kKinds) {
+    if (!only.empty() && only != kind.name) continue;
+    std::string k = kind.name;
+    for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      int64_t total = bytes / 4 / n * n;  // float32 elements in the larger buffer
+      if (total == 0) continue;
+      int64_t send_count = k == "allgather" ? total / n : total;
+      int64_t recv_count = k == "reduce_scatter" ? total / n : total;
+      DRef send = s.Empty(Shape{send_count}, DataType("float32"));
+      DRef recv = s.Empty(Shape{recv_count}, DataType("float32"));
+      s.CallPacked(fill, send);
+      if (k == "broadcast") s.CallPacked(fill, recv);
+      int64_t iters = std::max<int64_t>(5, std::min<int64_t>(2000, (int64_t{256} << 20) / bytes));
+      int64_t warmup = std::max<int64_t>(2, iters / 10);
+      std::vector<double> raw_t, disco_t;
+      for (int r = 0; r < repeats; ++r) {
+        raw_t.push_back(
+            s.CallPacked(raw, k, send, recv, iters, warmup).DebugGetFromRemote(0).cast<double>());
+        for (int64_t i = 0; i < warmup; ++i) SessionCall(s, k, send, recv);
+        s.SyncAll();
+        double t0 = NowUs();
+        for (int64_t i = 0; i < iters; ++i) SessionCall(s, k, send, recv);
+        s.SyncAll();
+        disco_t.push_back((NowUs() - t0) / iters);
+      }
+      // Correctness of each side's result (broadcast's recv is refilled before its raw check).
+      if (k == "broadcast") s.CallPacked(fill, recv);
+      s.CallPacked(raw, k, send, recv, 1, 0);
+      int64_t raw_wrong = s.CallPacked(wrong, k, recv).DebugGetFromRemote(0).cast<int64_t>();
+      if (k == "broadcast") s.CallPacked(fill, recv);
+      SessionCall(s, k, send, recv);
+      int64_t disco_wrong = s.CallPacked(wrong, k, recv).DebugGetFromRemote(0).cast<int64_t>();
+
+      double size = static_cast<double>(total) * 4;
+      double rt = Median(raw_t), dt = Median(disco_t);
+      double raw_alg = size / rt / 1e3, disco_alg = size / dt / 1e3;  // GB/s
+      double f = kind.busbw_factor(n);
+      table.AddRow({k, std::to_string(static_cast<int64_t>(size)), std::to_string(total), "float32",
+                    k == "allgather" || k == "broadcast" ? "none" : "sum", Fmt(rt, 1),
+                    Fmt(raw_alg, 2), Fmt(raw_alg * f, 2), std::to_string(raw_wrong), Fmt(dt, 1),
+                    Fmt(disco_alg, 2), Fmt(disco_alg * f, 2), std::to_string(disco_wrong),
+                    Fmt(n > 1    ? (disco_alg * f) / (raw_alg * f)
+                        : dt > 0 ? rt / dt
+                                 : 0,
+                        2)});
+      if (raw_wrong != 0 || disco_wrong != 0) {
+        std::fprintf(stderr, "disco-bench ccl: wrong results for %s at %lld bytes\n", k.c_str(),
+                     static_cast<long long>(size));
+      }
+    }
+  }
+  table.Print(stdout);
+  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
+  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+  return 0;
+}
+
+}  // namespace bench
+}  // namespace disco
