@@ -65,13 +65,18 @@ class Session {
   DRef GetGlobalFunc(const std::string& name);
   /// Calls `func` on every worker; DRef arguments become each worker's own register value.
   /// Returns the register holding the result.
+  ///
+  /// Worker 0 may run the call when the controller's next session action begins (the frame for
+  /// workers 1..N-1 leaves at once); its effects are visible after any sync, debug read or copy.
   template <typename... Ts>
   DRef CallPacked(const DRef& func, Ts&&... args) {
     std::array<Any, sizeof...(Ts)> packed{Any(std::forward<Ts>(args))...};
-    return CallWithPacked(func, packed.data(), packed.size());
+    return CallWithMovedArgs(func, packed.data(), packed.size());
   }
   /// `CallPacked` with an argument array.
   DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args);
+  /// `CallPacked` with an argument array the session may move from.
+  DRef CallWithMovedArgs(const DRef& func, Any* args, size_t num_args);
 
   /// Copies the host tensor `host` into the tensor held by `remote` on worker 0 (in process).
   void CopyToWorker0(const Tensor& host, const DRef& remote);

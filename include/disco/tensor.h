@@ -55,6 +55,8 @@ class Tensor {
 
   /// True when both refer to the same buffer.
   bool same_as(const Tensor& other) const { return impl_ == other.impl_; }
+  /// An identity shared by the copies of this tensor (nullptr when undefined).
+  const void* impl_id() const { return impl_.get(); }
 
   struct Impl;
 

@@ -19,6 +19,7 @@
 #include "ccl/reduce.h"
 #include "core/device_memory.h"
 #include "session/mpi_util.h"
+#include "session/worker.h"
 
 namespace disco {
 namespace ccl {
@@ -53,18 +54,45 @@ void CheckSameDType(const Tensor& a, const char* an, const Tensor& b, const char
       << "' is " << DataTypeToString(b.dtype());
 }
 
-ReduceOp CheckOp(const std::string& name, DLDataType dtype, const char* fn) {
-  ReduceOp op = ParseReduceOp(name);
+void CheckOp(ReduceOp op, DLDataType dtype, const char* fn) {
   DISCO_CHECK(ReduceOpSupports(op, dtype), ValueError)
-      << fn << ": op '" << name << "' is not defined for " << DataTypeToString(dtype)
+      << fn << ": op '" << ReduceOpName(op) << "' is not defined for " << DataTypeToString(dtype)
       << " (avg needs a floating-point dtype)";
-  return op;
+}
+
+// The builtin the running command called, and which of its arguments hold tensors: together
+// with the registers' versions they name the collective's metadata the same way on every worker.
+struct Agreement {
+  const FunctionObj* self = nullptr;  // this builtin's registered function
+  std::vector<int> tensor_args;       // argument positions of its tensors (at most 2)
+};
+
+// A key for the collective now running; `valid` is false when it cannot be cached: the builtin was
+// called from another function (not as the command itself), or a tensor came by value.
+AgreedKey MakeKey(const Agreement& a, int64_t extra) {
+  AgreedKey key;
+  const CallOrigins& origins = detail::CurrentCallOrigins();
+  if (a.self == nullptr || origins.function != a.self) return key;
+  key.self = a.self;
+  key.extra = extra;
+  for (size_t i = 0; i < a.tensor_args.size() && i < 2; ++i) {
+    int pos = a.tensor_args[i];
+    if (pos >= static_cast<int>(origins.args.size()) || origins.args[pos].reg == 0) return key;
+    key.reg[i] = origins.args[pos].reg;
+    key.version[i] = origins.args[pos].version;
+  }
+  key.valid = true;
+  return key;
 }
 
 // Runs the checks; the ranks of `c` then agree. Every rank throws when any rank failed: the
-// failing ranks their own error, the others one that points at them.
-void CheckAndAgree(Communicator& c, const char* fn, int64_t count,
-                   const std::function<void()>& checks) {
+// failing ranks their own error, the others one that points at them. A collective whose key
+// already passed skips both (its tensors' metadata cannot have changed since).
+void CheckAndAgree(Communicator& c, const char* fn, int64_t count, const Agreement& a,
+                   int64_t extra, const std::function<void()>& checks) {
+  Context* ctx = CurrentContext();
+  AgreedKey key = MakeKey(a, extra);
+  if (key.valid && ctx->agreed.count(key) != 0) return;
   std::exception_ptr local;
   try {
     checks();
@@ -81,6 +109,21 @@ void CheckAndAgree(Communicator& c, const char* fn, int64_t count,
   DISCO_CHECK(all[1] == -all[2], ValueError)
       << fn << ": the workers of this collective disagree on the element count (from " << -all[2]
       << " to " << all[1] << "); nothing was sent";
+  if (key.valid) {
+    if (ctx->agreed.size() >= 4096) ctx->agreed.clear();
+    ctx->agreed.insert(key);
+  }
+}
+
+// Registers a collective builtin whose tensor arguments sit at `tensor_args`; the body receives
+// the Agreement to pass to CheckAndAgree.
+template <typename F>
+void RegisterCollective(const std::string& name, std::vector<int> tensor_args,
+                        std::vector<std::string> params, F make_body) {
+  auto* agreement = new Agreement();  // lives as long as the registry entry
+  agreement->tensor_args = std::move(tensor_args);
+  Registry::Register(name, true).set_body_typed(make_body(agreement), std::move(params));
+  agreement->self = Registry::Get(name).get().get();
 }
 
 int Root(bool in_group) { return 0; }  // the first worker of the world or of the group
@@ -90,140 +133,149 @@ void RegisterAll() {
       .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
                       {"ccl", "device_ids"});
 
-  Registry::Register("disco.allreduce", true)
-      .set_body_typed(
-          [](Tensor send, std::string op_name, bool in_group, Tensor recv) {
-            const char* fn = "disco.allreduce";
-            Communicator& c = Comm(in_group, fn);
-            ReduceOp op = ReduceOp::kSum;
-            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
-              CheckTensor(send, c, fn, "send");
-              CheckTensor(recv, c, fn, "recv");
-              CheckSameDType(send, "send", recv, "recv", fn);
-              DISCO_CHECK(send.numel() == recv.numel(), ValueError)
-                  << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
-              op = CheckOp(op_name, send.dtype(), fn);
-            });
-            c.AllReduce(send, recv, op);
-          },
-          {"send", "op", "in_group", "recv"});
+  RegisterCollective("disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
+                     [](const Agreement* agreement) {
+                       return [agreement](Tensor send, std::string op_name, bool in_group,
+                                          Tensor recv) {
+                         const char* fn = "disco.allreduce";
+                         Communicator& c = Comm(in_group, fn);
+                         // The op name is the same on every worker: a bad one fails everywhere
+                         // alike.
+                         ReduceOp op = ParseReduceOp(op_name);
+                         CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement,
+                                       static_cast<int64_t>(op) * 2 + in_group, [&] {
+                                         CheckTensor(send, c, fn, "send");
+                                         CheckTensor(recv, c, fn, "recv");
+                                         CheckSameDType(send, "send", recv, "recv", fn);
+                                         DISCO_CHECK(send.numel() == recv.numel(), ValueError)
+                                             << fn << ": 'send' has " << send.numel()
+                                             << " elements, 'recv' " << recv.numel();
+                                         CheckOp(op, send.dtype(), fn);
+                                       });
+                         c.AllReduce(send, recv, op);
+                       };
+                     });
 
-  Registry::Register("disco.allgather", true)
-      .set_body_typed(
-          [](Tensor send, bool in_group, Tensor recv) {
-            const char* fn = "disco.allgather";
-            Communicator& c = Comm(in_group, fn);
-            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
-              CheckTensor(send, c, fn, "send");
-              CheckTensor(recv, c, fn, "recv");
-              CheckSameDType(send, "send", recv, "recv", fn);
-              DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
-                  << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
+  RegisterCollective(
+      "disco.allgather", {0, 2}, {"send", "in_group", "recv"}, [](const Agreement* agreement) {
+        return [agreement](Tensor send, bool in_group, Tensor recv) {
+          const char* fn = "disco.allgather";
+          Communicator& c = Comm(in_group, fn);
+          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
+            CheckTensor(send, c, fn, "send");
+            CheckTensor(recv, c, fn, "recv");
+            CheckSameDType(send, "send", recv, "recv", fn);
+            DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
+                << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
+                << " x " << send.numel() << " = " << send.numel() * c.size();
+          });
+          c.AllGather(send, recv);
+        };
+      });
+
+  RegisterCollective(
+      "disco.reduce_scatter", {0, 3}, {"send", "op", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](Tensor send, std::string op_name, bool in_group, Tensor recv) {
+          const char* fn = "disco.reduce_scatter";
+          Communicator& c = Comm(in_group, fn);
+          // The op name is the same on every worker: a bad one fails everywhere alike.
+          ReduceOp op = ParseReduceOp(op_name);
+          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement,
+                        static_cast<int64_t>(op) * 2 + in_group, [&] {
+                          CheckTensor(send, c, fn, "send");
+                          CheckTensor(recv, c, fn, "recv");
+                          CheckSameDType(send, "send", recv, "recv", fn);
+                          DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
+                              << fn << ": 'send' has " << send.numel() << " elements, which the "
+                              << c.size() << " workers cannot share equally";
+                          DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
+                              << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
+                              << send.numel() / c.size() << " (" << send.numel() << " / "
+                              << c.size() << ")";
+                          CheckOp(op, send.dtype(), fn);
+                        });
+          c.ReduceScatter(send, recv, op);
+        };
+      });
+
+  RegisterCollective(
+      "disco.broadcast_from_worker0", {0, 2}, {"send", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+          const char* fn = "disco.broadcast_from_worker0";
+          Communicator& c = Comm(in_group, fn);
+          bool root = c.rank() == Root(in_group);
+          CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
+            CheckTensor(recv, c, fn, "recv");
+            if (root) {
+              DISCO_CHECK(send.has_value(), ValueError)
+                  << fn << ": the root worker needs a 'send' tensor, got None";
+              CheckTensor(*send, c, fn, "send");
+              CheckSameDType(*send, "send", recv, "recv", fn);
+              DISCO_CHECK(send->numel() == recv.numel(), ValueError)
+                  << fn << ": 'send' has " << send->numel() << " elements, 'recv' " << recv.numel();
+            }
+          });
+          c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
+        };
+      });
+
+  RegisterCollective(
+      "disco.scatter_from_worker0", {0, 2}, {"send", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+          const char* fn = "disco.scatter_from_worker0";
+          Communicator& c = Comm(in_group, fn);
+          bool root = c.rank() == Root(in_group);
+          CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
+            CheckTensor(recv, c, fn, "recv");
+            if (root) {
+              DISCO_CHECK(send.has_value(), ValueError)
+                  << fn << ": the root worker needs a 'send' tensor, got None";
+              CheckTensor(*send, c, fn, "send");
+              CheckSameDType(*send, "send", recv, "recv", fn);
+              DISCO_CHECK(send->numel() == recv.numel() * c.size(), ValueError)
+                  << fn << ": 'send' has " << send->numel() << " elements; " << c.size()
+                  << " workers x 'recv' of " << recv.numel() << " need " << recv.numel() * c.size();
+            }
+          });
+          c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
+        };
+      });
+
+  RegisterCollective(
+      "disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](Tensor send, bool in_group, std::optional<Tensor> recv) {
+          const char* fn = "disco.gather_to_worker0";
+          Communicator& c = Comm(in_group, fn);
+          bool root = c.rank() == Root(in_group);
+          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
+            CheckTensor(send, c, fn, "send");
+            if (root) {
+              DISCO_CHECK(recv.has_value(), ValueError)
+                  << fn << ": the root worker needs a 'recv' tensor, got None";
+              CheckTensor(*recv, c, fn, "recv");
+              CheckSameDType(send, "send", *recv, "recv", fn);
+              DISCO_CHECK(recv->numel() == send.numel() * c.size(), ValueError)
+                  << fn << ": 'recv' has " << recv->numel() << " elements; it needs " << c.size()
                   << " x " << send.numel() << " = " << send.numel() * c.size();
-            });
-            c.AllGather(send, recv);
-          },
-          {"send", "in_group", "recv"});
+            }
+          });
+          c.Gather(send, recv.value_or(Tensor()), Root(in_group));
+        };
+      });
 
-  Registry::Register("disco.reduce_scatter", true)
-      .set_body_typed(
-          [](Tensor send, std::string op_name, bool in_group, Tensor recv) {
-            const char* fn = "disco.reduce_scatter";
-            Communicator& c = Comm(in_group, fn);
-            ReduceOp op = ReduceOp::kSum;
-            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
-              CheckTensor(send, c, fn, "send");
-              CheckTensor(recv, c, fn, "recv");
-              CheckSameDType(send, "send", recv, "recv", fn);
-              DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
-                  << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
-                  << " workers cannot share equally";
-              DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
-                  << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
-                  << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
-              op = CheckOp(op_name, send.dtype(), fn);
-            });
-            c.ReduceScatter(send, recv, op);
-          },
-          {"send", "op", "in_group", "recv"});
-
-  Registry::Register("disco.broadcast_from_worker0", true)
-      .set_body_typed(
-          [](std::optional<Tensor> send, bool in_group, Tensor recv) {
-            const char* fn = "disco.broadcast_from_worker0";
-            Communicator& c = Comm(in_group, fn);
-            bool root = c.rank() == Root(in_group);
-            CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, [&] {
-              CheckTensor(recv, c, fn, "recv");
-              if (root) {
-                DISCO_CHECK(send.has_value(), ValueError)
-                    << fn << ": the root worker needs a 'send' tensor, got None";
-                CheckTensor(*send, c, fn, "send");
-                CheckSameDType(*send, "send", recv, "recv", fn);
-                DISCO_CHECK(send->numel() == recv.numel(), ValueError)
-                    << fn << ": 'send' has " << send->numel() << " elements, 'recv' "
-                    << recv.numel();
-              }
-            });
-            c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
-          },
-          {"send", "in_group", "recv"});
-
-  Registry::Register("disco.scatter_from_worker0", true)
-      .set_body_typed(
-          [](std::optional<Tensor> send, bool in_group, Tensor recv) {
-            const char* fn = "disco.scatter_from_worker0";
-            Communicator& c = Comm(in_group, fn);
-            bool root = c.rank() == Root(in_group);
-            CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, [&] {
-              CheckTensor(recv, c, fn, "recv");
-              if (root) {
-                DISCO_CHECK(send.has_value(), ValueError)
-                    << fn << ": the root worker needs a 'send' tensor, got None";
-                CheckTensor(*send, c, fn, "send");
-                CheckSameDType(*send, "send", recv, "recv", fn);
-                DISCO_CHECK(send->numel() == recv.numel() * c.size(), ValueError)
-                    << fn << ": 'send' has " << send->numel() << " elements; " << c.size()
-                    << " workers x 'recv' of " << recv.numel() << " need "
-                    << recv.numel() * c.size();
-              }
-            });
-            c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
-          },
-          {"send", "in_group", "recv"});
-
-  Registry::Register("disco.gather_to_worker0", true)
-      .set_body_typed(
-          [](Tensor send, bool in_group, std::optional<Tensor> recv) {
-            const char* fn = "disco.gather_to_worker0";
-            Communicator& c = Comm(in_group, fn);
-            bool root = c.rank() == Root(in_group);
-            CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, [&] {
-              CheckTensor(send, c, fn, "send");
-              if (root) {
-                DISCO_CHECK(recv.has_value(), ValueError)
-                    << fn << ": the root worker needs a 'recv' tensor, got None";
-                CheckTensor(*recv, c, fn, "recv");
-                CheckSameDType(send, "send", *recv, "recv", fn);
-                DISCO_CHECK(recv->numel() == send.numel() * c.size(), ValueError)
-                    << fn << ": 'recv' has " << recv->numel() << " elements; it needs " << c.size()
-                    << " x " << send.numel() << " = " << send.numel() * c.size();
-              }
-            });
-            c.Gather(send, recv.value_or(Tensor()), Root(in_group));
-          },
-          {"send", "in_group", "recv"});
-
-  Registry::Register("disco.recv_from_worker0", true)
-      .set_body_typed(
-          [](Tensor buffer) {
-            const char* fn = "disco.recv_from_worker0";
-            Communicator& c = Comm(false, fn);
-            CheckAndAgree(c, fn, buffer.defined() ? buffer.numel() : -1,
-                          [&] { CheckTensor(buffer, c, fn, "buffer"); });
-            c.Broadcast(buffer, buffer, 0);
-          },
-          {"buffer"});
+  RegisterCollective("disco.recv_from_worker0", {0}, {"buffer"}, [](const Agreement* agreement) {
+    return [agreement](Tensor buffer) {
+      const char* fn = "disco.recv_from_worker0";
+      Communicator& c = Comm(false, fn);
+      CheckAndAgree(c, fn, buffer.defined() ? buffer.numel() : -1, *agreement, 0,
+                    [&] { CheckTensor(buffer, c, fn, "buffer"); });
+      c.Broadcast(buffer, buffer, 0);
+    };
+  });
 
   Registry::Register("disco.barrier", true)
       .set_body_typed([](bool in_group) { Comm(in_group, "disco.barrier").Barrier(); },

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "ccl/communicator.h"
@@ -11,11 +12,39 @@
 namespace disco {
 namespace ccl {
 
+/// Names a collective's arguments the same way on every worker: the builtin, its op and group
+/// flag, and the (register, version) of its tensors.
+struct AgreedKey {
+  bool valid = false;
+  const void* self = nullptr;
+  int64_t extra = 0;
+  int64_t reg[2] = {0, 0};
+  uint64_t version[2] = {0, 0};
+  bool operator==(const AgreedKey& o) const {
+    return self == o.self && extra == o.extra && reg[0] == o.reg[0] && reg[1] == o.reg[1] &&
+           version[0] == o.version[0] && version[1] == o.version[1];
+  }
+};
+struct AgreedKeyHash {
+  size_t operator()(const AgreedKey& k) const {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.self) * 0x9E3779B97F4A7C15ull;
+    for (uint64_t v : {static_cast<uint64_t>(k.extra), static_cast<uint64_t>(k.reg[0]),
+                       static_cast<uint64_t>(k.reg[1]), k.version[0], k.version[1]}) {
+      h = (h ^ v) * 0x100000001B3ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
 struct Context {
   std::string backend;  // "mpi" or "nccl"
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> group;
   int group_size = 1;
+  // Collectives whose arguments (named by register and version, the same on every worker) the
+  // workers already agreed on: repeating one skips the agreement round. Cleared when full, which
+  // happens at the same command everywhere.
+  std::unordered_set<AgreedKey, AgreedKeyHash> agreed;
 };
 
 /// The context made by InitCCL, or nullptr.

@@ -125,11 +125,29 @@ DRef SessionImpl::MakeDRef(int64_t reg) { return DRef::Make(reg, generation_); }
 void SessionImpl::DeallocReg(int64_t reg) noexcept {
   if (shut_down_) return;
   try {
-    worker0_.KillRegs(&reg, 1);
+    if (deferred_.active) {
+      worker0_kills_.push_back(reg);  // after the deferred call, as the workers will do
+    } else {
+      worker0_.KillRegs(&reg, 1);
+    }
     pending_kills_.push_back(reg);
     if (pending_kills_.size() >= kMaxPendingKills) FlushKills();
   } catch (const std::exception& e) {
     DISCO_LOG(ERROR) << "freeing register " << reg << " failed: " << e.what();
+  }
+}
+
+void SessionImpl::FlushWorker0() {
+  if (deferred_.active) {
+    deferred_.active = false;
+    worker0_.CallPacked(deferred_.seq, deferred_.result_reg, deferred_.func_reg,
+                        deferred_.args.data(), deferred_.args.size());
+    deferred_.args.clear();  // may free DRefs: their kills now run at once
+  }
+  if (!worker0_kills_.empty()) {
+    std::vector<int64_t> kills;
+    kills.swap(worker0_kills_);
+    worker0_.KillRegs(kills.data(), kills.size());
   }
 }
 
@@ -140,11 +158,10 @@ void SessionImpl::FlushKills() {
 uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t num_head,
                                 const Any* args, size_t num_args) {
   const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
-  uint64_t seq = ++seq_;
-  size_t total;
-  try {
-    total = protocol::EncodeCommand(&frame_, action, seq, pending_kills_, head, num_head, args,
-                                    num_args, &bulk_, protocol::kOutOfLineMinBytes);
+  for (;;) {
+    const uint64_t seq = seq_ + 1;
+    size_t total = protocol::EncodeCommand(&frame_, action, seq, pending_kills_, head, num_head,
+                                           args, num_args, &bulk_, protocol::kOutOfLineMinBytes);
     size_t bulk_total = 0;
     for (const protocol::BulkSegment& b : bulk_) bulk_total += b.size;
     DISCO_CHECK(bulk_total <= config_.max_payload(), ValueError)
@@ -154,26 +171,31 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
     DISCO_CHECK(total - protocol::kHeaderBytes <= config_.max_payload(), ValueError)
         << protocol::ActionName(action) << ": " << total - protocol::kHeaderBytes
         << " bytes of arguments exceed DISCO_MAX_FRAME_BYTES=" << config_.max_frame_bytes;
-  } catch (...) {
-    --seq_;  // nothing was sent: the sequence stays as the workers expect it
-    throw;
-  }
-  if (transport_->size() > 1) {
-    if (total <= inline_bytes) {
-      frame_.Resize(inline_bytes);  // padding: workers always receive a whole inline frame
-      transport_->Broadcast(frame_.data(), inline_bytes);
-    } else {
-      transport_->Broadcast(frame_.data(), inline_bytes);
-      transport_->Broadcast(frame_.data() + inline_bytes, total - inline_bytes);
+    // Only a one-broadcast frame goes out eagerly whatever the workers are doing. A longer one
+    // may wait for workers that wait, in a collective, for worker 0's deferred call: run that
+    // first (it may free registers and send frames of its own), then encode again.
+    if (deferred_.active && (total > inline_bytes || !bulk_.empty())) {
+      FlushWorker0();
+      continue;
     }
-    for (const protocol::BulkSegment& b : bulk_) {
-      transport_->Broadcast(const_cast<void*>(b.data), b.size);  // MPI_Bcast's root only reads
+    seq_ = seq;
+    if (transport_->size() > 1) {
+      if (total <= inline_bytes) {
+        frame_.Resize(inline_bytes);  // padding: workers always receive a whole inline frame
+        transport_->Broadcast(frame_.data(), inline_bytes);
+      } else {
+        transport_->Broadcast(frame_.data(), inline_bytes);
+        transport_->Broadcast(frame_.data() + inline_bytes, total - inline_bytes);
+      }
+      for (const protocol::BulkSegment& b : bulk_) {
+        transport_->Broadcast(const_cast<void*>(b.data), b.size);  // MPI_Bcast's root only reads
+      }
     }
+    bulk_.clear();
+    free_regs_.insert(free_regs_.end(), pending_kills_.begin(), pending_kills_.end());
+    pending_kills_.clear();
+    return seq;
   }
-  bulk_.clear();
-  free_regs_.insert(free_regs_.end(), pending_kills_.begin(), pending_kills_.end());
-  pending_kills_.clear();
-  return seq;
 }
 
 void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
@@ -187,6 +209,7 @@ void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
 
 DRef SessionImpl::GetGlobalFunc(const std::string& name) {
   CheckLive("GetGlobalFunc");
+  FlushWorker0();
   int64_t reg = AllocateReg();
   Any head[2] = {Any(reg), Any(name)};
   uint64_t seq;
@@ -200,7 +223,7 @@ DRef SessionImpl::GetGlobalFunc(const std::string& name) {
   return MakeDRef(reg);
 }
 
-DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_args) {
+DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) {
   CheckLive("CallPacked");
   DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
   int64_t reg = AllocateReg();
@@ -212,18 +235,36 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
     free_regs_.push_back(reg);
     throw;
   }
-  worker0_.CallPacked(seq, reg, func.reg_id(), args, num_args);
+  FlushWorker0();  // the previous call, now that this frame is on its way
+  bool has_tensor = false;
+  for (size_t i = 0; i < num_args; ++i) has_tensor |= args[i].type_code() == TypeCode::kTensor;
+  if (has_tensor) {
+    worker0_.CallPacked(seq, reg, func.reg_id(), args, num_args);
+  } else {
+    deferred_.active = true;
+    deferred_.seq = seq;
+    deferred_.result_reg = reg;
+    deferred_.func_reg = func.reg_id();
+    if (movable) {
+      Any* m = const_cast<Any*>(args);
+      deferred_.args.assign(std::make_move_iterator(m), std::make_move_iterator(m + num_args));
+    } else {
+      deferred_.args.assign(args, args + num_args);
+    }
+  }
   return MakeDRef(reg);
 }
 
 void SessionImpl::CopyToWorker0(const Tensor& host, const DRef& remote) {
   CheckLive("CopyToWorker0");
+  FlushWorker0();
   DISCO_CHECK(remote.defined(), ValueError) << "CopyToWorker0 into an empty DRef";
   worker0_.GetTensor(remote.reg_id(), "CopyToWorker0").CopyFrom(host);
 }
 
 void SessionImpl::CopyFromWorker0(const Tensor& host, const DRef& remote) {
   CheckLive("CopyFromWorker0");
+  FlushWorker0();
   DISCO_CHECK(remote.defined(), ValueError) << "CopyFromWorker0 from an empty DRef";
   Tensor dst = host;
   dst.CopyFrom(worker0_.GetTensor(remote.reg_id(), "CopyFromWorker0"));
@@ -284,6 +325,7 @@ void SessionImpl::ReceiveReply(int worker, protocol::Reply* reply) {
 
 void SessionImpl::SyncWorker(int worker_id) {
   CheckLive("SyncWorker");
+  FlushWorker0();
   CheckWorker(worker_id, "SyncWorker");
   if (worker_id != 0) {
     Any head[1] = {Any(worker_id)};
@@ -303,6 +345,7 @@ void SessionImpl::SyncWorker(int worker_id) {
 
 void SessionImpl::SyncAll() {
   CheckLive("SyncAll");
+  FlushWorker0();
   if (transport_->size() > 1) {
     Any head[1] = {Any(-1)};
     Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);
@@ -315,6 +358,7 @@ void SessionImpl::SyncAll() {
 
 Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
   CheckLive("DebugGetFromRemote");
+  FlushWorker0();
   CheckWorker(worker_id, "DebugGetFromRemote");
   CheckRegister(reg_id, "DebugGetFromRemote");
   Any value;
@@ -349,14 +393,18 @@ Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
 
 void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) {
   CheckLive("DebugSetRegister");
+  FlushWorker0();
   CheckWorker(worker_id, "DebugSetRegister");
   CheckRegister(reg_id, "DebugSetRegister");
+  // Every worker hears of the write, so register versions stay the same everywhere; worker 0's
+  // value stays in process (it may be an Object that cannot be sent).
+  Any head[3] = {Any(reg_id), Any(worker_id), worker_id == 0 ? Any() : value};
+  uint64_t seq = Broadcast(protocol::Action::kDebugSetRegister, head, 3, nullptr, 0);
   if (worker_id == 0) {
-    worker0_.DebugSetRegister(seq_, reg_id, value);
-    return;
+    worker0_.DebugSetRegister(seq, reg_id, value);
+  } else {
+    worker0_.TouchRegister(seq, reg_id);
   }
-  Any head[3] = {Any(reg_id), Any(worker_id), value};
-  Broadcast(protocol::Action::kDebugSetRegister, head, 3, nullptr, 0);
 }
 
 const DRef& SessionImpl::Builtin(const std::string& name) {
@@ -367,6 +415,7 @@ const DRef& SessionImpl::Builtin(const std::string& name) {
 
 int SessionImpl::Shutdown(int exit_code) {
   if (shut_down_) return final_exit_code_;
+  FlushWorker0();
   builtins_.clear();
   Any head[1] = {Any(exit_code)};
   Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
@@ -404,6 +453,9 @@ int Session::num_groups() const { return impl_->num_groups(); }
 DRef Session::GetGlobalFunc(const std::string& name) { return impl_->GetGlobalFunc(name); }
 DRef Session::CallWithPacked(const DRef& func, const Any* args, size_t num_args) {
   return impl_->CallWithPacked(func, args, num_args);
+}
+DRef Session::CallWithMovedArgs(const DRef& func, Any* args, size_t num_args) {
+  return impl_->CallWithPacked(func, args, num_args, /*movable=*/true);
 }
 void Session::CopyToWorker0(const Tensor& host, const DRef& remote) {
   impl_->CopyToWorker0(host, remote);

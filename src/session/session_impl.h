@@ -37,7 +37,8 @@ class SessionImpl {
   const SessionConfig& config() const { return config_; }
 
   DRef GetGlobalFunc(const std::string& name);
-  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args);
+  /// With `movable`, the session may move from `args` (CallPacked's own temporaries).
+  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable = false);
   void CopyToWorker0(const Tensor& host, const DRef& remote);
   void CopyFromWorker0(const Tensor& host, const DRef& remote);
   void SyncWorker(int worker_id);
@@ -73,6 +74,8 @@ class SessionImpl {
   uint64_t Broadcast(protocol::Action action, const Any* head, size_t num_head, const Any* args,
                      size_t num_args);
   void FlushKills();
+  /// Runs worker 0's deferred call, if any, then the register frees that waited for it.
+  void FlushWorker0();
   /// Receives error reports from `worker` until `sent` have arrived.
   void CollectErrors(int worker, uint64_t sent);
   /// Receives every error report already waiting.
@@ -96,6 +99,20 @@ class SessionImpl {
   std::vector<protocol::BulkSegment> bulk_;
   protocol::ByteBuffer reply_buf_;
   std::map<std::string, DRef> builtins_;
+  // Worker 0 runs a call once the *next* frame has gone out (or at any other action), so that
+  // workers 1..N-1 already hold the next command when a collective they share with worker 0
+  // ends: the control frame's latency leaves the critical path of back-to-back collectives.
+  // Calls with tensor arguments run at once (the caller may change the tensor after the call
+  // returns), and frames that could block (more than one broadcast) run the deferred call first.
+  struct DeferredCall {
+    bool active = false;
+    uint64_t seq = 0;
+    int64_t result_reg = 0;
+    int64_t func_reg = 0;
+    std::vector<Any> args;
+  };
+  DeferredCall deferred_;
+  std::vector<int64_t> worker0_kills_;
   bool shut_down_ = false;
   int final_exit_code_ = 0;
 };

@@ -33,7 +33,13 @@ static const Worker*& CurrentWorkerStorage() {
   return worker;
 }
 
+static CallOrigins& OriginStorage() {
+  static CallOrigins origins;
+  return origins;
+}
+
 namespace detail {
+const CallOrigins& CurrentCallOrigins() { return OriginStorage(); }
 void SetThisWorker(const WorkerInfo& info) { ThisWorkerStorage() = info; }
 const Worker* CurrentWorker() { return CurrentWorkerStorage(); }
 }  // namespace detail
@@ -63,8 +69,9 @@ const Worker::Register* Worker::Find(int64_t reg) const {
   return &regs_[reg];
 }
 
-void Worker::Store(int64_t reg, Any value) {
+void Worker::Store(uint64_t seq, int64_t reg, Any value) {
   Register* slot = Slot(reg);
+  slot->version = seq;
   slot->value = std::move(value);
   slot->failure.reset();
   slot->used = true;
@@ -73,6 +80,7 @@ void Worker::Store(int64_t reg, Any value) {
 void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
                   const std::string& message) {
   Register* slot = Slot(reg);
+  slot->version = seq;
   slot->value = Any();
   slot->failure = std::make_shared<const Failure>(Failure{function, Truncate(message)});
   slot->used = true;
@@ -96,6 +104,7 @@ void Worker::KillRegs(const int64_t* regs, size_t n) {
       if (r.value.type_code() != TypeCode::kNone) r.value = Any();
       r.failure.reset();
       r.used = false;
+      r.version = 0;
     }
   }
 }
@@ -124,7 +133,7 @@ void Worker::GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name) {
              "; load its library with disco.load_library?)");
     return;
   }
-  Store(reg, Any(std::move(f)));
+  Store(seq, reg, Any(std::move(f)));
 }
 
 void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args,
@@ -154,19 +163,29 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   // Functions never touch the register file, so `f` stays valid during the call.
   try {
     const Any* call_args = args;
+    CallOrigins& origins = OriginStorage();
+    origins.args.assign(n, ArgOrigin{});
     for (size_t i = 0; i < n; ++i) {
       if (args[i].type_code() != TypeCode::kDRef) continue;
       scratch_.assign(args, args + n);
-      for (size_t j = i; j < n; ++j) scratch_[j] = Resolve(args[j], j, f->name());
+      for (size_t j = i; j < n; ++j) {
+        scratch_[j] = Resolve(args[j], j, f->name());
+        if (const DRef* ref = std::get_if<DRef>(&args[j].storage())) {
+          origins.args[j] = ArgOrigin{ref->reg_id(), regs_[ref->reg_id()].version};
+        }
+      }
       call_args = scratch_.data();
       break;
     }
+    origins.function = f->get().get();
     Any rv = f->CallPacked(call_args, n);
+    origins.function = nullptr;
     scratch_.clear();
-    Store(result_reg, std::move(rv));
+    Store(seq, result_reg, std::move(rv));
   } catch (const ProtocolError&) {
     throw;
   } catch (const std::exception& e) {
+    OriginStorage().function = nullptr;
     scratch_.clear();
     Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), e.what());
   }
@@ -174,12 +193,16 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
   try {
-    Store(reg, Resolve(value, 2, "DebugSetRegister"));
+    Store(seq, reg, Resolve(value, 2, "DebugSetRegister"));
   } catch (const ProtocolError&) {
     throw;
   } catch (const std::exception& e) {
     Fail(seq, reg, "DebugSetRegister", e.what());
   }
+}
+
+void Worker::TouchRegister(uint64_t seq, int64_t reg) {
+  if (reg >= 1 && static_cast<uint64_t>(reg) < regs_.size()) regs_[reg].version = seq;
 }
 
 protocol::DebugStatus Worker::DebugGetRegister(int64_t reg, Any* out) const {
@@ -337,6 +360,8 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
               << "debug_set_register command #" << header.seq << " has " << cmd.args.size()
               << " operands (needs 3)";
           worker.DebugSetRegister(header.seq, reg, cmd.args[2]);
+        } else {
+          worker.TouchRegister(header.seq, reg);
         }
         break;
       }

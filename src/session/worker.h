@@ -43,6 +43,8 @@ class Worker {
   void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n);
   /// Stores `value` (a DRef is resolved) in `reg`.
   void DebugSetRegister(uint64_t seq, int64_t reg, const Any& value);
+  /// Records that command `seq` wrote `reg` on another worker (keeps versions in step).
+  void TouchRegister(uint64_t seq, int64_t reg);
   /// The value of `reg`, by value (tensors copied to the host); for a poisoned or missing
   /// register, the status and a message instead.
   protocol::DebugStatus DebugGetRegister(int64_t reg, Any* out) const;
@@ -62,11 +64,14 @@ class Worker {
     Any value;
     std::shared_ptr<const Failure> failure;
     bool used = false;
+    // Sequence number of the last command that wrote the register. Every worker records it for
+    // every command (a debug write on one worker included), so it is the same on all workers.
+    uint64_t version = 0;
   };
 
   Register* Slot(int64_t reg);
   const Register* Find(int64_t reg) const;
-  void Store(int64_t reg, Any value);
+  void Store(uint64_t seq, int64_t reg, Any value);
   void Fail(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
   const Any& Resolve(const Any& arg, size_t index, const std::string& function) const;
 
@@ -80,7 +85,22 @@ class Worker {
 /// Runs the loop of a worker on ranks 1..N-1 until shutdown; returns the job's exit code.
 int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info);
 
+/// Where an argument of the command running on this worker came from: the register it was read
+/// from and that register's version (reg 0: passed by value). The command frame is the same on
+/// every worker and so are versions, so these are too. Collectives use them to recognise
+/// arguments whose metadata every worker already agreed on.
+struct ArgOrigin {
+  int64_t reg = 0;
+  uint64_t version = 0;
+};
+struct CallOrigins {
+  const FunctionObj* function = nullptr;  // the function the command called (not nested calls)
+  std::vector<ArgOrigin> args;
+};
+
 namespace detail {
+/// The origins of the command running now (function null outside one).
+const CallOrigins& CurrentCallOrigins();
 /// Sets the WorkerInfo returned by ThisWorker().
 void SetThisWorker(const WorkerInfo& info);
 /// The worker of this process (for introspection by tests and debug builtins); null outside a

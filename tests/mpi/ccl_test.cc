@@ -434,6 +434,37 @@ TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {
   Check("after bad input");
 }
 
+DISCO_REGISTER_GLOBAL("test.ccl.empty_on_last").set_body_typed([](int64_t n, int64_t last_n) {
+  const WorkerInfo& w = ThisWorker();
+  return Tensor::Empty(Shape{w.worker_id == w.num_workers - 1 ? last_n : n}, DataType("float32"));
+});
+
+TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
+  // The second and later rounds reuse the agreement of the first (same registers, versions).
+  DRef send = s().Empty(Shape{1000}, DataType("float32"));
+  DRef recv = s().Empty(Shape{1000}, DataType("float32"));
+  for (int round = 0; round < 3; ++round) {
+    for (std::string op : {"sum", "prod", "min", "max", "avg"}) {
+      std::string kind = op == "prod" ? "prod" : (op == "min" || op == "max") ? "minmax" : "sum";
+      s().CallPacked(F("test.ccl.fill"), send, kind, 0);
+      for (bool in_group : {false, true}) {
+        s().AllReduce(send, op, in_group, recv);
+        s().CallPacked(F("test.ccl.expect_allreduce"), recv, op, in_group);
+      }
+    }
+    Check("round " + std::to_string(round));
+  }
+  // A register rewritten on one worker only (a new version everywhere) is agreed on again:
+  // the mismatch is an error on every worker, not a hang.
+  if (n() > 1) {
+    DRef odd = s().CallPacked(F("test.ccl.empty_on_last"), 1000, 999);
+    recv.DebugCopyFrom(n() - 1, Any(odd));
+    s().AllReduce(send, "sum", false, recv);
+    std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+    EXPECT_NE(msg.find("'send' has 1000 elements, 'recv' 999"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {
   for (int i = 0; i < 3; ++i) s().InitCCL("auto");  // auto is mpi without GPUs
   DRef dev = s().CallPacked(F("disco.device"));
