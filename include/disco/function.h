@@ -50,6 +50,9 @@ using PackedBody = std::function<void(const Args& args, Any* rv)>;
 struct FunctionObj {
   std::string name;
   PackedBody body;
+  /// Communicates with the other workers (a collective): worker 0 may run a call of it once the
+  /// controller's next frame is out, so back-to-back collectives do not wait for frames.
+  bool collective = false;
 };
 
 /// Wraps a packed body into an (anonymous or named) Function.
@@ -153,6 +156,8 @@ class Registry {
                                                       std::make_index_sequence<kArity>{});
         }));
   }
+  /// Marks the function as a collective (see FunctionObj::collective); call after set_body_*.
+  Registry& mark_collective();
   const std::string& name() const { return name_; }
 
  private:

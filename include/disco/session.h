@@ -66,8 +66,8 @@ class Session {
   /// Calls `func` on every worker; DRef arguments become each worker's own register value.
   /// Returns the register holding the result.
   ///
-  /// Worker 0 may run the call when the controller's next session action begins (the frame for
-  /// workers 1..N-1 leaves at once); its effects are visible after any sync, debug read or copy.
+  /// A call of a collective (Registry::mark_collective) may run on worker 0 when the controller's
+  /// next session action begins; its effects are visible after any sync, debug read or copy.
   template <typename... Ts>
   DRef CallPacked(const DRef& func, Ts&&... args) {
     std::array<Any, sizeof...(Ts)> packed{Any(std::forward<Ts>(args))...};

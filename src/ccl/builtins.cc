@@ -122,7 +122,9 @@ void RegisterCollective(const std::string& name, std::vector<int> tensor_args,
                         std::vector<std::string> params, F make_body) {
   auto* agreement = new Agreement();  // lives as long as the registry entry
   agreement->tensor_args = std::move(tensor_args);
-  Registry::Register(name, true).set_body_typed(make_body(agreement), std::move(params));
+  Registry::Register(name, true)
+      .set_body_typed(make_body(agreement), std::move(params))
+      .mark_collective();
   agreement->self = Registry::Get(name).get().get();
 }
 
@@ -279,7 +281,8 @@ void RegisterAll() {
 
   Registry::Register("disco.barrier", true)
       .set_body_typed([](bool in_group) { Comm(in_group, "disco.barrier").Barrier(); },
-                      {"in_group"});
+                      {"in_group"})
+      .mark_collective();
 
   // Point to point: global worker ids on the world communicator. Sends return at once (the data
   // is copied), so a send and the matching receive may be separate commands.

@@ -89,4 +89,11 @@ Registry& Registry::set_body_packed(PackedBody body) {
   return *this;
 }
 
+Registry& Registry::mark_collective() {
+  DISCO_CHECK(func_.defined(), ValueError)
+      << "global function '" << name_ << "': mark_collective before set_body";
+  func_.get()->collective = true;
+  return *this;
+}
+
 }  // namespace disco

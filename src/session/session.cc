@@ -236,9 +236,11 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
     throw;
   }
   FlushWorker0();  // the previous call, now that this frame is on its way
-  bool has_tensor = false;
-  for (size_t i = 0; i < num_args; ++i) has_tensor |= args[i].type_code() == TypeCode::kTensor;
-  if (has_tensor) {
+  bool run_now = !worker0_.HoldsCollective(func.reg_id());
+  for (size_t i = 0; i < num_args && !run_now; ++i) {
+    run_now = args[i].type_code() == TypeCode::kTensor;
+  }
+  if (run_now) {
     worker0_.CallPacked(seq, reg, func.reg_id(), args, num_args);
   } else {
     deferred_.active = true;

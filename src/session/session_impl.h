@@ -99,11 +99,12 @@ class SessionImpl {
   std::vector<protocol::BulkSegment> bulk_;
   protocol::ByteBuffer reply_buf_;
   std::map<std::string, DRef> builtins_;
-  // Worker 0 runs a call once the *next* frame has gone out (or at any other action), so that
-  // workers 1..N-1 already hold the next command when a collective they share with worker 0
-  // ends: the control frame's latency leaves the critical path of back-to-back collectives.
-  // Calls with tensor arguments run at once (the caller may change the tensor after the call
-  // returns), and frames that could block (more than one broadcast) run the deferred call first.
+  // Worker 0 runs a call of a collective (FunctionObj::collective) once the *next* frame has gone
+  // out (or at any other action), so that workers 1..N-1 already hold the next command when a
+  // collective they share with worker 0 ends: the control frame's latency leaves the critical
+  // path of back-to-back collectives. Other calls, and calls with tensor arguments (the caller
+  // may change the tensor after the call returns), run at once; frames that could block (more
+  // than one broadcast) run the deferred call first.
   struct DeferredCall {
     bool active = false;
     uint64_t seq = 0;

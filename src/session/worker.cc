@@ -250,6 +250,13 @@ Tensor Worker::GetTensor(int64_t reg, const char* what) const {
   return *t;
 }
 
+bool Worker::HoldsCollective(int64_t reg) const {
+  const Register* r = Find(reg);
+  if (r == nullptr || r->failure != nullptr) return false;
+  const Function* f = std::get_if<Function>(&r->value.storage());
+  return f != nullptr && f->defined() && f->get()->collective;
+}
+
 size_t Worker::num_live_registers() const {
   return static_cast<size_t>(
       std::count_if(regs_.begin(), regs_.end(), [](const Register& r) { return r.used; }));

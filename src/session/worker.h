@@ -51,6 +51,8 @@ class Worker {
   /// The tensor in `reg` (for CopyToWorker0/CopyFromWorker0); throws naming the register when it
   /// is missing, poisoned or not a tensor.
   Tensor GetTensor(int64_t reg, const char* what) const;
+  /// True when `reg` holds a Function marked collective.
+  bool HoldsCollective(int64_t reg) const;
   /// Registers currently in use (for tests of the free list).
   size_t num_live_registers() const;
   size_t register_capacity() const { return regs_.size(); }

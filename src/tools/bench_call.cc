@@ -132,11 +132,7 @@ DISCO_REGISTER_GLOBAL("bench.noop_record")
       BenchState& st = State();
       double now = NowUs();
       if (st.times.size() <= static_cast<size_t>(i)) st.times.resize(i + 1);
-      // Worker 0 runs a call at the controller's next action (SessionImpl::DeferredCall):
-      // completion is measured on the workers the frame travels to.
-      const WorkerInfo& w = ThisWorker();
-      bool remote = w.worker_id != 0 || w.num_workers == 1;
-      st.times[i] = remote ? now - (t_issue >= 0 ? t_issue : st.start) : 0.0;
+      st.times[i] = now - (t_issue >= 0 ? t_issue : st.start);
     });
 
 DISCO_REGISTER_GLOBAL("bench.collect").set_body_typed([](int64_t n) {
@@ -218,7 +214,6 @@ int RunCallBench(Session& s, const Options& opts) {
                        .cast<double>());
       for (int64_t i = 0; i < lat_iters; ++i) {
         s.CallPacked(mark);
-        s.SyncWorker(0);  // worker 0 joins the barrier now, not at the next call
         s.CallPacked(record, data, i, same_clock ? NowUs() : -1.0);
       }
       cl.push_back(s.CallPacked(collect, lat_iters).DebugGetFromRemote(0).cast<double>());
