@@ -165,11 +165,23 @@ class MpiCommunicator final : public Communicator {
   }
 
   void Broadcast(const Tensor& send, const Tensor& recv, int root) override {
-    if (recv.nbytes() == 0) return;
-    if (rank_ == root && send.defined() && !send.same_as(recv)) {
-      std::memcpy(recv.data(), send.data(), recv.nbytes());
+    size_t bytes = recv.nbytes();
+    if (bytes == 0) return;
+    bool copy = rank_ == root && send.defined() && !send.same_as(recv);
+    if (bytes < kOverlapMinBytes || bytes > static_cast<size_t>(INT_MAX)) {
+      if (copy) std::memcpy(recv.data(), send.data(), bytes);
+      BcastBytes(Bytes(recv), bytes, root);
+      return;
     }
-    BcastBytes(Bytes(recv), recv.nbytes(), root);
+    // Large: every rank takes the non-blocking form (they must match), and the root broadcasts
+    // straight from `send` while it copies `send` into its own `recv` (on Open MPI's
+    // shared-memory transport the receivers pull the data themselves).
+    MPI_Request request;
+    void* buffer = copy ? send.data() : recv.data();
+    DISCO_MPI_CALL(
+        MPI_Ibcast(buffer, static_cast<int>(bytes), MPI_BYTE, root, comm_.get(), &request));
+    if (copy) std::memcpy(recv.data(), send.data(), bytes);
+    DISCO_MPI_CALL(MPI_Wait(&request, MPI_STATUS_IGNORE));
   }
 
   void Scatter(const Tensor& send, const Tensor& recv, int root) override {
@@ -223,6 +235,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kP2PTag = 11;
+  static constexpr size_t kOverlapMinBytes = 8 * 1024;
   static constexpr int kRingTag = 12;
   // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
   static constexpr size_t kSegmentBytes = 256 * 1024;
