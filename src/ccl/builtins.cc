@@ -60,6 +60,22 @@ void CheckOp(ReduceOp op, DLDataType dtype, const char* fn) {
       << " (avg needs a floating-point dtype)";
 }
 
+// On the root: `rooted` is given, of `other`'s dtype, with `factor` times its elements.
+void CheckRootTensor(const std::optional<Tensor>& rooted, const char* rooted_name,
+                     const Tensor& other, const char* other_name, int64_t factor,
+                     const Communicator& c, const char* fn) {
+  DISCO_CHECK(rooted.has_value(), ValueError)
+      << fn << ": the root worker needs a '" << rooted_name << "' tensor, got None";
+  CheckTensor(*rooted, c, fn, rooted_name);
+  CheckSameDType(*rooted, rooted_name, other, other_name, fn);
+  DISCO_CHECK(rooted->numel() == other.numel() * factor, ValueError)
+      << fn << ": '" << rooted_name << "' has " << rooted->numel() << " elements; it needs "
+      << other.numel() * factor
+      << (factor == 1 ? std::string(" (as many as '") + other_name + "')"
+                      : " (" + std::to_string(factor) + " workers x '" + other_name + "' of " +
+                            std::to_string(other.numel()) + ")");
+}
+
 // The builtin the running command called, and which of its arguments hold tensors: together
 // with the registers' versions they name the collective's metadata the same way on every worker.
 struct Agreement {
@@ -201,73 +217,53 @@ void RegisterAll() {
         };
       });
 
-  RegisterCollective(
-      "disco.broadcast_from_worker0", {0, 2}, {"send", "in_group", "recv"},
-      [](const Agreement* agreement) {
-        return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
-          const char* fn = "disco.broadcast_from_worker0";
-          Communicator& c = Comm(in_group, fn);
-          bool root = c.rank() == Root(in_group);
-          CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
-            CheckTensor(recv, c, fn, "recv");
-            if (root) {
-              DISCO_CHECK(send.has_value(), ValueError)
-                  << fn << ": the root worker needs a 'send' tensor, got None";
-              CheckTensor(*send, c, fn, "send");
-              CheckSameDType(*send, "send", recv, "recv", fn);
-              DISCO_CHECK(send->numel() == recv.numel(), ValueError)
-                  << fn << ": 'send' has " << send->numel() << " elements, 'recv' " << recv.numel();
-            }
-          });
-          c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
-        };
-      });
+  RegisterCollective("disco.broadcast_from_worker0", {0, 2}, {"send", "in_group", "recv"},
+                     [](const Agreement* agreement) {
+                       return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+                         const char* fn = "disco.broadcast_from_worker0";
+                         Communicator& c = Comm(in_group, fn);
+                         bool root = c.rank() == Root(in_group);
+                         CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement,
+                                       in_group, [&] {
+                                         CheckTensor(recv, c, fn, "recv");
+                                         if (root)
+                                           CheckRootTensor(send, "send", recv, "recv", 1, c, fn);
+                                       });
+                         c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
+                       };
+                     });
 
-  RegisterCollective(
-      "disco.scatter_from_worker0", {0, 2}, {"send", "in_group", "recv"},
-      [](const Agreement* agreement) {
-        return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
-          const char* fn = "disco.scatter_from_worker0";
-          Communicator& c = Comm(in_group, fn);
-          bool root = c.rank() == Root(in_group);
-          CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
-            CheckTensor(recv, c, fn, "recv");
-            if (root) {
-              DISCO_CHECK(send.has_value(), ValueError)
-                  << fn << ": the root worker needs a 'send' tensor, got None";
-              CheckTensor(*send, c, fn, "send");
-              CheckSameDType(*send, "send", recv, "recv", fn);
-              DISCO_CHECK(send->numel() == recv.numel() * c.size(), ValueError)
-                  << fn << ": 'send' has " << send->numel() << " elements; " << c.size()
-                  << " workers x 'recv' of " << recv.numel() << " need " << recv.numel() * c.size();
-            }
-          });
-          c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
-        };
-      });
+  RegisterCollective("disco.scatter_from_worker0", {0, 2}, {"send", "in_group", "recv"},
+                     [](const Agreement* agreement) {
+                       return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+                         const char* fn = "disco.scatter_from_worker0";
+                         Communicator& c = Comm(in_group, fn);
+                         bool root = c.rank() == Root(in_group);
+                         CheckAndAgree(
+                             c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
+                               CheckTensor(recv, c, fn, "recv");
+                               if (root)
+                                 CheckRootTensor(send, "send", recv, "recv", c.size(), c, fn);
+                             });
+                         c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
+                       };
+                     });
 
-  RegisterCollective(
-      "disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
-      [](const Agreement* agreement) {
-        return [agreement](Tensor send, bool in_group, std::optional<Tensor> recv) {
-          const char* fn = "disco.gather_to_worker0";
-          Communicator& c = Comm(in_group, fn);
-          bool root = c.rank() == Root(in_group);
-          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
-            CheckTensor(send, c, fn, "send");
-            if (root) {
-              DISCO_CHECK(recv.has_value(), ValueError)
-                  << fn << ": the root worker needs a 'recv' tensor, got None";
-              CheckTensor(*recv, c, fn, "recv");
-              CheckSameDType(send, "send", *recv, "recv", fn);
-              DISCO_CHECK(recv->numel() == send.numel() * c.size(), ValueError)
-                  << fn << ": 'recv' has " << recv->numel() << " elements; it needs " << c.size()
-                  << " x " << send.numel() << " = " << send.numel() * c.size();
-            }
-          });
-          c.Gather(send, recv.value_or(Tensor()), Root(in_group));
-        };
-      });
+  RegisterCollective("disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
+                     [](const Agreement* agreement) {
+                       return [agreement](Tensor send, bool in_group, std::optional<Tensor> recv) {
+                         const char* fn = "disco.gather_to_worker0";
+                         Communicator& c = Comm(in_group, fn);
+                         bool root = c.rank() == Root(in_group);
+                         CheckAndAgree(
+                             c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
+                               CheckTensor(send, c, fn, "send");
+                               if (root)
+                                 CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
+                             });
+                         c.Gather(send, recv.value_or(Tensor()), Root(in_group));
+                       };
+                     });
 
   RegisterCollective("disco.recv_from_worker0", {0}, {"buffer"}, [](const Agreement* agreement) {
     return [agreement](Tensor buffer) {

@@ -43,13 +43,7 @@ class GpuCclTest : public ::testing::Test {
   DRef Gpu(int64_t count, const char* dtype) {
     return s().CallPacked(F("test.gpu.empty"), Shape{count}, DataType(dtype));
   }
-  void Check(const std::string& what) {
-    try {
-      s().SyncAll();
-    } catch (const RemoteError& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-    }
-  }
+  void Check(const std::string& what) { testing::ExpectNoRemoteError(s(), what); }
 };
 
 const char* kNcclDTypes[] = {"int8",   "int32",   "int64",    "uint8",   "uint32",

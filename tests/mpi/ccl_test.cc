@@ -266,13 +266,7 @@ class CclTest : public ::testing::Test {
     s().CallPacked(F("test.ccl.fill"), t, kind, offset);
     return t;
   }
-  void Check(const std::string& what) {
-    try {
-      s().SyncAll();
-    } catch (const RemoteError& e) {
-      ADD_FAILURE() << what << ": " << e.what();
-    }
-  }
+  void Check(const std::string& what) { testing::ExpectNoRemoteError(s(), what); }
 };
 
 TEST(CclBeforeInit, CollectiveBeforeInitCCLIsARemoteError) {

@@ -22,6 +22,14 @@ std::string RemoteErrorOf(F&& f, int* worker = nullptr) {
   ADD_FAILURE() << "expected a RemoteError";
   return "";
 }
+/// SyncAll, turning a RemoteError into a test failure labelled `what`.
+inline void ExpectNoRemoteError(Session& s, const std::string& what) {
+  try {
+    s.SyncAll();
+  } catch (const RemoteError& e) {
+    ADD_FAILURE() << what << ": " << e.what();
+  }
+}
 }  // namespace testing
 }  // namespace disco
 
