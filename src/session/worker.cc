@@ -163,21 +163,24 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   // Functions never touch the register file, so `f` stays valid during the call.
   try {
     const Any* call_args = args;
+    // Only collectives read where their arguments came from (see CallOrigins).
+    const bool collective = f->get()->collective;
     CallOrigins& origins = OriginStorage();
-    origins.args.assign(n, ArgOrigin{});
+    if (collective) origins.args.assign(n, ArgOrigin{});
     for (size_t i = 0; i < n; ++i) {
       if (args[i].type_code() != TypeCode::kDRef) continue;
       scratch_.assign(args, args + n);
       for (size_t j = i; j < n; ++j) {
         scratch_[j] = Resolve(args[j], j, f->name());
-        if (const DRef* ref = std::get_if<DRef>(&args[j].storage())) {
+        const DRef* ref = std::get_if<DRef>(&args[j].storage());
+        if (collective && ref != nullptr) {
           origins.args[j] = ArgOrigin{ref->reg_id(), regs_[ref->reg_id()].version};
         }
       }
       call_args = scratch_.data();
       break;
     }
-    origins.function = f->get().get();
+    origins.function = collective ? f->get().get() : nullptr;
     Any rv = f->CallPacked(call_args, n);
     origins.function = nullptr;
     scratch_.clear();
