@@ -346,7 +346,7 @@ DISCO_REGISTER_GLOBAL("test.ccl.expect_gathered_on_root")
     });
 
 TEST_F(CclTest, PointToPointAndWorker0) {
-  for (const char* dtype : {"int8", "bfloat16", "float32", "uint64"}) {
+  for (const char* dtype : kDTypes) {
     for (int64_t count : kCounts) {
       DLDataType dt = DataType(dtype);
       DRef buf = Filled(count, dtype, "data");
