@@ -10,9 +10,11 @@ namespace disco {
 namespace env {
 
 const std::vector<Knob>& AllKnobs() {
-#define DISCO_ENV_KNOB_ENTRY(name, def, help) Knob{#name, def, help},
-  static const std::vector<Knob> knobs = {DISCO_ENV_KNOBS(DISCO_ENV_KNOB_ENTRY)};
-#undef DISCO_ENV_KNOB_ENTRY
+#define X(name, def, help) Knob{#name, def, help},
+  static const std::vector<Knob> knobs = {
+#include "core/env_knobs.def"
+  };
+#undef X
   return knobs;
 }
 

@@ -3,11 +3,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include <fcntl.h>
+
+#include <mutex>
+
 #include "core/env.h"
+#include "core/process_info.h"
 
 namespace disco {
 namespace {
@@ -44,6 +50,68 @@ const char* LevelName(LogLevel level) {
   return "?";
 }
 
+void WriteAll(int fd, const std::string& line) {
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n <= 0) break;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// DISCO_LOG_FILE with %r (rank), %h (host) and %p (pid) substituted; "" when unset.
+std::string LogFilePath() {
+  std::string pattern = env::GetString("DISCO_LOG_FILE");
+  if (pattern.empty()) return "";
+  const ProcessInfo& info = GetProcessInfo();
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[++i];
+      if (c == 'r')
+        out += info.rank >= 0 ? std::to_string(info.rank) : "-";
+      else if (c == 'h')
+        out += info.host.empty() ? HostName() : info.host;
+      else if (c == 'p')
+        out += std::to_string(getpid());
+      else if (c == '%')
+        out += '%';
+      else
+        (out += '%') += c;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// The log file's descriptor, or -1 for stderr. Opened on first use, and again once the rank is
+// known if it was opened before (a name with %r must not collect every rank's early lines).
+int LogFd() {
+  static std::mutex mu;
+  static int fd = -1;
+  static bool tried = false;
+  static int opened_rank = -1;
+  std::lock_guard<std::mutex> lock(mu);
+  int rank = GetProcessInfo().rank;
+  if (tried && !(opened_rank < 0 && rank >= 0)) return fd;
+  tried = true;
+  opened_rank = rank;
+  std::string path = LogFilePath();
+  if (path.empty()) return fd = -1;
+  int nfd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (nfd < 0) {
+    WriteAll(STDERR_FILENO, detail::RankPrefix() + "warn: cannot open DISCO_LOG_FILE '" + path +
+                                "': " + std::strerror(errno) + "; logging to stderr\n");
+  } else {
+    if (fd >= 0) close(fd);
+    fd = nfd;
+  }
+  return fd;
+}
+
 }  // namespace
 
 LogLevel GetLogLevel() {
@@ -63,15 +131,11 @@ void LogLine(LogLevel level, const std::string& msg) {
   line += ": ";
   line += msg;
   if (line.empty() || line.back() != '\n') line += '\n';
-  // One write(2) per line, so lines from many ranks sharing a terminal do not interleave.
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    ssize_t n = write(STDERR_FILENO, p, left);
-    if (n <= 0) break;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  // One write(2) per line, so lines from many ranks sharing a terminal do not interleave. With a
+  // log file, errors still reach stderr too: a failing job must say why where the user looks.
+  int fd = LogFd();
+  if (fd >= 0) WriteAll(fd, line);
+  if (fd < 0 || level == LogLevel::kError) WriteAll(STDERR_FILENO, line);
 }
 
 }  // namespace disco

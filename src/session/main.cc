@@ -45,6 +45,24 @@ void TerminateHandler() {
   FatalAbort(cause);
 }
 
+// A launcher that starts N processes while MPI gives each a world of one (a PMI mismatch: srun
+// without the right --mpi, or a program run directly inside a step) would make N controllers that
+// each think they are the whole job. Returns the explanation, or "" when all is well.
+std::string LauncherMismatch(int world_size) {
+  if (world_size != 1) return "";
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "PMI_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::atoi(v) > 1) {
+      return std::string("this process sees an MPI world of 1 rank, but ") + var + "=" + v +
+             " says the job has " + v +
+             ": the launcher and MPI disagree on how processes find each other (PMI). Under "
+             "Slurm use `srun --mpi=pmix` (see `srun --mpi=list`), or `mpirun` inside the "
+             "allocation; `launch/disco-run` picks the right one";
+    }
+  }
+  return "";
+}
+
 // Rank 0's settings, so that every rank agrees on the frame size.
 SessionConfig AgreeOnConfig(const SessionConfig& mine) {
   int64_t values[3] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups};
@@ -78,6 +96,11 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     DISCO_MPI_CALL(MPI_Comm_size(MPI_COMM_WORLD, &size));
     int local_rank = mpi::NodeLocalRank(MPI_COMM_WORLD);
     SetProcessInfo(rank, size, local_rank);
+    if (std::string why = LauncherMismatch(size); !why.empty()) {
+      LogLine(LogLevel::kError, "fatal: " + why);
+      if (owns_mpi) MPI_Finalize();
+      return 2;
+    }
     RegisterBuiltins();
 
     // Rank 0 validates the environment; a bad knob ends the job with one clear line.
@@ -109,7 +132,8 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
                     << " local_rank " << local_rank << " host " << GetProcessInfo().host << " pid "
                     << getpid() << " world_size " << size << " groups " << info.num_groups
                     << " inline_bytes " << config.inline_bytes << " mpi \"" << mpi::LibraryVersion()
-                    << "\"";
+                    << "\" nccl " << DISCO_NCCL_VERSION_STRING << " hdf5 \""
+                    << DISCO_HDF5_VERSION_STRING << "\"";
 
     MpiTransport transport(MPI_COMM_WORLD);
     if (rank == 0) {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Command construction of launch/disco-run (--dry-run): workstation, oversubscribed, GPUs,
+# Slurm with and without PMIx, root or not, and bad input. Stubs stand in for srun and id.
+set -uo pipefail
+run=$(cd "$(dirname "$0")/../.." && pwd)/launch/disco-run
+stubs=$(mktemp -d)
+trap 'rm -rf "$stubs"' EXIT
+fails=0 passes=0
+
+check() {  # check NAME EXPECTED-SUBSTRING [UNEXPECTED] -- env... -- args...
+  local name=$1 want=$2 unwanted=$3; shift 3
+  local out
+  out=$(env "$@" 2>&1)
+  if [[ $out == *"$want"* && ( -z $unwanted || $out != *"$unwanted"* ) ]]; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL $name: expected '$want'${unwanted:+ without '$unwanted'}, got: $out"
+    fails=$((fails + 1))
+  fi
+}
+
+mkdir -p "$stubs/pmix" "$stubs/nopmix" "$stubs/user"
+printf '#!/bin/sh\n[ "$1" = "--mpi=list" ] && echo "MPI plugin types are... none pmi2 pmix" \n' \
+  > "$stubs/pmix/srun"
+printf '#!/bin/sh\n[ "$1" = "--mpi=list" ] && echo "MPI plugin types are... none pmi2" \n' \
+  > "$stubs/nopmix/srun"
+printf '#!/bin/sh\n[ "$1" = "-u" ] && echo 1000 || /usr/bin/id "$@"\n' > "$stubs/user/id"
+chmod +x "$stubs"/*/*
+base=(-u SLURM_JOB_ID -u SLURM_NTASKS DISCO_RUN_GPUS=0)
+
+check workstation "mpirun -n 2 --allow-run-as-root --map-by core --bind-to core ./app a b" "" \
+  "${base[@]}" DISCO_RUN_CORES=8 "$run" -n 2 --dry-run -- ./app a b
+check oversubscribed "mpirun -n 4 --allow-run-as-root --oversubscribe --bind-to none ./app" "" \
+  "${base[@]}" DISCO_RUN_CORES=2 "$run" -n 4 --dry-run -- ./app
+check exact-cores "--map-by core --bind-to core" "--oversubscribe" \
+  "${base[@]}" DISCO_RUN_CORES=4 "$run" -n 4 --dry-run -- ./app
+check gpus "mpirun -n 4 --allow-run-as-root --map-by numa --bind-to numa ./app" "" \
+  -u SLURM_JOB_ID DISCO_RUN_GPUS=4 DISCO_RUN_CORES=16 "$run" -n 4 --dry-run -- ./app
+check more-ranks-than-gpus "--map-by core --bind-to core" "numa" \
+  -u SLURM_JOB_ID DISCO_RUN_GPUS=2 DISCO_RUN_CORES=16 "$run" -n 4 --dry-run -- ./app
+check not-root "mpirun -n 2 --map-by core" "--allow-run-as-root" \
+  "${base[@]}" DISCO_RUN_CORES=8 PATH="$stubs/user:$PATH" "$run" -n 2 --dry-run -- ./app
+check slurm-pmix "srun --mpi=pmix -n 3 ./app" "mpirun" \
+  SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/pmix:$PATH" "$run" --dry-run -- ./app
+check slurm-explicit-n "srun --mpi=pmix -n 2 ./app" "" \
+  SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/pmix:$PATH" "$run" -n 2 --dry-run -- ./app
+check slurm-no-pmix "mpirun -n 3 --allow-run-as-root ./app" "--bind-to" \
+  SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/nopmix:$PATH" "$run" --dry-run -- ./app
+check default-np "mpirun -n 5" "" "${base[@]}" DISCO_NP=5 DISCO_RUN_CORES=8 "$run" --dry-run -- ./app
+check bad-n "needs a positive integer, got '0'" "" "${base[@]}" "$run" -n 0 --dry-run -- ./app
+check no-program "no program given" "" "${base[@]}" "$run" -n 2
+check unknown-option "unknown option --frobnicate" "" "${base[@]}" "$run" --frobnicate -- ./app
+# --help-env lists every knob declared in src/core/env_knobs.def.
+knobs=$(sed -n 's/^X(\([A-Z_]*\),.*/\1/p' "$(dirname "$0")/../../src/core/env_knobs.def")
+for k in $knobs; do check "help-env $k" "$k" "" "${base[@]}" "$run" --help-env; done
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
