@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Starts a throwaway one-node Slurm cluster (munge, slurmctld, slurmd; our copy of the recipe),
+# submits disco jobs with `sbatch --wait` and checks their output and exit codes:
+#   - the smoke job (the MPI test suite at 2..3 ranks, through launch/disco-run);
+#   - a controller program through `srun --mpi=pmix` and through `mpirun` inside the allocation;
+#   - a job whose controller throws: it must end non-zero, promptly;
+#   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why.
+# Stops only the daemons it started. Not root: skipped (exit 77) with the reason.
+#   run_slurm_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: starting munged, slurmctld and slurmd needs root"
+  exit 77
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+export LOCAL_SLURM_DIR=${LOCAL_SLURM_DIR:-/tmp/disco-slurm-test}
+export LOCAL_SLURM_CPUS=${LOCAL_SLURM_CPUS:-4}
+export SLURM_CONF=${LOCAL_SLURM_CONF:-/etc/slurm/slurm.conf}
+export PATH="$PATH:/usr/sbin:/sbin"
+work=$(mktemp -d /tmp/disco-slurm-jobs.XXXXXX)
+stop() {
+  LOCAL_SLURM_DIR=$LOCAL_SLURM_DIR bash "$here/stop-local-slurm.sh" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap stop EXIT
+if ! bash "$here/start-local-slurm.sh" > "$work/start.log" 2>&1; then
+  cat "$work/start.log"
+  echo "FAIL: the local Slurm cluster did not start"
+  exit 1
+fi
+fails=0 passes=0
+pass() { passes=$((passes + 1)); echo "ok: $*"; }
+fail() { fails=$((fails + 1)); echo "FAIL: $*"; }
+export DISCO_ROOT=$src DISCO_BUILD_DIR=$build
+
+# 1. The smoke job.
+t0=$(date +%s)
+sbatch --wait --ntasks=3 --time=10 -o "$work/smoke.out" "$src/jobs/smoke.sbatch" >/dev/null
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "smoke: passed at 2..3 ranks" "$work/smoke.out"; then
+  pass "smoke job ($(( $(date +%s) - t0 )) s)"
+else
+  cat "$work/smoke.out"; fail "smoke job: exit $rc"
+fi
+
+# 2. A controller program through both launchers inside one allocation.
+cat > "$work/both.sh" <<JOB
+#!/usr/bin/env bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "== srun"; srun --mpi=pmix -n \$SLURM_NTASKS $build/src/tools/disco-example | sed 's/^/SRUN /'
+echo "== mpirun"; mpirun -n \$SLURM_NTASKS $build/src/tools/disco-example | sed 's/^/MPIRUN /'
+JOB
+sbatch --wait --ntasks=2 --time=5 -o "$work/both.out" "$work/both.sh" >/dev/null
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "^SRUN disco-example: PASS" "$work/both.out" &&
+   grep -q "^MPIRUN disco-example: PASS" "$work/both.out" &&
+   grep -q "^SRUN disco-example: 2 workers" "$work/both.out"; then
+  pass "controller through srun --mpi=pmix and mpirun"
+else
+  cat "$work/both.out"; fail "controller through both launchers: exit $rc"
+fi
+
+# 3. A controller that throws: the job ends non-zero, promptly, naming the rank and the cause.
+t0=$(date +%s)
+sbatch --wait --ntasks=3 --time=5 -o "$work/throw.out" \
+  --wrap "$src/launch/disco-run -- $build/tests/disco_fault_program controller-throws" >/dev/null
+rc=$?
+took=$(( $(date +%s) - t0 ))
+if [[ $rc -ne 0 && $took -le 30 ]] && grep -q "rank 0/3 .*controller raised .*boom from the controller" "$work/throw.out"; then
+  pass "failing controller: exit $rc after ${took} s"
+else
+  cat "$work/throw.out"; fail "failing controller: exit $rc after ${took} s"
+fi
+
+# 4. The wrong PMI (no PMI for Open MPI): the job ends non-zero, promptly, saying why — Open
+#    MPI's own message when MPI_Init refuses, disco's preflight when each process comes up alone.
+t0=$(date +%s)
+sbatch --wait --ntasks=2 --time=5 -o "$work/pmi.out" \
+  --wrap "srun --mpi=none -n 2 $build/src/tools/disco-example" >/dev/null
+rc=$?
+took=$(( $(date +%s) - t0 ))
+if [[ $rc -ne 0 && $took -le 30 ]] &&
+   grep -Eq "sees an MPI world of 1 rank|direct launched using \"srun\"" "$work/pmi.out"; then
+  pass "wrong PMI refused (exit $rc after ${took} s)"
+else
+  cat "$work/pmi.out"; fail "wrong PMI: exit $rc after ${took} s"
+fi
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
