@@ -285,11 +285,23 @@ std::vector<std::unique_ptr<Communicator>> MakeNcclCommunicators(
         << "InitCCL: device_ids[" << local_rank << "] = " << device << ", but this process sees "
         << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
   } else {
-    // Under Slurm's --gpus-per-task each rank sees one GPU, so the modulo maps it to device 0.
+    // More ranks on this node than GPUs would put two ranks on one GPU: say so with the counts.
+    MPI_Comm node = MPI_COMM_NULL;
+    DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpi::Comm owned(node);
+    // Under Slurm's --gpus-per-task each rank sees one GPU (its own), which is fine.
+    DISCO_CHECK(visible >= owned.size() || visible == 1, ValueError)
+        << "InitCCL('nccl'): " << owned.size() << " ranks run on " << GetProcessInfo().host
+        << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
     device = local_rank % visible;
   }
   DISCO_CUDA_CALL(cudaSetDevice(device));  // before anything else touches CUDA on this rank
   CheckDistinctGpus(device);
+  char bus[32] = {0};
+  DISCO_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
+  DISCO_LOG(INFO) << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH
+                  << ": node-local rank " << local_rank << " on cuda:" << device << " (PCI "
+                  << bus << ")";
 
   mpi::Comm host_world = mpi::Comm::Dup(world);
   int rank = host_world.rank(), size = host_world.size();
