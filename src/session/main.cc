@@ -50,7 +50,8 @@ void TerminateHandler() {
 // each think they are the whole job. Returns the explanation, or "" when all is well.
 std::string LauncherMismatch(int world_size) {
   if (world_size != 1) return "";
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "PMI_SIZE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE"}) {
     const char* v = std::getenv(var);
     if (v != nullptr && std::atoi(v) > 1) {
       return std::string("this process sees an MPI world of 1 rank, but ") + var + "=" + v +
