@@ -50,16 +50,18 @@ void TerminateHandler() {
 // each think they are the whole job. Returns the explanation, or "" when all is well.
 std::string LauncherMismatch(int world_size) {
   if (world_size != 1) return "";
-  for (const char* var :
-       {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE"}) {
+  // The most specific statement wins: mpirun's own, then the Slurm step's, then the allocation's
+  // (a program started alone inside an allocation), then a PMI-1 launcher's.
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                          "PMI_SIZE"}) {
     const char* v = std::getenv(var);
-    if (v != nullptr && std::atoi(v) > 1) {
-      return std::string("this process sees an MPI world of 1 rank, but ") + var + "=" + v +
-             " says the job has " + v +
-             ": the launcher and MPI disagree on how processes find each other (PMI). Under "
-             "Slurm use `srun --mpi=pmix` (see `srun --mpi=list`), or `mpirun` inside the "
-             "allocation; `launch/disco-run` picks the right one";
-    }
+    if (v == nullptr || *v == '\0') continue;
+    if (std::atoi(v) <= 1) return "";
+    return std::string("this process sees an MPI world of 1 rank, but ") + var + "=" + v +
+           " says the job has " + v +
+           ": the launcher and MPI disagree on how processes find each other (PMI). Under "
+           "Slurm use `srun --mpi=pmix` (see `srun --mpi=list`), or `mpirun` inside the "
+           "allocation; `launch/disco-run` picks the right one";
   }
   return "";
 }
