@@ -289,26 +289,21 @@ void RegisterAll() {
     DISCO_CHECK(peer != w.worker_id, ValueError)
         << fn << ": worker " << w.worker_id << " cannot exchange with itself";
   };
-  Registry::Register("disco.send_to_worker", true)
-      .set_body_typed(
-          [check_peer](Tensor buffer, int64_t peer) {
-            const char* fn = "disco.send_to_worker";
-            Communicator& c = Comm(false, fn);
-            check_peer(fn, peer);
-            CheckTensor(buffer, c, fn, "buffer");
+  for (bool is_send : {true, false}) {
+    const char* fn = is_send ? "disco.send_to_worker" : "disco.recv_from_worker";
+    Registry::Register(fn, true).set_body_typed(
+        [check_peer, fn, is_send](Tensor buffer, int64_t peer) {
+          Communicator& c = Comm(false, fn);
+          check_peer(fn, peer);
+          CheckTensor(buffer, c, fn, "buffer");
+          if (is_send) {
             c.Send(buffer, static_cast<int>(peer));
-          },
-          {"buffer", "peer"});
-  Registry::Register("disco.recv_from_worker", true)
-      .set_body_typed(
-          [check_peer](Tensor buffer, int64_t peer) {
-            const char* fn = "disco.recv_from_worker";
-            Communicator& c = Comm(false, fn);
-            check_peer(fn, peer);
-            CheckTensor(buffer, c, fn, "buffer");
+          } else {
             c.Recv(buffer, static_cast<int>(peer));
-          },
-          {"buffer", "peer"});
+          }
+        },
+        {"buffer", "peer"});
+  }
   Registry::Register("disco.send_to_next_group", true)
       .set_body_typed(
           [](Tensor buffer) {

@@ -58,9 +58,7 @@ TEST_F(GpuCclTest, EveryCollectiveOnCudaTensors) {
       for (int64_t count : kCounts) {
         for (std::string op : {"sum", "prod", "min", "max", "avg"}) {
           if (op == "avg" && !floating) continue;
-          std::string kind = op == "prod"                   ? "prod"
-                             : (op == "min" || op == "max") ? "minmax"
-                                                            : "sum";
+          std::string kind = testing::FillKindFor(op);
           DRef send = Gpu(count, dtype), recv = Gpu(count, dtype);
           s().CallPacked(F("test.ccl.fill"), send, kind, 0);
           s().AllReduce(send, op, in_group, recv);

@@ -149,7 +149,7 @@ DISCO_REGISTER_GLOBAL("test.ccl.fill")
 DISCO_REGISTER_GLOBAL("test.ccl.expect_allreduce")
     .set_body_typed([](Tensor recv, std::string op, bool in_group) {
       auto [first, n] = Members(in_group);
-      std::string kind = op == "prod" ? "prod" : (op == "min" || op == "max") ? "minmax" : "sum";
+      std::string kind = testing::FillKindFor(op);
       auto expected = [&, first = first, n = n](int64_t i) {
         double acc = ValueFor(kind, first, i);
         for (int w = first + 1; w < first + n; ++w) {
@@ -285,9 +285,7 @@ TEST_F(CclTest, AllReduceEveryOpDTypeCountAndGroup) {
       for (int64_t count : kCounts) {
         for (std::string op : {"sum", "prod", "min", "max", "avg"}) {
           if (op == "avg" && !floating) continue;
-          std::string kind = op == "prod"                   ? "prod"
-                             : (op == "min" || op == "max") ? "minmax"
-                                                            : "sum";
+          std::string kind = testing::FillKindFor(op);
           DRef send = Filled(count, dtype, kind);
           DRef recv = s().Empty(Shape{count}, DataType(dtype));
           s().AllReduce(send, op, in_group, recv);
@@ -439,7 +437,7 @@ TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
   DRef recv = s().Empty(Shape{1000}, DataType("float32"));
   for (int round = 0; round < 3; ++round) {
     for (std::string op : {"sum", "prod", "min", "max", "avg"}) {
-      std::string kind = op == "prod" ? "prod" : (op == "min" || op == "max") ? "minmax" : "sum";
+      std::string kind = testing::FillKindFor(op);
       s().CallPacked(F("test.ccl.fill"), send, kind, 0);
       for (bool in_group : {false, true}) {
         s().AllReduce(send, op, in_group, recv);

@@ -22,6 +22,13 @@ std::string RemoteErrorOf(F&& f, int* worker = nullptr) {
   ADD_FAILURE() << "expected a RemoteError";
   return "";
 }
+/// The value formula (tests/mpi/ccl_test.cc) whose reductions stay exact for `op`.
+inline std::string FillKindFor(const std::string& op) {
+  if (op == "prod") return "prod";
+  if (op == "min" || op == "max") return "minmax";
+  return "sum";
+}
+
 /// SyncAll, turning a RemoteError into a test failure labelled `what`.
 inline void ExpectNoRemoteError(Session& s, const std::string& what) {
   try {
