@@ -31,30 +31,25 @@ const char* ActionName(Action action) {
 FrameHeader ParseHeader(const uint8_t* data, size_t size, size_t max_payload) {
   Reader reader(data, size);
   FrameHeader h;
-  h.magic = reader.Get<uint32_t>("frame magic");
+  // One copy of the whole header (field-by-field reads stall store forwarding), then the checks.
+  std::memcpy(&h, reader.Take(kHeaderBytes, "frame header"), kHeaderBytes);
   if (h.magic != kMagic) {
     std::ostringstream os;
     os << "bad frame magic 0x" << std::hex << h.magic << " (expected 0x" << kMagic << ")";
     reader.Fail(os.str(), 0);
   }
-  h.version = reader.Get<uint8_t>("frame version");
   if (h.version != kVersion) {
     reader.Fail("unsupported frame version " + std::to_string(h.version) + " (this build speaks " +
                     std::to_string(kVersion) + ")",
                 4);
   }
-  h.action = reader.Get<uint8_t>("frame action");
   if (h.action > kMaxAction) reader.Fail("unknown action " + std::to_string(h.action), 5);
-  h.flags = reader.Get<uint16_t>("frame flags");
   if (h.flags != 0) reader.Fail("unknown frame flags " + std::to_string(h.flags), 6);
-  h.seq = reader.Get<uint64_t>("sequence number");
-  h.payload_bytes = reader.Get<uint32_t>("payload length");
   if (h.payload_bytes > max_payload) {
     reader.Fail("payload length " + std::to_string(h.payload_bytes) + " exceeds the limit of " +
                     std::to_string(max_payload) + " bytes (DISCO_MAX_FRAME_BYTES)",
                 16);
   }
-  h.reserved = reader.Get<uint32_t>("reserved field");
   return h;
 }
 
