@@ -6,8 +6,10 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -55,26 +57,66 @@ class Shape {
   std::vector<int64_t> dims_;
 };
 
-/// An immutable byte string; copies share the buffer.
+/// An immutable byte string; copies share the buffer (up to 16 bytes live inside the object).
 class Bytes {
  public:
-  Bytes() : size_(0) {}
+  static constexpr size_t kInlineBytes = 16;
+
+  Bytes() : size_(0), inline_(true) {}
   explicit Bytes(const std::string& data) : Bytes(data.data(), data.size()) {}
   Bytes(const void* data, size_t size);
-  /// A buffer of `size` uninitialized bytes, written through `*data` before the Bytes is shared.
+  /// A heap buffer of `size` uninitialized bytes, written through `*data` before the Bytes is
+  /// shared (the buffer stays put when the Bytes is moved).
   static Bytes Allocate(size_t size, char** data);
 
-  const char* data() const { return data_; }
+  Bytes(const Bytes& other) : size_(other.size_), inline_(other.inline_) {
+    if (inline_) {
+      if (size_ != 0) std::memcpy(small_, other.small_, size_);
+    } else {
+      new (&owner_) std::shared_ptr<const char[]>(other.owner_);
+    }
+  }
+  Bytes(Bytes&& other) noexcept : size_(other.size_), inline_(other.inline_) {
+    if (inline_) {
+      if (size_ != 0) std::memcpy(small_, other.small_, size_);
+    } else {
+      new (&owner_) std::shared_ptr<const char[]>(std::move(other.owner_));
+      other.owner_.~shared_ptr();
+      other.inline_ = true;
+      other.size_ = 0;
+    }
+  }
+  Bytes& operator=(const Bytes& other) {
+    if (this != &other) {
+      this->~Bytes();
+      new (this) Bytes(other);
+    }
+    return *this;
+  }
+  Bytes& operator=(Bytes&& other) noexcept {
+    if (this != &other) {
+      this->~Bytes();
+      new (this) Bytes(std::move(other));
+    }
+    return *this;
+  }
+  ~Bytes() {
+    if (!inline_) owner_.~shared_ptr();
+  }
+
+  const char* data() const { return inline_ ? small_ : owner_.get(); }
   size_t size() const { return size_; }
   /// A copy as a std::string.
-  std::string str() const { return size_ ? std::string(data_, size_) : std::string(); }
+  std::string str() const { return size_ ? std::string(data(), size_) : std::string(); }
   bool operator==(const Bytes& other) const;
 
  private:
-  // `owner_` keeps the storage alive; small strings live inside the owner's own allocation.
-  std::shared_ptr<const void> owner_;
-  const char* data_ = nullptr;
+  union {
+    std::shared_ptr<const char[]> owner_;  // !inline_
+    char small_[kInlineBytes];             // inline_
+  };
   size_t size_;
+  bool inline_;
 };
 
 }  // namespace disco

@@ -138,30 +138,26 @@ std::string DeviceToString(DLDevice device) {
   }
 }
 
-Bytes::Bytes(const void* data, size_t size) : size_(size) {
-  if (size == 0) return;
-  char* p = nullptr;
-  *this = Allocate(size, &p);
+Bytes::Bytes(const void* data, size_t size) : size_(size), inline_(size <= kInlineBytes) {
+  if (inline_) {
+    if (size != 0) std::memcpy(small_, data, size);
+    return;
+  }
+  char* p = new char[size];
   std::memcpy(p, data, size);
+  new (&owner_) std::shared_ptr<const char[]>(p);
 }
 
 Bytes Bytes::Allocate(size_t size, char** data) {
-  constexpr size_t kSmall = 48;
   Bytes b;
-  b.size_ = size;
-  char* p = nullptr;
   if (size == 0) {
-    // data() stays null
-  } else if (size <= kSmall) {
-    auto block = std::make_shared<std::array<char, kSmall>>();  // one allocation
-    p = block->data();
-    b.owner_ = std::move(block);
-  } else {
-    std::shared_ptr<char[]> buf(new char[size]);  // uninitialized: filled by the caller
-    p = buf.get();
-    b.owner_ = std::move(buf);
+    *data = nullptr;
+    return b;
   }
-  b.data_ = p;
+  char* p = new char[size];  // uninitialized: filled by the caller
+  new (&b.owner_) std::shared_ptr<const char[]>(p);
+  b.inline_ = false;
+  b.size_ = size;
   *data = p;
   return b;
 }
