@@ -3,7 +3,7 @@
 # submits disco jobs with `sbatch --wait` and checks their output and exit codes:
 #   - the smoke job (the MPI test suite at 2..3 ranks, through launch/disco-run);
 #   - a controller program through `srun --mpi=pmix` and through `mpirun` inside the allocation;
-#   - a job whose controller throws: it must end non-zero, promptly;
+#   - a job whose controller throws, and one whose worker is killed: non-zero, promptly;
 #   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why.
 # Stops only the daemons it started. Not root: skipped (exit 77) with the reason.
 #   run_slurm_test.sh SOURCE_DIR BUILD_DIR
@@ -73,7 +73,19 @@ else
   cat "$work/throw.out"; fail "failing controller: exit $rc after ${took} s"
 fi
 
-# 4. The wrong PMI (no PMI for Open MPI): the job ends non-zero, promptly, saying why — Open
+# 4. A worker killed with SIGKILL under srun: the step is torn down, the job ends non-zero.
+t0=$(date +%s)
+sbatch --wait --ntasks=3 --time=5 -o "$work/kill.out" \
+  --wrap "$src/launch/disco-run -- $build/tests/disco_fault_program kill-worker" >/dev/null
+rc=$?
+took=$(( $(date +%s) - t0 ))
+if [[ $rc -ne 0 && $took -le 30 ]] && ! grep -q "unreachable" "$work/kill.out"; then
+  pass "killed worker: exit $rc after ${took} s"
+else
+  cat "$work/kill.out"; fail "killed worker: exit $rc after ${took} s"
+fi
+
+# 5. The wrong PMI (no PMI for Open MPI): the job ends non-zero, promptly, saying why — Open
 #    MPI's own message when MPI_Init refuses, disco's preflight when each process comes up alone.
 t0=$(date +%s)
 sbatch --wait --ntasks=2 --time=5 -o "$work/pmi.out" \
