@@ -1,0 +1,248 @@
+#include "remote/socket.h"
+
+#include <arpa/inet.h>
+#include <disco/error.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace disco {
+namespace remote {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+sockaddr_in Resolve(const std::string& host, int port) {
+  DISCO_CHECK(port >= 0 && port <= 65535, ValueError) << "port " << port << " is out of range";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  std::string h = host.empty() || host == "localhost" ? "127.0.0.1" : host;
+  if (inet_pton(AF_INET, h.c_str(), &addr.sin_addr) == 1) return addr;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  int rc = getaddrinfo(h.c_str(), nullptr, &hints, &res);
+  DISCO_CHECK(rc == 0 && res != nullptr, ValueError)
+      << "cannot resolve host '" << host << "': " << gai_strerror(rc);
+  addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return addr;
+}
+
+void SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  DISCO_CHECK(flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0, RuntimeError)
+      << "fcntl(O_NONBLOCK) failed: " << Errno();
+}
+
+int64_t NowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Socket::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+int Socket::port() const {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  DISCO_CHECK(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0, RuntimeError)
+      << "getsockname failed: " << Errno();
+  return ntohs(addr.sin_port);
+}
+
+Socket Socket::Listen(const std::string& host, int port, int backlog) {
+  sockaddr_in addr = Resolve(host, port);
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  DISCO_CHECK(s.valid(), RuntimeError) << "socket() failed: " << Errno();
+  int one = 1;
+  setsockopt(s.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  DISCO_CHECK(::bind(s.fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, RuntimeError)
+      << "cannot listen on " << host << ":" << port << ": " << Errno();
+  DISCO_CHECK(::listen(s.fd_, backlog) == 0, RuntimeError) << "listen failed: " << Errno();
+  SetNonBlocking(s.fd_);
+  return s;
+}
+
+Socket Socket::Connect(const std::string& host, int port, int timeout_ms) {
+  sockaddr_in addr = Resolve(host, port);
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  DISCO_CHECK(s.valid(), RuntimeError) << "socket() failed: " << Errno();
+  SetNonBlocking(s.fd_);
+  int rc = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  if (rc != 0) {
+    DISCO_CHECK(errno == EINPROGRESS, RuntimeError)
+        << "cannot connect to " << host << ":" << port << ": " << Errno();
+    s.WaitFor(POLLOUT, timeout_ms, "the connection");
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+    DISCO_CHECK(err == 0, RuntimeError)
+        << "cannot connect to " << host << ":" << port << ": " << std::strerror(err);
+  }
+  int one = 1;
+  setsockopt(s.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return s;
+}
+
+Socket Socket::Accept(int timeout_ms) {
+  pollfd p{fd_, POLLIN, 0};
+  int rc = ::poll(&p, 1, timeout_ms);
+  DISCO_CHECK(rc >= 0 || errno == EINTR, RuntimeError) << "poll failed: " << Errno();
+  if (rc <= 0) return Socket();
+  Socket c(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!c.valid()) return Socket();  // the client went away between poll and accept
+  SetNonBlocking(c.fd_);
+  int one = 1;
+  setsockopt(c.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return c;
+}
+
+void Socket::WaitFor(short events, int timeout_ms, const char* what) {
+  int64_t deadline = NowMs() + timeout_ms;
+  for (;;) {
+    int64_t left = deadline - NowMs();
+    DISCO_CHECK(left > 0, RuntimeError)
+        << "timed out after " << timeout_ms << " ms waiting for " << what;
+    pollfd p{fd_, events, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(left));
+    if (rc < 0 && errno == EINTR) continue;
+    DISCO_CHECK(rc >= 0, RuntimeError) << "poll failed: " << Errno();
+    if (rc > 0) return;
+  }
+}
+
+void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
+  DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<size_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      WaitFor(POLLOUT, timeout_ms, "the peer to take more data");
+    } else {
+      DISCO_THROW(RuntimeError) << "send failed: " << Errno();
+    }
+  }
+}
+
+void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
+  DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
+  char* p = static_cast<char*>(data);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::recv(fd_, p + got, n - got, 0);
+    if (k > 0) {
+      got += static_cast<size_t>(k);
+    } else if (k == 0) {
+      DISCO_THROW(RuntimeError) << "the peer closed the connection after " << got << " of " << n
+                                << " bytes of " << what;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      WaitFor(POLLIN, timeout_ms, what);
+    } else {
+      DISCO_THROW(RuntimeError) << "receive failed: " << Errno();
+    }
+  }
+}
+
+void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
+  uint64_t len = n;
+  s->SendAll(&len, sizeof len, timeout_ms);
+  if (n != 0) s->SendAll(body, n, timeout_ms);
+}
+
+void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms) {
+  uint64_t len = 0;
+  s->RecvAll(&len, sizeof len, timeout_ms, "a packet length");
+  DISCO_CHECK(len <= max_bytes, ProtocolError)
+      << "a packet of " << len << " bytes exceeds the limit of " << max_bytes << " bytes";
+  buf->Resize(static_cast<size_t>(len));
+  if (len != 0) s->RecvAll(buf->data(), static_cast<size_t>(len), timeout_ms, "a packet body");
+}
+
+const char* HandshakeCodeName(HandshakeCode code) {
+  switch (code) {
+    case HandshakeCode::kOk:
+      return "ok";
+    case HandshakeCode::kBadMagic:
+      return "wrong magic number (not a disco client)";
+    case HandshakeCode::kBadVersion:
+      return "unsupported protocol version";
+    case HandshakeCode::kBadKey:
+      return "wrong key";
+    case HandshakeCode::kBusy:
+      return "busy: another client is connected";
+  }
+  return "unknown answer";
+}
+
+HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uint32_t magic,
+                          uint16_t version) {
+  DISCO_CHECK(key.size() <= kMaxKeyBytes, ValueError)
+      << "a key of " << key.size() << " bytes is longer than " << kMaxKeyBytes;
+  protocol::ByteBuffer hello;
+  protocol::Writer w(&hello);
+  w.Put<uint32_t>(magic);
+  w.Put<uint16_t>(version);
+  w.Put<uint16_t>(static_cast<uint16_t>(key.size()));
+  w.Append(key.data(), key.size());
+  s->SendAll(hello.data(), hello.size(), timeout_ms);
+  uint8_t code = 0xFF;
+  s->RecvAll(&code, 1, timeout_ms, "the server's answer to the handshake");
+  DISCO_CHECK(code <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
+      << "the server answered the handshake with unknown code " << static_cast<int>(code);
+  return static_cast<HandshakeCode>(code);
+}
+
+HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms) {
+  uint8_t head[8];
+  s->RecvAll(head, sizeof head, timeout_ms, "the client's handshake");
+  uint32_t magic;
+  uint16_t version, key_len;
+  std::memcpy(&magic, head, 4);
+  std::memcpy(&version, head + 4, 2);
+  std::memcpy(&key_len, head + 6, 2);
+  auto answer = [&](HandshakeCode code) {
+    uint8_t c = static_cast<uint8_t>(code);
+    s->SendAll(&c, 1, timeout_ms);
+    return code;
+  };
+  if (magic != kRemoteMagic) return answer(HandshakeCode::kBadMagic);
+  if (version != kRemoteVersion) return answer(HandshakeCode::kBadVersion);
+  if (key_len > kMaxKeyBytes) return answer(HandshakeCode::kBadKey);
+  std::string key(key_len, '\0');
+  if (key_len != 0) s->RecvAll(&key[0], key_len, timeout_ms, "the client's key");
+  // Compare in constant time: the answer's timing says nothing about the key.
+  unsigned diff = key.size() ^ expected_key.size();
+  for (size_t i = 0; i < key.size(); ++i) {
+    diff |= static_cast<unsigned char>(key[i]) ^
+            static_cast<unsigned char>(i < expected_key.size() ? expected_key[i] : 0);
+  }
+  return answer(diff == 0 ? HandshakeCode::kOk : HandshakeCode::kBadKey);
+}
+
+}  // namespace remote
+}  // namespace disco

@@ -1,0 +1,81 @@
+// TCP plumbing for remote sessions (issue: attach a controller over TCP): an owned socket with
+// deadlines on every operation, length-prefixed packets bounded before anything is allocated,
+// and the connection handshake (magic, protocol version, key) with a distinct answer per fault.
+#ifndef DISCO_REMOTE_SOCKET_H_
+#define DISCO_REMOTE_SOCKET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "protocol/frame.h"
+
+namespace disco {
+namespace remote {
+
+/// An owned TCP socket (closed by the destructor). Every blocking call takes a deadline in
+/// milliseconds and raises RuntimeError naming what it waited for when it passes.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() { Close(); }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Socket& operator=(Socket&& other) noexcept;
+
+  /// Listens on host:port (port 0 picks a free one; see port()).
+  static Socket Listen(const std::string& host, int port, int backlog = 4);
+  /// Connects to host:port within `timeout_ms`.
+  static Socket Connect(const std::string& host, int port, int timeout_ms);
+  /// Waits up to `timeout_ms` for a connection; returns an invalid Socket on timeout.
+  Socket Accept(int timeout_ms);
+
+  void SendAll(const void* data, size_t n, int timeout_ms);
+  /// Receives exactly n bytes; a peer that closes first raises RuntimeError ("closed after k of
+  /// n").
+  void RecvAll(void* data, size_t n, int timeout_ms, const char* what);
+
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  /// The local port (after Listen with port 0).
+  int port() const;
+  void Close();
+
+ private:
+  void WaitFor(short events, int timeout_ms, const char* what);
+  int fd_ = -1;
+};
+
+/// Packets: a u64 little-endian length, then the body.
+void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
+/// Receives one packet into `buf`; a length over `max_bytes` raises ProtocolError before
+/// anything is allocated or read.
+void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms);
+
+constexpr uint32_t kRemoteMagic = 0x52435344;  // "DSCR" little-endian
+constexpr uint16_t kRemoteVersion = 1;
+constexpr size_t kMaxKeyBytes = 1024;
+
+/// The server's one-byte answer to a client's hello.
+enum class HandshakeCode : uint8_t {
+  kOk = 0,
+  kBadMagic = 1,
+  kBadVersion = 2,
+  kBadKey = 3,
+  kBusy = 4,
+};
+const char* HandshakeCodeName(HandshakeCode code);
+
+/// Client side: sends magic, version and key; returns the server's answer.
+HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms,
+                          uint32_t magic = kRemoteMagic, uint16_t version = kRemoteVersion);
+/// Server side: reads a hello, answers it and returns the code it sent (the caller closes the
+/// connection on anything but kOk). Malformed or slow hellos raise.
+HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms);
+
+}  // namespace remote
+}  // namespace disco
+
+#endif  // DISCO_REMOTE_SOCKET_H_

@@ -1,0 +1,136 @@
+// The TCP layer of remote sessions on loopback: handshake answers, packets of 0 B, 1 B and
+// 64 MiB bit for bit, and hostile or slow peers refused with an error instead of a hang.
+#include <disco/error.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "remote/socket.h"
+
+namespace disco {
+namespace remote {
+namespace {
+
+constexpr int kTimeoutMs = 5000;
+
+// Runs `server` on one accepted connection in a thread; returns its port and the future.
+struct Server {
+  Socket listener = Socket::Listen("127.0.0.1", 0);
+  std::future<std::string> done;
+  explicit Server(std::function<void(Socket*)> serve) {
+    done = std::async(std::launch::async, [this, serve] {
+      Socket c = listener.Accept(kTimeoutMs);
+      if (!c.valid()) return std::string("no connection");
+      try {
+        serve(&c);
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+      return std::string("ok");
+    });
+  }
+  int port() const { return listener.port(); }
+};
+
+TEST(RemoteSocketTest, HandshakeThenPacketsRoundTripBitForBit) {
+  Server server([](Socket* c) {
+    ASSERT_EQ(ServerHello(c, "s3cret", kTimeoutMs), HandshakeCode::kOk);
+    protocol::ByteBuffer buf;
+    for (int i = 0; i < 3; ++i) {
+      RecvPacket(c, &buf, size_t{1} << 30, kTimeoutMs);
+      SendPacket(c, buf.data(), buf.size(), kTimeoutMs);
+    }
+  });
+  Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+  ASSERT_EQ(ClientHello(&s, "s3cret", kTimeoutMs), HandshakeCode::kOk);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{64} << 20}) {
+    std::string data(n, '\0');
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 2654435761u >> 13);
+    SendPacket(&s, data.data(), n, kTimeoutMs);
+    protocol::ByteBuffer back;
+    RecvPacket(&s, &back, size_t{1} << 30, kTimeoutMs);
+    ASSERT_EQ(back.size(), n);
+    EXPECT_EQ(n == 0 || std::memcmp(back.data(), data.data(), n) == 0, true) << n;
+  }
+  EXPECT_EQ(server.done.get(), "ok");
+}
+
+TEST(RemoteSocketTest, WrongKeyMagicAndVersionGetDistinctAnswers) {
+  struct Case {
+    std::string key;
+    uint32_t magic;
+    uint16_t version;
+    HandshakeCode want;
+  };
+  for (const Case& c : {Case{"nope", kRemoteMagic, kRemoteVersion, HandshakeCode::kBadKey},
+                        Case{"", kRemoteMagic, kRemoteVersion, HandshakeCode::kBadKey},
+                        Case{"s3cret", 0xDEADBEEF, kRemoteVersion, HandshakeCode::kBadMagic},
+                        Case{"s3cret", kRemoteMagic, 99, HandshakeCode::kBadVersion}}) {
+    HandshakeCode served = HandshakeCode::kOk;
+    Server server([&](Socket* s) { served = ServerHello(s, "s3cret", kTimeoutMs); });
+    Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+    EXPECT_EQ(ClientHello(&s, c.key, kTimeoutMs, c.magic, c.version), c.want)
+        << HandshakeCodeName(c.want);
+    EXPECT_EQ(server.done.get(), "ok");
+    EXPECT_EQ(served, c.want);
+  }
+}
+
+TEST(RemoteSocketTest, GarbageTruncatedAndSlowHellosAreErrorsNotHangs) {
+  {  // garbage: answered "bad magic"
+    Server server(
+        [](Socket* s) { EXPECT_EQ(ServerHello(s, "k", kTimeoutMs), HandshakeCode::kBadMagic); });
+    Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.SendAll(junk, sizeof junk - 1, kTimeoutMs);
+    uint8_t code = 0xFF;
+    s.RecvAll(&code, 1, kTimeoutMs, "answer");
+    EXPECT_EQ(code, static_cast<uint8_t>(HandshakeCode::kBadMagic));
+    EXPECT_EQ(server.done.get(), "ok");
+  }
+  {  // truncated, then the client goes away
+    Server server([](Socket* s) { ServerHello(s, "k", kTimeoutMs); });
+    {
+      Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+      s.SendAll("DSC", 3, kTimeoutMs);
+    }
+    EXPECT_NE(server.done.get().find("closed the connection after 3 of 8 bytes"),
+              std::string::npos);
+  }
+  {  // silent client: the server gives up at its deadline
+    Server server([](Socket* s) { ServerHello(s, "k", 200); });
+    Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+    EXPECT_NE(server.done.get().find("timed out after 200 ms waiting for the client's handshake"),
+              std::string::npos);
+  }
+}
+
+TEST(RemoteSocketTest, OversizedPacketLengthIsRefusedBeforeAllocating) {
+  Server server([](Socket* s) {
+    protocol::ByteBuffer buf;
+    RecvPacket(s, &buf, size_t{1} << 20, kTimeoutMs);
+  });
+  Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+  uint64_t huge = uint64_t{1} << 40;
+  s.SendAll(&huge, sizeof huge, kTimeoutMs);
+  std::string err = server.done.get();
+  EXPECT_NE(err.find("a packet of 1099511627776 bytes exceeds the limit of 1048576 bytes"),
+            std::string::npos)
+      << err;
+}
+
+TEST(RemoteSocketTest, AcceptAndConnectTimeOut) {
+  Socket listener = Socket::Listen("127.0.0.1", 0);
+  EXPECT_FALSE(listener.Accept(50).valid());
+  int port = listener.port();
+  listener.Close();
+  EXPECT_THROW(Socket::Connect("127.0.0.1", port, 1000), RuntimeError);  // refused
+  EXPECT_THROW(Socket::Listen("127.0.0.1", 70000), ValueError);
+}
+
+}  // namespace
+}  // namespace remote
+}  // namespace disco
