@@ -161,6 +161,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     return;
   }
   // Functions never touch the register file, so `f` stays valid during the call.
+  Any rv;
   try {
     const Any* call_args = args;
     // Only collectives read where their arguments came from (see CallOrigins).
@@ -181,27 +182,29 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
       break;
     }
     origins.function = collective ? f->get().get() : nullptr;
-    Any rv = f->CallPacked(call_args, n);
+    rv = f->CallPacked(call_args, n);
     origins.function = nullptr;
     scratch_.clear();
-    Store(seq, result_reg, std::move(rv));
-  } catch (const ProtocolError&) {
-    throw;
   } catch (const std::exception& e) {
+    // Whatever the function threw (a ProtocolError of its own included) is its failure; only
+    // Store/Fail below raise for a corrupt command, and that ends the job.
     OriginStorage().function = nullptr;
     scratch_.clear();
     Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), e.what());
+    return;
   }
+  Store(seq, result_reg, std::move(rv));
 }
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
+  Any resolved;
   try {
-    Store(seq, reg, Resolve(value, 2, "DebugSetRegister"));
-  } catch (const ProtocolError&) {
-    throw;
+    resolved = Resolve(value, 2, "DebugSetRegister");
   } catch (const std::exception& e) {
     Fail(seq, reg, "DebugSetRegister", e.what());
+    return;
   }
+  Store(seq, reg, std::move(resolved));
 }
 
 void Worker::TouchRegister(uint64_t seq, int64_t reg) {

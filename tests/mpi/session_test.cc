@@ -272,6 +272,18 @@ TEST_F(SessionTest, ThrowingFunctionOnOneWorker) {
   s().SyncAll();
 }
 
+DISCO_REGISTER_GLOBAL("test.throw_protocol_error").set_body_typed([]() {
+  throw ProtocolError("my own parser failed");
+});
+
+TEST_F(SessionTest, AFunctionThrowingProtocolErrorIsAnOrdinaryFailure) {
+  s().CallPacked(F("test.throw_protocol_error"));
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("my own parser failed"), std::string::npos) << msg;
+  EXPECT_EQ(s().CallPacked(F("test.affine"), 4).DebugGetFromRemote(n() - 1).cast<int64_t>(),
+            4000 + n() - 1);
+}
+
 TEST_F(SessionTest, WrongArgumentTypeNamesFunctionPositionAndTypes) {
   s().CallPacked(F("test.affine"), "not a number");
   std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
