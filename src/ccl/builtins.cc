@@ -33,8 +33,21 @@ Communicator& Comm(bool in_group, const char* fn) {
   return in_group ? *ctx->group : *ctx->world;
 }
 
+// Tensor arguments arrive as Any and are converted here, not by the typed wrapper: a register that
+// holds None (or anything else) on one worker must fail inside the agreed checks, or that worker
+// would leave before agreeing and the others would wait for it forever.
+Tensor TensorOf(const Any& a) {
+  const Tensor* t = std::get_if<Tensor>(&a.storage());
+  return t != nullptr ? *t : Tensor();
+}
+std::optional<Tensor> OptionalTensorOf(const Any& a) {
+  const Tensor* t = std::get_if<Tensor>(&a.storage());
+  return t != nullptr ? std::optional<Tensor>(*t) : std::nullopt;
+}
+
 void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const char* arg) {
-  DISCO_CHECK(t.defined(), ValueError) << fn << ": argument '" << arg << "' is an undefined tensor";
+  DISCO_CHECK(t.defined(), TypeError)
+      << fn << ": argument '" << arg << "' is not a tensor on worker " << ThisWorker().worker_id;
   DISCO_CHECK(IsCollectiveDType(t.dtype()), TypeError)
       << fn << ": argument '" << arg << "' has dtype " << DataTypeToString(t.dtype())
       << ", which collectives do not support (int8..int64, uint8..uint64, float16, bfloat16, "
@@ -65,7 +78,7 @@ void CheckRootTensor(const std::optional<Tensor>& rooted, const char* rooted_nam
                      const Tensor& other, const char* other_name, int64_t factor,
                      const Communicator& c, const char* fn) {
   DISCO_CHECK(rooted.has_value(), ValueError)
-      << fn << ": the root worker needs a '" << rooted_name << "' tensor, got None";
+      << fn << ": the root worker needs a '" << rooted_name << "' tensor, got None or a non-tensor";
   CheckTensor(*rooted, c, fn, rooted_name);
   CheckSameDType(*rooted, rooted_name, other, other_name, fn);
   DISCO_CHECK(rooted->numel() == other.numel() * factor, ValueError)
@@ -153,8 +166,10 @@ void RegisterAll() {
 
   RegisterCollective("disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
                      [](const Agreement* agreement) {
-                       return [agreement](Tensor send, std::string op_name, bool in_group,
-                                          Tensor recv) {
+                       return [agreement](Any send_arg, std::string op_name, bool in_group,
+                                          Any recv_arg) {
+                         Tensor send = TensorOf(send_arg);
+                         Tensor recv = TensorOf(recv_arg);
                          const char* fn = "disco.allreduce";
                          Communicator& c = Comm(in_group, fn);
                          // The op name is the same on every worker: a bad one fails everywhere
@@ -176,7 +191,9 @@ void RegisterAll() {
 
   RegisterCollective(
       "disco.allgather", {0, 2}, {"send", "in_group", "recv"}, [](const Agreement* agreement) {
-        return [agreement](Tensor send, bool in_group, Tensor recv) {
+        return [agreement](Any send_arg, bool in_group, Any recv_arg) {
+          Tensor send = TensorOf(send_arg);
+          Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.allgather";
           Communicator& c = Comm(in_group, fn);
           CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
@@ -194,7 +211,9 @@ void RegisterAll() {
   RegisterCollective(
       "disco.reduce_scatter", {0, 3}, {"send", "op", "in_group", "recv"},
       [](const Agreement* agreement) {
-        return [agreement](Tensor send, std::string op_name, bool in_group, Tensor recv) {
+        return [agreement](Any send_arg, std::string op_name, bool in_group, Any recv_arg) {
+          Tensor send = TensorOf(send_arg);
+          Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.reduce_scatter";
           Communicator& c = Comm(in_group, fn);
           // The op name is the same on every worker: a bad one fails everywhere alike.
@@ -219,7 +238,9 @@ void RegisterAll() {
 
   RegisterCollective("disco.broadcast_from_worker0", {0, 2}, {"send", "in_group", "recv"},
                      [](const Agreement* agreement) {
-                       return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
+                         std::optional<Tensor> send = OptionalTensorOf(send_arg);
+                         Tensor recv = TensorOf(recv_arg);
                          const char* fn = "disco.broadcast_from_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
@@ -235,7 +256,9 @@ void RegisterAll() {
 
   RegisterCollective("disco.scatter_from_worker0", {0, 2}, {"send", "in_group", "recv"},
                      [](const Agreement* agreement) {
-                       return [agreement](std::optional<Tensor> send, bool in_group, Tensor recv) {
+                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
+                         std::optional<Tensor> send = OptionalTensorOf(send_arg);
+                         Tensor recv = TensorOf(recv_arg);
                          const char* fn = "disco.scatter_from_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
@@ -251,7 +274,9 @@ void RegisterAll() {
 
   RegisterCollective("disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
                      [](const Agreement* agreement) {
-                       return [agreement](Tensor send, bool in_group, std::optional<Tensor> recv) {
+                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
+                         Tensor send = TensorOf(send_arg);
+                         std::optional<Tensor> recv = OptionalTensorOf(recv_arg);
                          const char* fn = "disco.gather_to_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
@@ -266,7 +291,8 @@ void RegisterAll() {
                      });
 
   RegisterCollective("disco.recv_from_worker0", {0}, {"buffer"}, [](const Agreement* agreement) {
-    return [agreement](Tensor buffer) {
+    return [agreement](Any buffer_arg) {
+      Tensor buffer = TensorOf(buffer_arg);
       const char* fn = "disco.recv_from_worker0";
       Communicator& c = Comm(false, fn);
       CheckAndAgree(c, fn, buffer.defined() ? buffer.numel() : -1, *agreement, 0,

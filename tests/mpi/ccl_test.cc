@@ -415,6 +415,12 @@ TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {
   DRef uneven = s().CallPacked(F("test.ccl.uneven"), 5);
   s().AllReduce(uneven, "sum", false, uneven);
   if (n() > 1) expect("uneven", "disagree on the element count (from 5 to 6)");
+  // A register that holds a tensor on worker 0 only: the others fail inside the agreed checks.
+  if (n() > 1) {
+    DRef only0 = s().Empty(Shape{8}, DataType("float32"), CPU(), /*worker0_only=*/true);
+    s().AllReduce(only0, "sum", false, only0);
+    expect("tensor on worker 0 only", "argument 'send' is not a tensor on worker 1");
+  }
   DRef none;
   s().Scatter(none, false, f32);
   expect("scatter without send", "the root worker needs a 'send' tensor, got None");
