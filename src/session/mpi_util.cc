@@ -69,5 +69,12 @@ int NodeLocalRank(MPI_Comm comm) {
   return owned.rank();
 }
 
+void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what) {
+  int failed = local ? 1 : 0, any = 0;
+  DISCO_MPI_CALL(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm));
+  if (local) std::rethrow_exception(local);
+  DISCO_CHECK(any == 0, RuntimeError) << what << " failed on another rank (its error says why)";
+}
+
 }  // namespace mpi
 }  // namespace disco

@@ -5,6 +5,7 @@
 #include <disco/error.h>
 #include <mpi.h>
 
+#include <exception>
 #include <string>
 
 /// Evaluates an MPI call once; throws RuntimeError with MPI's error string when it fails. The
@@ -59,6 +60,11 @@ class Comm {
 
 /// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).
 int NodeLocalRank(MPI_Comm comm);
+
+/// Every rank of `comm` learns whether all of them succeeded (`local` is this rank's failure, or
+/// null): a failed rank rethrows its own error, the others throw one naming `what`. Call it
+/// between local checks and the next collective step, so that no rank waits for one that left.
+void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what);
 
 }  // namespace mpi
 }  // namespace disco

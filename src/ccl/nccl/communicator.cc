@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -246,17 +247,23 @@ class NcclCommunicator final : public Communicator {
 };
 
 // Two ranks of one node on the same GPU would serialize (or deadlock in NCCL): refuse, naming them.
-void CheckDistinctGpus(int device) {
+// Collective over `node`: every rank of it reaches the same verdict.
+void CheckDistinctGpus(int device, MPI_Comm node) {
+  int n = 0, me = 0;
+  DISCO_MPI_CALL(MPI_Comm_size(node, &n));
+  DISCO_MPI_CALL(MPI_Comm_rank(node, &me));
+  // A rank that cannot read its bus id still joins the gather (with a name no GPU has).
   char bus[32] = {0};
-  DISCO_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
-  MPI_Comm node = MPI_COMM_NULL;
-  DISCO_MPI_CALL(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  mpi::Comm owned(node);
-  int n = owned.size();
+  std::exception_ptr local;
+  try {
+    DISCO_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
+  } catch (const std::exception&) {
+    local = std::current_exception();
+    std::snprintf(bus, sizeof bus, "unknown-%d", me);
+  }
   std::vector<char> all(static_cast<size_t>(n) * sizeof bus);
   DISCO_MPI_CALL(MPI_Allgather(bus, sizeof bus, MPI_CHAR, all.data(), sizeof bus, MPI_CHAR, node));
-  int me = owned.rank();
+  if (local) std::rethrow_exception(local);
   for (int r = 0; r < n; ++r) {
     if (r != me && std::strncmp(bus, all.data() + r * sizeof bus, sizeof bus) == 0) {
       DISCO_THROW(ValueError) << "InitCCL('nccl'): node-local ranks " << std::min(r, me) << " and "
@@ -272,36 +279,49 @@ void CheckDistinctGpus(int device) {
 std::vector<std::unique_ptr<Communicator>> MakeNcclCommunicators(
     MPI_Comm world, int local_rank, const std::vector<int64_t>& device_ids, int group_color,
     int group_key) {
-  int visible = 0;
-  DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
-  int device;
-  if (!device_ids.empty()) {
-    DISCO_CHECK(local_rank < static_cast<int>(device_ids.size()), ValueError)
-        << "InitCCL: device_ids has " << device_ids.size()
-        << " entries, but this is node-local rank " << local_rank
-        << "; give one device per rank on the node";
-    device = static_cast<int>(device_ids[local_rank]);
-    DISCO_CHECK(device >= 0 && device < visible, ValueError)
-        << "InitCCL: device_ids[" << local_rank << "] = " << device << ", but this process sees "
-        << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
-  } else {
-    // More ranks on this node than GPUs would put two ranks on one GPU: say so with the counts.
-    MPI_Comm node = MPI_COMM_NULL;
-    DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    mpi::Comm owned(node);
-    // Under Slurm's --gpus-per-task each rank sees one GPU (its own), which is fine.
-    DISCO_CHECK(visible >= owned.size() || visible == 1, ValueError)
-        << "InitCCL('nccl'): " << owned.size() << " ranks run on " << GetProcessInfo().host
-        << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
-    device = local_rank % visible;
+  // Phase 1: each rank picks and checks its GPU; all ranks agree before any bootstrap step, so a
+  // rank that fails here cannot leave the others waiting in a collective.
+  MPI_Comm node_raw = MPI_COMM_NULL;
+  DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
+  mpi::Comm node(node_raw);
+  int device = -1;
+  std::exception_ptr failure;
+  try {
+    int visible = 0;
+    DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
+    if (!device_ids.empty()) {
+      DISCO_CHECK(local_rank < static_cast<int>(device_ids.size()), ValueError)
+          << "InitCCL: device_ids has " << device_ids.size()
+          << " entries, but this is node-local rank " << local_rank
+          << "; give one device per rank on the node";
+      device = static_cast<int>(device_ids[local_rank]);
+      DISCO_CHECK(device >= 0 && device < visible, ValueError)
+          << "InitCCL: device_ids[" << local_rank << "] = " << device << ", but this process sees "
+          << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
+    } else {
+      // More ranks on this node than GPUs would put two ranks on one GPU. Under Slurm's
+      // --gpus-per-task each rank sees one GPU (its own), which is fine.
+      DISCO_CHECK(visible >= node.size() || visible == 1, ValueError)
+          << "InitCCL('nccl'): " << node.size() << " ranks run on " << GetProcessInfo().host
+          << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
+      device = local_rank % visible;
+    }
+    DISCO_CUDA_CALL(cudaSetDevice(device));  // before anything else touches CUDA on this rank
+  } catch (const std::exception&) {
+    failure = std::current_exception();
   }
-  DISCO_CUDA_CALL(cudaSetDevice(device));  // before anything else touches CUDA on this rank
-  CheckDistinctGpus(device);
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): choosing a GPU");
+  try {
+    CheckDistinctGpus(device, node.get());
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): one GPU per rank");
   char bus[32] = {0};
   DISCO_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
   DISCO_LOG(INFO) << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH
-                  << ": node-local rank " << local_rank << " on cuda:" << device << " (PCI "
-                  << bus << ")";
+                  << ": node-local rank " << local_rank << " on cuda:" << device << " (PCI " << bus
+                  << ")";
 
   mpi::Comm host_world = mpi::Comm::Dup(world);
   int rank = host_world.rank(), size = host_world.size();
