@@ -5,6 +5,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -57,6 +58,18 @@ class Shape {
   std::vector<int64_t> dims_;
 };
 
+namespace detail {
+/// The shared buffer of a Bytes longer than its inline capacity: one allocation holds the count,
+/// the size and the data.
+struct BytesBlock {
+  std::atomic<int64_t> refs;
+  size_t size;
+  char* data() { return reinterpret_cast<char*>(this + 1); }
+  static BytesBlock* Create(size_t size);
+  void Release() noexcept;
+};
+}  // namespace detail
+
 /// An immutable byte string; copies share the buffer (up to 16 bytes live inside the object).
 class Bytes {
  public:
@@ -73,23 +86,23 @@ class Bytes {
     if (inline_) {
       if (size_ != 0) std::memcpy(small_, other.small_, size_);
     } else {
-      new (&owner_) std::shared_ptr<const char[]>(other.owner_);
+      block_ = other.block_;
+      block_->refs.fetch_add(1, std::memory_order_relaxed);
     }
   }
   Bytes(Bytes&& other) noexcept : size_(other.size_), inline_(other.inline_) {
     if (inline_) {
       if (size_ != 0) std::memcpy(small_, other.small_, size_);
     } else {
-      new (&owner_) std::shared_ptr<const char[]>(std::move(other.owner_));
-      other.owner_.~shared_ptr();
+      block_ = other.block_;
       other.inline_ = true;
       other.size_ = 0;
     }
   }
   Bytes& operator=(const Bytes& other) {
     if (this != &other) {
-      this->~Bytes();
-      new (this) Bytes(other);
+      Bytes copy(other);
+      *this = std::move(copy);
     }
     return *this;
   }
@@ -101,10 +114,10 @@ class Bytes {
     return *this;
   }
   ~Bytes() {
-    if (!inline_) owner_.~shared_ptr();
+    if (!inline_) block_->Release();
   }
 
-  const char* data() const { return inline_ ? small_ : owner_.get(); }
+  const char* data() const { return inline_ ? small_ : block_->data(); }
   size_t size() const { return size_; }
   /// A copy as a std::string.
   std::string str() const { return size_ ? std::string(data(), size_) : std::string(); }
@@ -112,8 +125,8 @@ class Bytes {
 
  private:
   union {
-    std::shared_ptr<const char[]> owner_;  // !inline_
-    char small_[kInlineBytes];             // inline_
+    detail::BytesBlock* block_;  // !inline_
+    char small_[kInlineBytes];   // inline_
   };
   size_t size_;
   bool inline_;

@@ -138,14 +138,32 @@ std::string DeviceToString(DLDevice device) {
   }
 }
 
+namespace detail {
+BytesBlock* BytesBlock::Create(size_t size) {
+  DISCO_CHECK(size <= SIZE_MAX - sizeof(BytesBlock), ValueError)
+      << "a byte string of " << size << " bytes is too large";
+  void* raw = ::operator new(sizeof(BytesBlock) + size);
+  auto* block = new (raw) BytesBlock{};
+  block->refs.store(1, std::memory_order_relaxed);
+  block->size = size;
+  return block;
+}
+
+void BytesBlock::Release() noexcept {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    this->~BytesBlock();
+    ::operator delete(this);
+  }
+}
+}  // namespace detail
+
 Bytes::Bytes(const void* data, size_t size) : size_(size), inline_(size <= kInlineBytes) {
   if (inline_) {
     if (size != 0) std::memcpy(small_, data, size);
     return;
   }
-  char* p = new char[size];
-  std::memcpy(p, data, size);
-  new (&owner_) std::shared_ptr<const char[]>(p);
+  block_ = detail::BytesBlock::Create(size);
+  std::memcpy(block_->data(), data, size);
 }
 
 Bytes Bytes::Allocate(size_t size, char** data) {
@@ -154,11 +172,10 @@ Bytes Bytes::Allocate(size_t size, char** data) {
     *data = nullptr;
     return b;
   }
-  char* p = new char[size];  // uninitialized: filled by the caller
-  new (&b.owner_) std::shared_ptr<const char[]>(p);
+  b.block_ = detail::BytesBlock::Create(size);  // uninitialized: filled by the caller
   b.inline_ = false;
   b.size_ = size;
-  *data = p;
+  *data = b.block_->data();
   return b;
 }
 
