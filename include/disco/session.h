@@ -49,6 +49,7 @@
 namespace disco {
 
 namespace detail {
+class SessionBackend;
 class SessionImpl;
 }  // namespace detail
 
@@ -121,14 +122,17 @@ class Session {
   DRef RecvFromWorker(const DRef& buffer, int peer);
   DRef Barrier(bool in_group = false);
 
-  explicit Session(std::shared_ptr<detail::SessionImpl> impl);
+  explicit Session(std::shared_ptr<detail::SessionBackend> impl);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
-  detail::SessionImpl* impl() const { return impl_.get(); }
+  Session(Session&&) noexcept = default;
+  Session& operator=(Session&&) noexcept = default;
+  /// The in-job MPI session behind this one (nullptr for other kinds), for tests and tools.
+  detail::SessionImpl* impl() const;
 
  private:
-  std::shared_ptr<detail::SessionImpl> impl_;
+  std::shared_ptr<detail::SessionBackend> impl_;
 };
 
 /// Entry point, called on every rank. Rank 0 runs `controller` with a live session, then shuts

@@ -52,8 +52,8 @@ std::string LauncherMismatch(int world_size) {
   if (world_size != 1) return "";
   // The most specific statement wins: mpirun's own, then the Slurm step's, then the allocation's
   // (a program started alone inside an allocation), then a PMI-1 launcher's.
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
-                          "PMI_SIZE"}) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "PMI_SIZE"}) {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;
     if (std::atoi(v) <= 1) return "";

@@ -30,15 +30,27 @@ size_t SessionConfig::max_payload() const {
 
 // ---- DRef ---------------------------------------------------------------------------------------
 
+namespace detail {
 namespace {
 // The one session of this process and its generation; DRefs compare generations so that a DRef
 // outliving its session (a static, say) frees nothing.
-detail::SessionImpl* g_live_session = nullptr;
+SessionBackend* g_live_session = nullptr;
 uint64_t g_last_generation = 0;
 }  // namespace
 
-namespace detail {
-SessionImpl* LiveSession(uint64_t generation) {
+SessionBackend::SessionBackend() : generation_(++g_last_generation) {
+  DISCO_CHECK(g_live_session == nullptr, ValueError)
+      << "a process runs one disco session at a time";
+  g_live_session = this;
+}
+
+SessionBackend::~SessionBackend() { Retire(); }
+
+void SessionBackend::Retire() {
+  if (g_live_session == this) g_live_session = nullptr;
+}
+
+SessionBackend* LiveSession(uint64_t generation) {
   return generation != 0 && g_live_session != nullptr && g_live_session->generation() == generation
              ? g_live_session
              : nullptr;
@@ -52,14 +64,14 @@ DRef DRef::Make(int64_t reg_id, uint64_t session) {
 }
 
 void DRef::Release(Obj* obj) noexcept {
-  if (detail::SessionImpl* s = detail::LiveSession(obj->session)) s->DeallocReg(obj->reg_id);
+  if (detail::SessionBackend* s = detail::LiveSession(obj->session)) s->DeallocReg(obj->reg_id);
   delete obj;
 }
 
 namespace {
-detail::SessionImpl* SessionOf(const DRef& ref, const char* what) {
+detail::SessionBackend* SessionOf(const DRef& ref, const char* what) {
   DISCO_CHECK(ref.defined(), ValueError) << what << " of an empty DRef";
-  detail::SessionImpl* s = detail::LiveSession(ref.session());
+  detail::SessionBackend* s = detail::LiveSession(ref.session());
   DISCO_CHECK(s != nullptr, ValueError)
       << what << " of DRef(" << ref.reg_id() << "), whose session has ended";
   return s;
@@ -81,19 +93,14 @@ namespace detail {
 SessionImpl::SessionImpl(MpiTransport* transport, const SessionConfig& config,
                          const WorkerInfo& worker0)
     : transport_(transport),
-      generation_(++g_last_generation),
       config_(config),
       worker0_(worker0, [this](const protocol::ErrorReport& r) { OnError(r); }),
       errors_received_(transport->size(), 0) {
   frame_.Reserve(static_cast<size_t>(config_.inline_bytes));
-  DISCO_CHECK(g_live_session == nullptr, ValueError)
-      << "a process runs one disco session at a time";
-  g_live_session = this;
 }
 
 SessionImpl::~SessionImpl() {
-  builtins_.clear();
-  if (g_live_session == this) g_live_session = nullptr;
+  Retire();  // before members go: the DRefs they hold must not call back into a half-torn object
 }
 
 void SessionImpl::CheckLive(const char* what) const {
@@ -120,7 +127,7 @@ int64_t SessionImpl::AllocateReg() {
   return reg_count_++;
 }
 
-DRef SessionImpl::MakeDRef(int64_t reg) { return DRef::Make(reg, generation_); }
+DRef SessionImpl::MakeDRef(int64_t reg) { return DRef::Make(reg, generation()); }
 
 void SessionImpl::DeallocReg(int64_t reg) noexcept {
   if (shut_down_) return;
@@ -447,14 +454,17 @@ int SessionImpl::Shutdown(int exit_code) {
 
 // ---- Session ------------------------------------------------------------------------------------
 
-Session::Session(std::shared_ptr<detail::SessionImpl> impl) : impl_(std::move(impl)) {}
+Session::Session(std::shared_ptr<detail::SessionBackend> impl) : impl_(std::move(impl)) {}
+detail::SessionImpl* Session::impl() const {
+  return dynamic_cast<detail::SessionImpl*>(impl_.get());
+}
 Session::~Session() = default;
 
 int Session::num_workers() const { return impl_->num_workers(); }
 int Session::num_groups() const { return impl_->num_groups(); }
 DRef Session::GetGlobalFunc(const std::string& name) { return impl_->GetGlobalFunc(name); }
 DRef Session::CallWithPacked(const DRef& func, const Any* args, size_t num_args) {
-  return impl_->CallWithPacked(func, args, num_args);
+  return impl_->CallWithPacked(func, args, num_args, /*movable=*/false);
 }
 DRef Session::CallWithMovedArgs(const DRef& func, Any* args, size_t num_args) {
   return impl_->CallWithPacked(func, args, num_args, /*movable=*/true);

@@ -13,16 +13,15 @@
 #include "protocol/serializer.h"
 #include "session/config.h"
 #include "session/mpi_transport.h"
+#include "session/session_backend.h"
 #include "session/worker.h"
 
 namespace disco {
 
 namespace detail {
 
-/// The live session of this process, if it has the given generation (nullptr otherwise).
-SessionImpl* LiveSession(uint64_t generation);
-
-class SessionImpl {
+/// The in-job session on rank 0: MPI transport, worker 0 in process.
+class SessionImpl final : public SessionBackend {
  public:
   /// Kills wait in a list and ride on the next frame; past this many they go out on their own.
   static constexpr size_t kMaxPendingKills = 16;
@@ -30,31 +29,25 @@ class SessionImpl {
   SessionImpl(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& worker0);
   ~SessionImpl();
 
-  /// Identifies this session to the DRefs it hands out (never reused within a process).
-  uint64_t generation() const { return generation_; }
-  int num_workers() const { return transport_->size(); }
-  int num_groups() const { return static_cast<int>(config_.num_groups); }
+  int num_workers() const override { return transport_->size(); }
+  int num_groups() const override { return static_cast<int>(config_.num_groups); }
   const SessionConfig& config() const { return config_; }
 
-  DRef GetGlobalFunc(const std::string& name);
-  /// With `movable`, the session may move from `args` (CallPacked's own temporaries).
-  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable = false);
-  void CopyToWorker0(const Tensor& host, const DRef& remote);
-  void CopyFromWorker0(const Tensor& host, const DRef& remote);
-  void SyncWorker(int worker_id);
-  void SyncAll();
-  Any DebugGetFromRemote(int64_t reg_id, int worker_id);
-  void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id);
+  DRef GetGlobalFunc(const std::string& name) override;
+  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) override;
+  void CopyToWorker0(const Tensor& host, const DRef& remote) override;
+  void CopyFromWorker0(const Tensor& host, const DRef& remote) override;
+  void SyncWorker(int worker_id) override;
+  void SyncAll() override;
+  Any DebugGetFromRemote(int64_t reg_id, int worker_id) override;
+  void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) override;
   /// Ends the session with `exit_code` and returns the job's final exit code (1 when remote
   /// errors were never observed by the controller). Idempotent.
-  int Shutdown(int exit_code);
+  int Shutdown(int exit_code) override;
   bool is_shut_down() const { return shut_down_; }
 
-  /// A cached DRef to a builtin, fetched on first use.
-  const DRef& Builtin(const std::string& name);
-
-  /// Called when the last copy of a DRef goes; never throws.
-  void DeallocReg(int64_t reg) noexcept;
+  const DRef& Builtin(const std::string& name) override;
+  void DeallocReg(int64_t reg) noexcept override;
 
   Worker& worker0() { return worker0_; }
   /// For tests: the next frame carries a sequence number `delta` ahead, so workers see a
@@ -86,7 +79,6 @@ class SessionImpl {
   void ReceiveReply(int worker, protocol::Reply* reply);
 
   MpiTransport* transport_;
-  uint64_t generation_;
   SessionConfig config_;
   Worker worker0_;
   uint64_t seq_ = 0;

@@ -1,0 +1,59 @@
+// What a Session drives: the in-job MPI session (SessionImpl) today, a remote one over TCP later.
+// Session's public methods forward here; DRefs find their backend by generation.
+#ifndef DISCO_SESSION_SESSION_BACKEND_H_
+#define DISCO_SESSION_SESSION_BACKEND_H_
+
+#include <disco/any.h>
+#include <disco/tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace disco {
+namespace detail {
+
+class SessionBackend {
+ public:
+  virtual ~SessionBackend();
+  SessionBackend(const SessionBackend&) = delete;
+  SessionBackend& operator=(const SessionBackend&) = delete;
+
+  /// Identifies this session to the DRefs it hands out (never reused within a process).
+  uint64_t generation() const { return generation_; }
+
+  virtual int num_workers() const = 0;
+  virtual int num_groups() const = 0;
+  virtual DRef GetGlobalFunc(const std::string& name) = 0;
+  /// With `movable`, the backend may move from `args` (CallPacked's own temporaries).
+  virtual DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) = 0;
+  virtual void CopyToWorker0(const Tensor& host, const DRef& remote) = 0;
+  virtual void CopyFromWorker0(const Tensor& host, const DRef& remote) = 0;
+  virtual void SyncWorker(int worker_id) = 0;
+  virtual void SyncAll() = 0;
+  virtual Any DebugGetFromRemote(int64_t reg_id, int worker_id) = 0;
+  virtual void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) = 0;
+  /// Ends the session with `exit_code`; returns the job's final exit code. Idempotent.
+  virtual int Shutdown(int exit_code) = 0;
+  /// A cached DRef to a builtin, fetched on first use.
+  virtual const DRef& Builtin(const std::string& name) = 0;
+  /// Called when the last copy of a DRef of this session goes; never throws.
+  virtual void DeallocReg(int64_t reg) noexcept = 0;
+
+ protected:
+  /// Registers this backend as the process's live session (one at a time).
+  SessionBackend();
+  /// Unregisters it: DRefs freed from now on (by the derived destructor's members) free nothing.
+  /// A derived destructor calls it first.
+  void Retire();
+
+ private:
+  uint64_t generation_;
+};
+
+/// The live session of this process, if it has the given generation (nullptr otherwise).
+SessionBackend* LiveSession(uint64_t generation);
+
+}  // namespace detail
+}  // namespace disco
+
+#endif  // DISCO_SESSION_SESSION_BACKEND_H_
