@@ -60,11 +60,21 @@ void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const c
                                                              : DeviceToString(want) + " tensors");
 }
 
+// The element count the ranks agree on (-1 for a missing tensor).
+int64_t CountOf(const Tensor& t) { return t.defined() ? t.numel() : -1; }
+
 void CheckSameDType(const Tensor& a, const char* an, const Tensor& b, const char* bn,
                     const char* fn) {
   DISCO_CHECK(a.dtype() == b.dtype(), TypeError)
       << fn << ": dtype mismatch: '" << an << "' is " << DataTypeToString(a.dtype()) << ", '" << bn
       << "' is " << DataTypeToString(b.dtype());
+}
+
+// Both tensors present, supported, on the backend's device, of one dtype.
+void CheckSendRecv(const Tensor& send, const Tensor& recv, const Communicator& c, const char* fn) {
+  CheckTensor(send, c, fn, "send");
+  CheckTensor(recv, c, fn, "recv");
+  CheckSameDType(send, "send", recv, "recv", fn);
 }
 
 void CheckOp(ReduceOp op, DLDataType dtype, const char* fn) {
@@ -175,11 +185,9 @@ void RegisterAll() {
                          // The op name is the same on every worker: a bad one fails everywhere
                          // alike.
                          ReduceOp op = ParseReduceOp(op_name);
-                         CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement,
+                         CheckAndAgree(c, fn, CountOf(send), *agreement,
                                        static_cast<int64_t>(op) * 2 + in_group, [&] {
-                                         CheckTensor(send, c, fn, "send");
-                                         CheckTensor(recv, c, fn, "recv");
-                                         CheckSameDType(send, "send", recv, "recv", fn);
+                                         CheckSendRecv(send, recv, c, fn);
                                          DISCO_CHECK(send.numel() == recv.numel(), ValueError)
                                              << fn << ": 'send' has " << send.numel()
                                              << " elements, 'recv' " << recv.numel();
@@ -196,10 +204,8 @@ void RegisterAll() {
           Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.allgather";
           Communicator& c = Comm(in_group, fn);
-          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
-            CheckTensor(send, c, fn, "send");
-            CheckTensor(recv, c, fn, "recv");
-            CheckSameDType(send, "send", recv, "recv", fn);
+          CheckAndAgree(c, fn, CountOf(send), *agreement, in_group, [&] {
+            CheckSendRecv(send, recv, c, fn);
             DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
                 << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
                 << " x " << send.numel() << " = " << send.numel() * c.size();
@@ -218,20 +224,17 @@ void RegisterAll() {
           Communicator& c = Comm(in_group, fn);
           // The op name is the same on every worker: a bad one fails everywhere alike.
           ReduceOp op = ParseReduceOp(op_name);
-          CheckAndAgree(c, fn, send.defined() ? send.numel() : -1, *agreement,
-                        static_cast<int64_t>(op) * 2 + in_group, [&] {
-                          CheckTensor(send, c, fn, "send");
-                          CheckTensor(recv, c, fn, "recv");
-                          CheckSameDType(send, "send", recv, "recv", fn);
-                          DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
-                              << fn << ": 'send' has " << send.numel() << " elements, which the "
-                              << c.size() << " workers cannot share equally";
-                          DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
-                              << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
-                              << send.numel() / c.size() << " (" << send.numel() << " / "
-                              << c.size() << ")";
-                          CheckOp(op, send.dtype(), fn);
-                        });
+          CheckAndAgree(
+              c, fn, CountOf(send), *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
+                CheckSendRecv(send, recv, c, fn);
+                DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
+                    << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
+                    << " workers cannot share equally";
+                DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
+                    << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
+                    << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
+                CheckOp(op, send.dtype(), fn);
+              });
           c.ReduceScatter(send, recv, op);
         };
       });
@@ -244,12 +247,10 @@ void RegisterAll() {
                          const char* fn = "disco.broadcast_from_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(c, fn, recv.defined() ? recv.numel() : -1, *agreement,
-                                       in_group, [&] {
-                                         CheckTensor(recv, c, fn, "recv");
-                                         if (root)
-                                           CheckRootTensor(send, "send", recv, "recv", 1, c, fn);
-                                       });
+                         CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
+                           CheckTensor(recv, c, fn, "recv");
+                           if (root) CheckRootTensor(send, "send", recv, "recv", 1, c, fn);
+                         });
                          c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
                        };
                      });
@@ -262,12 +263,10 @@ void RegisterAll() {
                          const char* fn = "disco.scatter_from_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(
-                             c, fn, recv.defined() ? recv.numel() : -1, *agreement, in_group, [&] {
-                               CheckTensor(recv, c, fn, "recv");
-                               if (root)
-                                 CheckRootTensor(send, "send", recv, "recv", c.size(), c, fn);
-                             });
+                         CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
+                           CheckTensor(recv, c, fn, "recv");
+                           if (root) CheckRootTensor(send, "send", recv, "recv", c.size(), c, fn);
+                         });
                          c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
                        };
                      });
@@ -280,12 +279,10 @@ void RegisterAll() {
                          const char* fn = "disco.gather_to_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(
-                             c, fn, send.defined() ? send.numel() : -1, *agreement, in_group, [&] {
-                               CheckTensor(send, c, fn, "send");
-                               if (root)
-                                 CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
-                             });
+                         CheckAndAgree(c, fn, CountOf(send), *agreement, in_group, [&] {
+                           CheckTensor(send, c, fn, "send");
+                           if (root) CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
+                         });
                          c.Gather(send, recv.value_or(Tensor()), Root(in_group));
                        };
                      });
@@ -295,7 +292,7 @@ void RegisterAll() {
       Tensor buffer = TensorOf(buffer_arg);
       const char* fn = "disco.recv_from_worker0";
       Communicator& c = Comm(false, fn);
-      CheckAndAgree(c, fn, buffer.defined() ? buffer.numel() : -1, *agreement, 0,
+      CheckAndAgree(c, fn, CountOf(buffer), *agreement, 0,
                     [&] { CheckTensor(buffer, c, fn, "buffer"); });
       c.Broadcast(buffer, buffer, 0);
     };
