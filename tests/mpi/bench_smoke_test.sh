@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# disco-bench still runs and reports correct results (a smoke test, not a timed one): the call
+# and ccl suites at 2 ranks with tiny iteration counts; the CSV/JSON files have their columns and
+# every collective reports 0 wrong elements.
+#   bench_smoke_test.sh MPIEXEC DISCO_BENCH [mpiexec flags...]
+set -euo pipefail
+mpiexec=$1 bench=$2; shift 2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$mpiexec" -n 2 "$@" "$bench" call --iters 200 --latency-iters 20 --repeats 1 --max-bytes 4096 \
+  --csv "$out/call.csv" > "$out/call.txt"
+"$mpiexec" -n 2 "$@" "$bench" ccl --min-bytes 4096 --max-bytes 262144 --repeats 1 \
+  --csv "$out/ccl.csv" --json "$out/ccl.json" > "$out/ccl.txt"
+cat "$out/call.txt" "$out/ccl.txt"
+fail=0
+head -n 20 "$out/call.csv" | grep -q '^payload_B,wire_B,raw_pipe_us,call_pipe_us,pipe_ratio' || { echo "FAIL: call.csv columns"; fail=1; }
+grep -q '^# ranks=2' "$out/call.csv" || { echo "FAIL: call.csv metadata"; fail=1; }
+rows=$(grep -c '^[0-9]' "$out/call.csv" || true)
+[[ $rows -eq 5 ]] || { echo "FAIL: call.csv has $rows rows, expected 5 (8 B .. 4 KiB)"; fail=1; }
+grep -q '^collective,size_B,count,type,op,raw_time_us,raw_algbw,raw_busbw,raw_wrong,disco_time_us' "$out/ccl.csv" || { echo "FAIL: ccl.csv columns"; fail=1; }
+# Columns 9 and 13 are #wrong for raw MPI and for disco: every one must be 0.
+bad=$(awk -F, '!/^#/ && NR > 1 && $1 != "collective" && ($9 != 0 || $13 != 0)' "$out/ccl.csv")
+[[ -z $bad ]] || { echo "FAIL: wrong results: $bad"; fail=1; }
+crows=$(grep -c '^[a-z_]*,[0-9]' "$out/ccl.csv" || true)
+[[ $crows -eq 16 ]] || { echo "FAIL: ccl.csv has $crows rows, expected 16 (4 collectives x 4 sizes)"; fail=1; }
+grep -q '"rows": \[' "$out/ccl.json" && grep -q '"disco_wrong": 0' "$out/ccl.json" || { echo "FAIL: ccl.json"; fail=1; }
+[[ $fail -eq 0 ]] && echo "bench smoke: ok"
+exit $fail
