@@ -262,7 +262,12 @@ size_t EncodeCommand(ByteBuffer* buf, Action action, uint64_t seq,
 }
 
 void DecodeCommand(const uint8_t* data, size_t size, size_t max_payload, Command* out) {
-  out->header = ParseHeader(data, size, max_payload);
+  DecodeCommand(ParseHeader(data, size, max_payload), data, size, max_payload, out);
+}
+
+void DecodeCommand(const FrameHeader& header, const uint8_t* data, size_t size, size_t max_payload,
+                   Command* out) {
+  out->header = header;
   size_t payload = out->header.payload_bytes;
   if (payload != size - kHeaderBytes) {
     Reader(data, size)

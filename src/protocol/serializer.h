@@ -57,6 +57,10 @@ size_t EncodeCommand(ByteBuffer* buf, Action action, uint64_t seq,
 /// trail the payload. Out-of-line values are allocated (each at most `max_payload` bytes) and
 /// listed in `out->bulk`.
 void DecodeCommand(const uint8_t* data, size_t size, size_t max_payload, Command* out);
+/// The same, for a frame whose header the caller has already parsed (the worker loop needs its
+/// payload length before the rest of the frame arrives).
+void DecodeCommand(const FrameHeader& header, const uint8_t* data, size_t size, size_t max_payload,
+                   Command* out);
 
 /// An error a worker reports to rank 0.
 struct ErrorReport {

@@ -308,7 +308,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
       frame.Resize(total);
       transport->Broadcast(frame.data() + inline_bytes, total - inline_bytes);
     }
-    protocol::DecodeCommand(frame.data(), total, max_payload, &cmd);
+    protocol::DecodeCommand(header, frame.data(), total, max_payload, &cmd);
     for (const protocol::BulkSlot& b : cmd.bulk) transport->Broadcast(b.data, b.size);
     DISCO_CHECK(header.seq == expected_seq, ProtocolError)
         << "desynchronised command stream on worker " << info.worker_id << ": expected command #"
