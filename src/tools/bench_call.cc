@@ -49,13 +49,6 @@ double ReduceMaxMedian(std::vector<double>* times) {
   return st.comm.rank() == 0 ? Median(maxed) : 0.0;
 }
 
-DISCO_REGISTER_GLOBAL("bench.num_nodes").set_body_typed([]() {
-  State().EnsureComm();
-  int leader = ThisWorker().local_rank == 0 ? 1 : 0, nodes = 0;
-  DISCO_MPI_CALL(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, State().comm.get()));
-  return static_cast<int64_t>(nodes);
-});
-
 DISCO_REGISTER_GLOBAL("bench.raw_pipelined").set_body_typed([](int64_t bytes, int64_t iters) {
   BenchState& st = State();
   st.EnsureComm();
@@ -169,12 +162,9 @@ int RunCallBench(Session& s, const Options& opts) {
   DRef noop = s.GetGlobalFunc("bench.noop");
   DRef record = s.GetGlobalFunc("bench.noop_record");
   DRef collect = s.GetGlobalFunc("bench.collect");
-  int64_t nodes =
-      s.CallPacked(s.GetGlobalFunc("bench.num_nodes")).DebugGetFromRemote(0).cast<int64_t>();
 
-  const bool same_clock = nodes == 1;
+  const bool same_clock = NumNodes(s) == 1;
   std::vector<std::string> meta = Metadata(s);
-  meta[1] = "nodes=" + std::to_string(nodes);
   meta.push_back("inline_bytes=" + std::to_string(inline_bytes));
   meta.push_back("iters=" + std::to_string(iters) + " latency_iters=" + std::to_string(lat_iters) +
                  " repeats=" + std::to_string(repeats));

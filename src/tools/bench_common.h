@@ -61,8 +61,10 @@ class Table {
 };
 
 std::string Fmt(double v, int precision = 3);
-/// Run metadata lines: ranks, nodes, MPI version, host, date.
-std::vector<std::string> Metadata(const Session& s);
+/// The number of nodes the job spans (a collective call on every worker).
+int64_t NumNodes(Session& s);
+/// Run metadata lines: ranks, nodes, MPI version, disco version, date.
+std::vector<std::string> Metadata(Session& s);
 
 int RunCallBench(Session& s, const Options& opts);
 int RunCclBench(Session& s, const Options& opts);

@@ -111,8 +111,19 @@ void Table::WriteJson(const std::string& path, const std::vector<std::string>& m
   f << "\n  ]\n}\n";
 }
 
-std::vector<std::string> Metadata(const Session& s) {
-  int nodes = 1;  // the benchmark fills in the measured count
+// Nodes = ranks whose node-local rank is 0, counted by every rank together.
+DISCO_REGISTER_GLOBAL("bench.num_nodes").set_body_typed([]() {
+  int leader = ThisWorker().local_rank == 0 ? 1 : 0, nodes = 0;
+  DISCO_MPI_CALL(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  return static_cast<int64_t>(nodes);
+});
+
+int64_t NumNodes(Session& s) {
+  return s.CallPacked(s.GetGlobalFunc("bench.num_nodes")).DebugGetFromRemote(0).cast<int64_t>();
+}
+
+std::vector<std::string> Metadata(Session& s) {
+  int64_t nodes = NumNodes(s);
   char date[64];
   std::time_t t = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
