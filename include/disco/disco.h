@@ -8,6 +8,7 @@
 #include <disco/error.h>
 #include <disco/function.h>
 #include <disco/log.h>
+#include <disco/remote.h>
 #include <disco/session.h>
 #include <disco/tensor.h>
 #include <disco/types.h>

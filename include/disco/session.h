@@ -130,6 +130,8 @@ class Session {
   Session& operator=(Session&&) noexcept = default;
   /// The in-job MPI session behind this one (nullptr for other kinds), for tests and tools.
   detail::SessionImpl* impl() const;
+  /// Whatever drives this session (in-job or remote).
+  detail::SessionBackend* backend() const { return impl_.get(); }
 
  private:
   std::shared_ptr<detail::SessionBackend> impl_;

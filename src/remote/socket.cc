@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,6 +65,15 @@ void Socket::Close() {
   fd_ = -1;
 }
 
+std::string Socket::PeerName() const {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "(unknown peer)";
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
 int Socket::port() const {
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
@@ -103,6 +113,7 @@ Socket Socket::Connect(const std::string& host, int port, int timeout_ms) {
   }
   int one = 1;
   setsockopt(s.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(s.fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   return s;
 }
 
@@ -116,14 +127,15 @@ Socket Socket::Accept(int timeout_ms) {
   SetNonBlocking(c.fd_);
   int one = 1;
   setsockopt(c.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(c.fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   return c;
 }
 
 void Socket::WaitFor(short events, int timeout_ms, const char* what) {
   int64_t deadline = NowMs() + timeout_ms;
   for (;;) {
-    int64_t left = deadline - NowMs();
-    DISCO_CHECK(left > 0, RuntimeError)
+    int64_t left = timeout_ms < 0 ? -1 : deadline - NowMs();
+    DISCO_CHECK(timeout_ms < 0 || left > 0, RuntimeError)
         << "timed out after " << timeout_ms << " ms waiting for " << what;
     pollfd p{fd_, events, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
@@ -149,6 +161,44 @@ void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
   }
 }
 
+void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t body_n,
+                      int timeout_ms) {
+  DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
+  iovec iov[2] = {{const_cast<void*>(head), head_n}, {const_cast<void*>(body), body_n}};
+  int first = 0;
+  while (first < 2) {
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = static_cast<size_t>(2 - first);
+    ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (k >= 0) {
+      size_t done = static_cast<size_t>(k);
+      while (first < 2 && done >= iov[first].iov_len) {
+        done -= iov[first].iov_len;
+        ++first;
+      }
+      if (first < 2) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+        iov[first].iov_len -= done;
+      }
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      WaitFor(POLLOUT, timeout_ms, "the peer to take more data");
+    } else {
+      DISCO_THROW(RuntimeError) << "send failed: " << Errno();
+    }
+  }
+}
+
+bool Socket::WaitReadable(int timeout_ms) {
+  for (;;) {
+    pollfd p{fd_, POLLIN, 0};
+    int rc = ::poll(&p, 1, timeout_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    DISCO_CHECK(rc >= 0, RuntimeError) << "poll failed: " << Errno();
+    return rc > 0;
+  }
+}
+
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
   char* p = static_cast<char*>(data);
@@ -170,8 +220,7 @@ void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
 
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
   uint64_t len = n;
-  s->SendAll(&len, sizeof len, timeout_ms);
-  if (n != 0) s->SendAll(body, n, timeout_ms);
+  s->SendAll2(&len, sizeof len, body, n, timeout_ms);
 }
 
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms) {
@@ -217,7 +266,7 @@ HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uin
   return static_cast<HandshakeCode>(code);
 }
 
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms) {
+HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms, bool busy) {
   uint8_t head[8];
   s->RecvAll(head, sizeof head, timeout_ms, "the client's handshake");
   uint32_t magic;
@@ -241,7 +290,8 @@ HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeou
     diff |= static_cast<unsigned char>(key[i]) ^
             static_cast<unsigned char>(i < expected_key.size() ? expected_key[i] : 0);
   }
-  return answer(diff == 0 ? HandshakeCode::kOk : HandshakeCode::kBadKey);
+  if (diff != 0) return answer(HandshakeCode::kBadKey);
+  return answer(busy ? HandshakeCode::kBusy : HandshakeCode::kOk);
 }
 
 }  // namespace remote

@@ -13,8 +13,12 @@
 namespace disco {
 namespace remote {
 
+/// Pass as a timeout to wait without a deadline.
+constexpr int kNoTimeout = -1;
+
 /// An owned TCP socket (closed by the destructor). Every blocking call takes a deadline in
-/// milliseconds and raises RuntimeError naming what it waited for when it passes.
+/// milliseconds (kNoTimeout: none) and raises RuntimeError naming what it waited for when it
+/// passes.
 class Socket {
  public:
   Socket() = default;
@@ -33,6 +37,11 @@ class Socket {
   Socket Accept(int timeout_ms);
 
   void SendAll(const void* data, size_t n, int timeout_ms);
+  /// Sends `head` then `body` with one system call where the kernel takes both (no copy into a
+  /// joint buffer).
+  void SendAll2(const void* head, size_t head_n, const void* body, size_t body_n, int timeout_ms);
+  /// Waits up to `timeout_ms` (kNoTimeout: forever) for data or a close; false on timeout.
+  bool WaitReadable(int timeout_ms);
   /// Receives exactly n bytes; a peer that closes first raises RuntimeError ("closed after k of
   /// n").
   void RecvAll(void* data, size_t n, int timeout_ms, const char* what);
@@ -41,6 +50,8 @@ class Socket {
   int fd() const { return fd_; }
   /// The local port (after Listen with port 0).
   int port() const;
+  /// "ip:port" of the peer, for log lines.
+  std::string PeerName() const;
   void Close();
 
  private:
@@ -72,8 +83,10 @@ const char* HandshakeCodeName(HandshakeCode code);
 HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms,
                           uint32_t magic = kRemoteMagic, uint16_t version = kRemoteVersion);
 /// Server side: reads a hello, answers it and returns the code it sent (the caller closes the
-/// connection on anything but kOk). Malformed or slow hellos raise.
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms);
+/// connection on anything but kOk). With `busy`, a hello that passes every check is answered
+/// kBusy. Malformed or slow hellos raise.
+HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms,
+                          bool busy = false);
 
 }  // namespace remote
 }  // namespace disco

@@ -32,28 +32,30 @@ size_t SessionConfig::max_payload() const {
 
 namespace detail {
 namespace {
-// The one session of this process and its generation; DRefs compare generations so that a DRef
-// outliving its session (a static, say) frees nothing.
-SessionBackend* g_live_session = nullptr;
+// The live sessions of this process (the job's own, and any number of remote ones) and the last
+// generation handed out; DRefs compare generations so that a DRef outliving its session (a
+// static, say) frees nothing.
+std::vector<SessionBackend*> g_live_sessions;
 uint64_t g_last_generation = 0;
 }  // namespace
 
 SessionBackend::SessionBackend() : generation_(++g_last_generation) {
-  DISCO_CHECK(g_live_session == nullptr, ValueError)
-      << "a process runs one disco session at a time";
-  g_live_session = this;
+  g_live_sessions.push_back(this);
 }
 
 SessionBackend::~SessionBackend() { Retire(); }
 
 void SessionBackend::Retire() {
-  if (g_live_session == this) g_live_session = nullptr;
+  auto it = std::find(g_live_sessions.begin(), g_live_sessions.end(), this);
+  if (it != g_live_sessions.end()) g_live_sessions.erase(it);
 }
 
 SessionBackend* LiveSession(uint64_t generation) {
-  return generation != 0 && g_live_session != nullptr && g_live_session->generation() == generation
-             ? g_live_session
-             : nullptr;
+  if (generation == 0) return nullptr;
+  for (SessionBackend* s : g_live_sessions) {
+    if (s->generation() == generation) return s;
+  }
+  return nullptr;
 }
 }  // namespace detail
 
@@ -264,19 +266,20 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
   return MakeDRef(reg);
 }
 
-void SessionImpl::CopyToWorker0(const Tensor& host, const DRef& remote) {
-  CheckLive("CopyToWorker0");
+Tensor SessionImpl::Worker0Tensor(const DRef& remote, const char* what) {
+  CheckLive(what);
   FlushWorker0();
-  DISCO_CHECK(remote.defined(), ValueError) << "CopyToWorker0 into an empty DRef";
-  worker0_.GetTensor(remote.reg_id(), "CopyToWorker0").CopyFrom(host);
+  DISCO_CHECK(remote.defined(), ValueError) << what << " with an empty DRef";
+  return worker0_.GetTensor(remote.reg_id(), what);
+}
+
+void SessionImpl::CopyToWorker0(const Tensor& host, const DRef& remote) {
+  Worker0Tensor(remote, "CopyToWorker0").CopyFrom(host);
 }
 
 void SessionImpl::CopyFromWorker0(const Tensor& host, const DRef& remote) {
-  CheckLive("CopyFromWorker0");
-  FlushWorker0();
-  DISCO_CHECK(remote.defined(), ValueError) << "CopyFromWorker0 from an empty DRef";
   Tensor dst = host;
-  dst.CopyFrom(worker0_.GetTensor(remote.reg_id(), "CopyFromWorker0"));
+  dst.CopyFrom(Worker0Tensor(remote, "CopyFromWorker0"));
 }
 
 void SessionImpl::OnError(const protocol::ErrorReport& report) {

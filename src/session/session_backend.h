@@ -40,7 +40,7 @@ class SessionBackend {
   virtual void DeallocReg(int64_t reg) noexcept = 0;
 
  protected:
-  /// Registers this backend as the process's live session (one at a time).
+  /// Registers this backend as one of the process's live sessions.
   SessionBackend();
   /// Unregisters it: DRefs freed from now on (by the derived destructor's members) free nothing.
   /// A derived destructor calls it first.
@@ -50,7 +50,7 @@ class SessionBackend {
   uint64_t generation_;
 };
 
-/// The live session of this process, if it has the given generation (nullptr otherwise).
+/// The live session of this process with the given generation (nullptr when it has ended).
 SessionBackend* LiveSession(uint64_t generation);
 
 }  // namespace detail

@@ -37,6 +37,9 @@ class SessionImpl final : public SessionBackend {
   DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) override;
   void CopyToWorker0(const Tensor& host, const DRef& remote) override;
   void CopyFromWorker0(const Tensor& host, const DRef& remote) override;
+  /// Worker 0's tensor in register `remote` (in process), once worker 0 has run every command
+  /// sent so far. `what` names the caller in errors.
+  Tensor Worker0Tensor(const DRef& remote, const char* what);
   void SyncWorker(int worker_id) override;
   void SyncAll() override;
   Any DebugGetFromRemote(int64_t reg_id, int worker_id) override;

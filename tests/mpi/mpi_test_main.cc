@@ -1,8 +1,14 @@
 // gtest main for the MPI suites: every rank enters disco::Main; rank 0 runs the tests as the
 // controller and the others serve as workers. Worker-side checks throw, so a failure on any rank
 // reaches rank 0 as a RemoteError and fails the test there; the exit code is agreed by all ranks.
+//
+// With `--serve PORT_FILE`, the job instead serves its session (with every test function
+// registered) to a remote client on loopback: tests/remote runs the same suites through it.
 #include <disco/disco.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
 
 #include "mpi/mpi_test_env.h"
 
@@ -14,7 +20,18 @@ Session* g_session = nullptr;
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  return disco::Main(argc, argv, [](disco::Session& session) {
+  std::string serve_port_file;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--serve") == 0) serve_port_file = argv[i + 1];
+  }
+  return disco::Main(argc, argv, [&](disco::Session& session) {
+    if (!serve_port_file.empty()) {
+      disco::SetLogLevel(disco::LogLevel::kInfo);
+      disco::ServeOptions opts;
+      opts.port_file = serve_port_file;
+      opts.request_timeout_ms = 3000;  // tests/remote's truncated-request case waits this long
+      return disco::Serve(session, opts);
+    }
     disco::testing::g_session = &session;
     int rc = RUN_ALL_TESTS();
     disco::testing::g_session = nullptr;

@@ -315,8 +315,13 @@ DISCO_REGISTER_GLOBAL("test.make_object").set_body_typed([]() {
 TEST_F(SessionTest, UnsendableRegistersAreRefusedNotFatal) {
   DRef obj = s().CallPacked(F("test.make_object"));
   DRef func = F("test.echo");
-  EXPECT_EQ(*obj.DebugGetFromRemote(0).cast<Object>().as<int>(), 0);  // in process: no wire
-  for (int w = 1; w < n(); ++w) {
+  // In the job, worker 0 is in process and nothing crosses a wire; a remote client reads worker
+  // 0 over TCP like any other.
+  int first_remote = s().impl() != nullptr ? 1 : 0;
+  if (first_remote == 1) {
+    EXPECT_EQ(*obj.DebugGetFromRemote(0).cast<Object>().as<int>(), 0);
+  }
+  for (int w = first_remote; w < n(); ++w) {
     try {
       obj.DebugGetFromRemote(w);
       ADD_FAILURE() << "expected a ValueError";
@@ -339,18 +344,23 @@ TEST_F(SessionTest, LoadLibraryErrorsNameThePath) {
 TEST_F(SessionTest, HundredThousandAllocateFreeCyclesKeepTheRegisterFileBounded) {
   DRef noop = F("test.noop");
   DRef echo = F("test.echo");
-  int64_t before = s().impl()->register_count();
-  for (int i = 0; i < 100000; ++i) {
+  // Through a remote session each call is a network round trip: fewer cycles there.
+  const int cycles = s().impl() != nullptr ? 100000 : 20000;
+  int64_t before = s().impl() != nullptr ? s().impl()->register_count() : 0;
+  for (int i = 0; i < cycles; ++i) {
     DRef tmp = s().CallPacked(i % 2 ? noop : echo, i);
   }
   s().SyncAll();
-  int64_t after = s().impl()->register_count();
+  int64_t after = s().impl() != nullptr ? s().impl()->register_count() : 0;
   EXPECT_LE(after - before, static_cast<int64_t>(detail::SessionImpl::kMaxPendingKills) + 4);
   DRef live = s().CallPacked(F("test.live_registers"));
   DRef cap = s().CallPacked(F("test.register_capacity"));
   for (int w = 0; w < n(); ++w) {
     EXPECT_LE(live.DebugGetFromRemote(w).cast<int64_t>(), 64) << w;
-    EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), after + 2) << w;
+    if (s().impl() != nullptr) {
+      EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), after + 2) << w;
+    }
+    EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), 4096) << w;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "remote/rpc.h"
 #include "remote/socket.h"
 
 namespace disco {
@@ -129,6 +130,100 @@ TEST(RemoteSocketTest, AcceptAndConnectTimeOut) {
   listener.Close();
   EXPECT_THROW(Socket::Connect("127.0.0.1", port, 1000), RuntimeError);  // refused
   EXPECT_THROW(Socket::Listen("127.0.0.1", 70000), ValueError);
+}
+
+// ---- The request/reply format (remote/rpc.h) ---------------------------------------------------
+
+TEST(RemoteRpcTest, RequestsAndRepliesRoundTrip) {
+  protocol::ByteBuffer buf;
+  Any operands[4] = {Any(DRef::Unowned(17)), Any("name"), Any(Shape{2, 3}), Any(int64_t{-5})};
+  EncodeRequest(&buf, Op::kCall, {3, 9}, operands, 4);
+  Request req;
+  DecodeRequest(buf.data(), buf.size(), &req);
+  EXPECT_EQ(req.op, Op::kCall);
+  EXPECT_EQ(req.frees, (std::vector<int64_t>{3, 9}));
+  ASSERT_EQ(req.operands.size(), 4u);
+  EXPECT_EQ(req.operands[0].cast<DRef>().reg_id(), 17);
+  EXPECT_EQ(req.operands[1].cast<std::string>(), "name");
+  EXPECT_EQ(req.operands[2].cast<Shape>(), (Shape{2, 3}));
+  EXPECT_EQ(req.operands[3].cast<int64_t>(), -5);
+
+  Any results[1] = {Any(int64_t{42})};
+  EncodeOkReply(&buf, results, 1);
+  std::vector<Any> back = DecodeReply(buf.data(), buf.size());
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].cast<int64_t>(), 42);
+}
+
+TEST(RemoteRpcTest, ErrorRepliesKeepTheirType) {
+  protocol::ByteBuffer buf;
+  EncodeErrorReply(&buf, RemoteError("worker 2 failed", 2));
+  try {
+    DecodeReply(buf.data(), buf.size());
+    ADD_FAILURE() << "expected a RemoteError";
+  } catch (const RemoteError& e) {
+    EXPECT_EQ(e.worker(), 2);
+    EXPECT_STREQ(e.what(), "worker 2 failed");
+  }
+  EncodeErrorReply(&buf, ValueError("bad"));
+  EXPECT_THROW(DecodeReply(buf.data(), buf.size()), ValueError);
+  EncodeErrorReply(&buf, TypeError("bad"));
+  EXPECT_THROW(DecodeReply(buf.data(), buf.size()), TypeError);
+  EncodeErrorReply(&buf, std::runtime_error("plain"));
+  EXPECT_THROW(DecodeReply(buf.data(), buf.size()), RuntimeError);
+}
+
+TEST(RemoteRpcTest, EveryTruncationAndManyMutationsAreProtocolErrors) {
+  protocol::ByteBuffer buf;
+  Any operands[3] = {Any(DRef::Unowned(4)), Any(Bytes(std::string(40, 'b'))), Any(2.5)};
+  EncodeRequest(&buf, Op::kCall, {1, 2, 3}, operands, 3);
+  std::vector<uint8_t> good(buf.data(), buf.data() + buf.size());
+  Request req;
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_THROW(DecodeRequest(good.data(), n, &req), ProtocolError) << "truncated to " << n;
+  }
+  // Single-byte mutations either decode or raise ProtocolError, never anything else.
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t v : {uint8_t{0}, uint8_t{0x7F}, uint8_t{0xFF}}) {
+      std::vector<uint8_t> bad = good;
+      bad[i] = v;
+      try {
+        DecodeRequest(bad.data(), bad.size(), &req);
+      } catch (const ProtocolError&) {
+      }
+    }
+  }
+  uint8_t unknown_op[1] = {99};
+  EXPECT_THROW(DecodeRequest(unknown_op, 1, &req), ProtocolError);
+  EXPECT_THROW(DecodeReply(unknown_op, 1), ProtocolError);
+}
+
+TEST(RemoteRpcTest, ChunkOverheadIsWhatAChunkHeaderTakes) {
+  EXPECT_EQ(ChunkOverheadBytes(), sizeof(uint64_t) + 1 + sizeof(uint64_t));
+}
+
+TEST(RemoteRpcTest, ChunksStreamIntoPlaceAndOutOfOrderChunksAreRefused) {
+  const size_t n = (size_t{3} << 20) + 7, max_packet = size_t{1} << 20;
+  std::string data(n, '\0');
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 7919 >> 5);
+  Server server([&](Socket* c) {
+    std::string got(n, '\0');
+    RecvChunks(c, &got[0], n, max_packet, kTimeoutMs);
+    if (got != data) throw std::runtime_error("chunk data differs");
+    RecvChunks(c, &got[0], 10, max_packet, kTimeoutMs);  // a chunk at the wrong offset
+  });
+  Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+  SendChunks(&s, data.data(), n, max_packet, kTimeoutMs);
+  protocol::ByteBuffer head;
+  protocol::Writer w(&head);
+  w.Put<uint64_t>(1 + 8 + 10);
+  w.Put<uint8_t>(kChunkTag);
+  w.Put<uint64_t>(5);
+  s.SendAll2(head.data(), head.size(), data.data(), 10, kTimeoutMs);
+  std::string err = server.done.get();
+  EXPECT_NE(err.find("at offset 5 does not continue a copy of 10 bytes at offset 0"),
+            std::string::npos)
+      << err;
 }
 
 }  // namespace

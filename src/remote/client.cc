@@ -1,0 +1,254 @@
+// The client end of a remote session: a SessionBackend whose every action is one request and one
+// answer over TCP (remote/rpc.h), DRefs naming registers the server holds for this client.
+#include <disco/log.h>
+#include <disco/remote.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "protocol/serializer.h"
+#include "remote/rpc.h"
+#include "remote/socket.h"
+#include "session/session_backend.h"
+
+namespace disco {
+namespace {
+
+using remote::Op;
+
+bool IsHostTensor(const Tensor& t) {
+  return t.defined() && (t.device().device_type == kDLCPU || t.device().device_type == kDLCUDAHost);
+}
+
+class RemoteSession final : public detail::SessionBackend {
+ public:
+  RemoteSession(remote::Socket sock, std::string where, const ConnectOptions& options)
+      : sock_(std::move(sock)), where_(std::move(where)), options_(options) {
+    Any limits[2] = {Any(static_cast<int64_t>(options_.max_reply_bytes)),
+                     Any(static_cast<int64_t>(options_.chunk_bytes))};
+    std::vector<Any> info = Request(Op::kInfo, limits, 2);
+    DISCO_CHECK(info.size() == 3, ProtocolError)
+        << "the server at " << where_ << " answered Info with " << info.size() << " values";
+    workers_ = static_cast<int>(info[0].cast<int64_t>());
+    groups_ = static_cast<int>(info[1].cast<int64_t>());
+    server_max_packet_ = static_cast<size_t>(info[2].cast<int64_t>());
+  }
+
+  ~RemoteSession() override {
+    Retire();  // DRefs dropped from here on (the builtins below) need no free request
+    try {
+      Detach();
+    } catch (const std::exception& e) {
+      DISCO_LOG(WARN) << "remote session " << where_ << ": " << e.what();
+    }
+  }
+
+  int num_workers() const override { return workers_; }
+  int num_groups() const override { return groups_; }
+
+  DRef GetGlobalFunc(const std::string& name) override {
+    Any operand(name);
+    return ResultRef(Request(Op::kGetGlobalFunc, &operand, 1), "GetGlobalFunc");
+  }
+
+  DRef CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool) override {
+    DISCO_CHECK(func.defined(), ValueError) << "CallPacked of an empty DRef";
+    std::vector<Any> operands;
+    operands.reserve(num_args + 1);
+    operands.emplace_back(func);
+    for (size_t i = 0; i < num_args; ++i) operands.push_back(args[i]);
+    CheckOwnRefs(operands.data(), operands.size(), "CallPacked");
+    return ResultRef(Request(Op::kCall, operands.data(), operands.size()), "CallPacked");
+  }
+
+  void CopyToWorker0(const Tensor& host, const DRef& remote) override {
+    Any operands[3] = {CheckCopy(host, remote, "CopyToWorker0"), Any(host.dtype()),
+                       Any(host.shape())};
+    Exchange(Op::kCopyTo, operands, 3, [&] {
+      remote::SendChunks(&sock_, host.data(), host.nbytes(), ChunkLimit(),
+                         options_.reply_timeout_ms);
+    });
+  }
+
+  void CopyFromWorker0(const Tensor& host, const DRef& remote) override {
+    Any operands[3] = {CheckCopy(host, remote, "CopyFromWorker0"), Any(host.dtype()),
+                       Any(host.shape())};
+    Exchange(Op::kCopyFrom, operands, 3, nullptr);
+    Guard([&] {
+      remote::RecvChunks(&sock_, host.data(), host.nbytes(), ChunkLimit(),
+                         options_.reply_timeout_ms);
+    });
+  }
+
+  void SyncWorker(int worker_id) override {
+    Any operand(worker_id);
+    Request(Op::kSyncWorker, &operand, 1);
+  }
+
+  void SyncAll() override { Request(Op::kSyncAll, nullptr, 0); }
+
+  Any DebugGetFromRemote(int64_t reg_id, int worker_id) override {
+    Any operands[2] = {Any(reg_id), Any(worker_id)};
+    std::vector<Any> results = Request(Op::kDebugGet, operands, 2);
+    DISCO_CHECK(results.size() == 1, ProtocolError)
+        << "the server answered DebugGetFromRemote with " << results.size() << " values";
+    return std::move(results[0]);
+  }
+
+  void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) override {
+    Any operands[3] = {Any(reg_id), Any(worker_id), value};
+    CheckOwnRefs(operands + 2, 1, "DebugSetRegister");
+    Request(Op::kDebugSet, operands, 3);
+  }
+
+  int Shutdown(int) override {
+    Detach();
+    return 0;
+  }
+
+  /// Ends the served job (the connection closes with it).
+  void ShutdownJob(int exit_code) {
+    Any operand(exit_code);
+    Request(Op::kShutdownJob, &operand, 1);
+    builtins_.clear();
+    sock_.Close();
+    closed_ = true;
+  }
+
+  const DRef& Builtin(const std::string& name) override {
+    auto it = builtins_.find(name);
+    if (it == builtins_.end()) it = builtins_.emplace(name, GetGlobalFunc(name)).first;
+    return it->second;
+  }
+
+  void DeallocReg(int64_t reg) noexcept override {
+    if (!closed_) frees_.push_back(reg);
+  }
+
+ private:
+  void Detach() {
+    if (closed_) return;
+    builtins_.clear();
+    if (!broken_) Request(Op::kDetach, nullptr, 0);
+    sock_.Close();
+    closed_ = true;
+  }
+
+  void CheckOpen(Op op) const {
+    DISCO_CHECK(!closed_, ValueError)
+        << remote::OpName(op) << " after the remote session with " << where_ << " was shut down";
+    DISCO_CHECK(!broken_, RuntimeError) << remote::OpName(op) << ": the connection to " << where_
+                                        << " is broken (" << broken_why_ << ")";
+  }
+
+  // Runs socket I/O; a failure leaves the stream in an unknown state, so the connection is
+  // marked broken and every later call says why.
+  template <typename F>
+  void Guard(F&& io) {
+    try {
+      io();
+    } catch (const std::exception& e) {
+      broken_ = true;
+      broken_why_ = e.what();
+      sock_.Close();
+      DISCO_THROW(RuntimeError) << "remote session " << where_ << ": " << e.what();
+    }
+  }
+
+  // Sends one request (then, with `after_request`, its chunks) and returns the answer's values;
+  // an error answer is thrown with its original type.
+  template <typename F>
+  std::vector<Any> Exchange(Op op, const Any* operands, size_t n, F&& after_request) {
+    CheckOpen(op);
+    remote::EncodeRequest(&buf_, op, frees_, operands, n);
+    DISCO_CHECK(op == Op::kInfo || buf_.size() + sizeof(uint64_t) <= server_max_packet_, ValueError)
+        << remote::OpName(op) << ": a request of " << buf_.size()
+        << " bytes exceeds the server's limit of " << server_max_packet_
+        << " bytes (copy large tensors with CopyToWorker0)";
+    Guard([&] {
+      remote::SendPacket(&sock_, buf_.data(), buf_.size(), options_.reply_timeout_ms);
+      frees_.clear();
+      if constexpr (!std::is_same_v<std::decay_t<F>, std::nullptr_t>) after_request();
+      remote::RecvPacket(&sock_, &buf_, options_.max_reply_bytes, options_.reply_timeout_ms);
+    });
+    return remote::DecodeReply(buf_.data(), buf_.size());
+  }
+
+  std::vector<Any> Request(Op op, const Any* operands, size_t n) {
+    return Exchange(op, operands, n, nullptr);
+  }
+
+  DRef ResultRef(const std::vector<Any>& results, const char* what) {
+    DISCO_CHECK(results.size() == 1 && results[0].type_code() == TypeCode::kInt, ProtocolError)
+        << "the server answered " << what << " without a register id";
+    return DRef::Make(results[0].cast<int64_t>(), generation());
+  }
+
+  void CheckOwnRefs(const Any* values, size_t n, const char* what) const {
+    for (size_t i = 0; i < n; ++i) {
+      if (values[i].type_code() != TypeCode::kDRef) continue;
+      DRef ref = values[i].cast<DRef>();
+      DISCO_CHECK(!ref.defined() || ref.session() == generation(), ValueError)
+          << what << ": argument " << i << " is DRef(" << ref.reg_id()
+          << ") of another session, not of the remote session with " << where_;
+    }
+  }
+
+  Any CheckCopy(const Tensor& host, const DRef& remote, const char* what) const {
+    DISCO_CHECK(remote.defined(), ValueError) << what << " with an empty DRef";
+    DISCO_CHECK(remote.session() == generation(), ValueError)
+        << what << ": DRef(" << remote.reg_id() << ") belongs to another session";
+    DISCO_CHECK(IsHostTensor(host), ValueError)
+        << what << ": a remote session copies host tensors only, got "
+        << (host.defined() ? DeviceToString(host.device()) : std::string("an undefined tensor"));
+    return Any(remote);
+  }
+
+  size_t ChunkLimit() const { return std::min(options_.chunk_bytes, server_max_packet_); }
+
+  remote::Socket sock_;
+  std::string where_;
+  ConnectOptions options_;
+  int workers_ = 0;
+  int groups_ = 0;
+  size_t server_max_packet_ = 1 << 20;
+  protocol::ByteBuffer buf_;
+  std::vector<int64_t> frees_;
+  std::map<std::string, DRef> builtins_;
+  bool closed_ = false;
+  bool broken_ = false;
+  std::string broken_why_;
+};
+
+}  // namespace
+
+Session Connect(const std::string& host, int port, const std::string& key,
+                const ConnectOptions& options) {
+  std::string where = host + ":" + std::to_string(port);
+  remote::Socket sock;
+  remote::HandshakeCode code;
+  try {
+    sock = remote::Socket::Connect(host, port, options.connect_timeout_ms);
+    code = remote::ClientHello(&sock, key, options.connect_timeout_ms);
+  } catch (const Error& e) {
+    DISCO_THROW(RuntimeError) << "cannot attach to the disco server at " << where << ": "
+                              << e.what();
+  }
+  DISCO_CHECK(code == remote::HandshakeCode::kOk, RuntimeError)
+      << "the disco server at " << where
+      << " refused the connection: " << remote::HandshakeCodeName(code);
+  return Session(std::make_shared<RemoteSession>(std::move(sock), where, options));
+}
+
+void ShutdownRemoteJob(Session& session, int exit_code) {
+  auto* remote = dynamic_cast<RemoteSession*>(session.backend());
+  DISCO_CHECK(remote != nullptr, ValueError)
+      << "ShutdownRemoteJob needs a session from disco::Connect";
+  remote->ShutdownJob(exit_code);
+}
+
+}  // namespace disco

@@ -1,0 +1,434 @@
+// The server end of remote sessions, on rank 0 of a job: an acceptor thread that runs handshakes
+// (and answers "busy" while a client is attached), and the main thread, which alone touches the
+// session (MPI stays in one thread), serving one client's requests at a time.
+#include <disco/log.h>
+#include <disco/remote.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/env.h"
+#include "protocol/serializer.h"
+#include "remote/rpc.h"
+#include "remote/socket.h"
+#include "session/session_impl.h"
+
+namespace disco {
+namespace {
+
+using remote::Op;
+using remote::Socket;
+
+constexpr int kHandshakeTimeoutMs = 5000;
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+void WritePortFile(const std::string& path, int port) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp);
+    f << port << "\n";
+    DISCO_CHECK(f.good(), ValueError) << "cannot write the port file '" << tmp << "'";
+  }
+  DISCO_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, ValueError)
+      << "cannot move the port file into place at '" << path << "'";
+}
+
+// Accepts connections in a thread of its own and runs their handshakes; hands an accepted
+// client to the serving thread, and answers "busy" while one is being served.
+class Acceptor {
+ public:
+  Acceptor(Socket* listener, std::string key) : listener_(listener), key_(std::move(key)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Acceptor() {
+    stop_ = true;
+    thread_.join();
+  }
+
+  /// Waits for the next client that passed the handshake.
+  Socket Next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return next_.valid(); });
+    return std::move(next_);
+  }
+  /// The served client has gone: the next one may come in.
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    attached_ = false;
+  }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      Socket c;
+      try {
+        c = listener_->Accept(200);
+      } catch (const std::exception& e) {
+        DISCO_LOG(WARN) << "disco-serve: accept failed: " << e.what();
+        continue;
+      }
+      if (!c.valid()) continue;
+      std::string peer = c.PeerName();
+      bool busy;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy = attached_;
+      }
+      remote::HandshakeCode code;
+      try {
+        code = remote::ServerHello(&c, key_, kHandshakeTimeoutMs, busy);
+      } catch (const std::exception& e) {
+        DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": " << e.what();
+        continue;
+      }
+      if (code != remote::HandshakeCode::kOk) {
+        DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": "
+                        << remote::HandshakeCodeName(code);
+        continue;
+      }
+      DISCO_LOG(INFO) << "disco-serve: client " << peer << " attached";
+      std::lock_guard<std::mutex> lock(mu_);
+      attached_ = true;
+      next_ = std::move(c);
+      cv_.notify_all();
+    }
+  }
+
+  Socket* listener_;
+  std::string key_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool attached_ = false;
+  Socket next_;
+  std::thread thread_;
+};
+
+// One attached client: its registers, its requests, its answers.
+class ClientConnection {
+ public:
+  ClientConnection(Session* session, Socket sock, const ServeOptions& options)
+      : session_(session),
+        impl_(session->impl()),
+        sock_(std::move(sock)),
+        peer_(sock_.PeerName()),
+        options_(options) {}
+
+  /// Serves requests until the client leaves; returns true when it asked to end the job (with
+  /// `*exit_code`).
+  bool Serve(int* exit_code) {
+    for (;;) {
+      int idle_ms = options_.idle_timeout_s > 0 ? options_.idle_timeout_s * 1000 : -1;
+      try {
+        if (!sock_.WaitReadable(idle_ms)) {
+          DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " idle for "
+                          << options_.idle_timeout_s << " s: disconnected";
+          return false;
+        }
+        remote::RecvPacket(&sock_, &in_, options_.max_packet_bytes, options_.request_timeout_ms);
+      } catch (const std::exception& e) {
+        // A closed, slow or lying peer: the stream cannot be trusted past this point.
+        DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " dropped: " << e.what();
+        return false;
+      }
+      bool stop = false;
+      try {
+        Handle(&stop);
+      } catch (const std::exception& e) {
+        DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " dropped: " << e.what();
+        return false;
+      }
+      if (stop) {
+        *exit_code = exit_code_;
+        return end_job_;
+      }
+    }
+  }
+
+  /// Frees the client's registers on every worker and settles the errors it never observed.
+  ~ClientConnection() {
+    owned_.clear();
+    try {
+      session_->SyncAll();
+    } catch (const RemoteError& e) {
+      DISCO_LOG(WARN) << "disco-serve: client " << peer_
+                      << " left remote errors it never observed: " << e.what();
+    } catch (const std::exception& e) {
+      DISCO_LOG(ERROR) << "disco-serve: cleaning up after client " << peer_ << ": " << e.what();
+    }
+    DISCO_LOG(INFO) << "disco-serve: client " << peer_ << " detached";
+  }
+
+ private:
+  // Decodes and runs one request and sends its answer. Socket failures propagate (the client is
+  // dropped); every other error becomes an error answer and the client may go on.
+  void Handle(bool* stop) {
+    bool ok = true;
+    try {
+      remote::DecodeRequest(in_.data(), in_.size(), &req_);
+      for (int64_t reg : req_.frees) owned_.erase(reg);
+      std::vector<Any> results = Run(req_.op, &req_.operands, stop);
+      remote::EncodeOkReply(&out_, results.data(), results.size());  // may refuse a value
+    } catch (const IoError&) {
+      throw;
+    } catch (const std::exception& e) {
+      ok = false;
+      remote::EncodeErrorReply(&out_, e);
+    }
+    if (ok) {
+      if (out_.size() + sizeof(uint64_t) > reply_limit_) {
+        std::string what = "the answer to " + std::string(remote::OpName(req_.op)) + " takes " +
+                           std::to_string(out_.size()) + " bytes, over the client's limit of " +
+                           std::to_string(reply_limit_) +
+                           " (read large tensors with CopyFromWorker0)";
+        remote::EncodeErrorReply(&out_, ValueError(detail::RankPrefix() + what));
+        ok = false;
+      }
+    }
+    remote::SendPacket(&sock_, out_.data(), out_.size(), options_.request_timeout_ms);
+    if (ok && req_.op == Op::kCopyFrom) {
+      remote::SendChunks(&sock_, copy_.data(), copy_.nbytes(), ChunkLimit(),
+                         options_.request_timeout_ms);
+    }
+    copy_ = Tensor();
+  }
+
+  // Socket failures inside a request (chunks) are not the client's mistakes to answer: they end
+  // the connection.
+  struct IoError : RuntimeError {
+    using RuntimeError::RuntimeError;
+  };
+
+  std::vector<Any> Run(Op op, std::vector<Any>* operands, bool* stop) {
+    std::vector<Any>& a = *operands;
+    auto expect = [&](size_t n) {
+      DISCO_CHECK(a.size() == n || (op == Op::kCall && a.size() >= 1), ProtocolError)
+          << remote::OpName(op) << " takes " << n << " operands, got " << a.size();
+    };
+    switch (op) {
+      case Op::kInfo: {
+        expect(2);
+        reply_limit_ = static_cast<size_t>(a[0].cast<int64_t>());
+        chunk_limit_ =
+            std::min(static_cast<size_t>(a[1].cast<int64_t>()), options_.max_packet_bytes);
+        DISCO_CHECK(chunk_limit_ > remote::ChunkOverheadBytes(), ValueError)
+            << "a chunk size of " << chunk_limit_ << " bytes leaves no room for data";
+        return {Any(session_->num_workers()), Any(session_->num_groups()),
+                Any(static_cast<int64_t>(options_.max_packet_bytes))};
+      }
+      case Op::kGetGlobalFunc:
+        expect(1);
+        return {Own(session_->GetGlobalFunc(a[0].cast<std::string>()))};
+      case Op::kCall: {
+        expect(1);
+        for (Any& v : a) Resolve(&v);
+        DRef func = a[0].cast<DRef>();
+        return {Own(session_->CallWithMovedArgs(func, a.data() + 1, a.size() - 1))};
+      }
+      case Op::kCopyTo:
+        expect(3);
+        CopyTo(a);
+        return {};
+      case Op::kCopyFrom:
+        expect(3);
+        copy_ = CheckedTensor(a, "CopyFromWorker0");
+        if (copy_.device().device_type != kDLCPU) {  // stage device memory on the host
+          Tensor host = Tensor::Empty(copy_.shape(), copy_.dtype());
+          host.CopyFrom(copy_);
+          copy_ = host;
+        }
+        return {};
+      case Op::kSyncWorker:
+        expect(1);
+        session_->SyncWorker(static_cast<int>(a[0].cast<int64_t>()));
+        return {};
+      case Op::kSyncAll:
+        expect(0);
+        session_->SyncAll();
+        return {};
+      case Op::kDebugGet: {
+        expect(2);
+        int64_t reg = OwnedReg(a[0], "DebugGetFromRemote");
+        Any value = session_->DebugGetFromRemote(reg, static_cast<int>(a[1].cast<int64_t>()));
+        // Worker 0 is in process for the job, not for the client: its objects stay here too.
+        DISCO_CHECK(
+            value.type_code() != TypeCode::kObject && value.type_code() != TypeCode::kFunction,
+            ValueError)
+            << "DebugGetFromRemote: register " << reg << " on worker 0 holds a "
+            << value.type_name() << ", which cannot be read remotely";
+        return {std::move(value)};
+      }
+      case Op::kDebugSet:
+        expect(3);
+        Resolve(&a[2]);
+        session_->DebugSetRegister(OwnedReg(a[0], "DebugSetRegister"), a[2],
+                                   static_cast<int>(a[1].cast<int64_t>()));
+        return {};
+      case Op::kDetach:
+        expect(0);
+        *stop = true;
+        return {};
+      case Op::kShutdownJob:
+        expect(1);
+        *stop = true;
+        end_job_ = true;
+        exit_code_ = static_cast<int>(a[0].cast<int64_t>());
+        return {};
+    }
+    DISCO_THROW(ProtocolError) << "unknown request operation " << static_cast<int>(op);
+  }
+
+  // Reads a kCopyTo's chunks straight into worker 0's tensor; a copy that cannot be honoured
+  // still reads (and drops) them, so the stream stays in step, then answers the error.
+  void CopyTo(const std::vector<Any>& a) {
+    size_t nbytes = 0;
+    try {
+      size_t item = DataTypeBytes(a[1].cast<DLDataType>());
+      int64_t count = NumElements(a[2]);
+      DISCO_CHECK(item != 0 && static_cast<uint64_t>(count) <= SIZE_MAX / item, ValueError)
+          << "a copy of " << count << " elements of " << item << " bytes is too large";
+      nbytes = static_cast<size_t>(count) * item;
+    } catch (const std::exception& e) {  // the chunks that follow cannot be told apart: drop
+      throw IoError(std::string("CopyToWorker0 of unknown size: ") + e.what());
+    }
+    Tensor dst;
+    try {
+      dst = CheckedTensor(a, "CopyToWorker0");
+    } catch (const std::exception&) {
+      Io([&] { remote::RecvChunks(&sock_, nullptr, nbytes, ChunkLimit(), Deadline()); });
+      throw;
+    }
+    if (dst.device().device_type == kDLCPU) {
+      Io([&] { remote::RecvChunks(&sock_, dst.data(), nbytes, ChunkLimit(), Deadline()); });
+    } else {  // stage on the host, then one copy to the device
+      Tensor host = Tensor::Empty(dst.shape(), dst.dtype());
+      Io([&] { remote::RecvChunks(&sock_, host.data(), nbytes, ChunkLimit(), Deadline()); });
+      dst.CopyFrom(host);
+    }
+  }
+
+  static int64_t NumElements(const Any& value) {
+    Shape shape = value.cast<Shape>();
+    int64_t n = 1;
+    for (int64_t d : shape.dims()) {
+      DISCO_CHECK(d >= 0 && (d == 0 || n <= INT64_MAX / d), ValueError)
+          << "a copy of shape " << shape.ToString() << " is too large";
+      n *= d;
+    }
+    return n;
+  }
+
+  // Worker 0's tensor in the client's register a[0], checked against the dtype and shape the
+  // client's host tensor has (a[1], a[2]).
+  Tensor CheckedTensor(const std::vector<Any>& a, const char* what) {
+    DLDataType dtype = a[1].cast<DLDataType>();
+    Shape shape = a[2].cast<Shape>();
+    Tensor t = impl_->Worker0Tensor(Owned(a[0], what), what);
+    DISCO_CHECK(t.dtype() == dtype, ValueError)
+        << what << ": dtype mismatch: remote tensor " << DataTypeToString(t.dtype())
+        << ", host tensor " << DataTypeToString(dtype);
+    DISCO_CHECK(t.shape() == shape, ValueError)
+        << what << ": shape mismatch: remote tensor " << t.shape().ToString() << ", host tensor "
+        << shape.ToString();
+    return t;
+  }
+
+  template <typename F>
+  void Io(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      throw IoError(e.what());
+    }
+  }
+
+  int Deadline() const { return options_.request_timeout_ms; }
+  size_t ChunkLimit() const { return chunk_limit_; }
+
+  Any Own(DRef ref) {
+    int64_t reg = ref.reg_id();
+    owned_[reg] = std::move(ref);
+    return Any(reg);
+  }
+
+  const DRef& Owned(const Any& v, const char* what) const {
+    int64_t reg = v.type_code() == TypeCode::kDRef ? v.cast<DRef>().reg_id() : v.cast<int64_t>();
+    auto it = owned_.find(reg);
+    DISCO_CHECK(it != owned_.end(), ValueError)
+        << what << ": register " << reg << " is not held by this client";
+    return it->second;
+  }
+  int64_t OwnedReg(const Any& v, const char* what) const { return Owned(v, what).reg_id(); }
+
+  // A DRef operand names a register by id: it becomes the server's own DRef for it.
+  void Resolve(Any* v) const {
+    if (v->type_code() != TypeCode::kDRef) return;
+    DRef ref = v->cast<DRef>();
+    if (!ref.defined()) return;  // an empty DRef stays empty (and is refused where it matters)
+    *v = Any(Owned(*v, "argument"));
+  }
+
+  Session* session_;
+  detail::SessionImpl* impl_;
+  Socket sock_;
+  std::string peer_;
+  const ServeOptions& options_;
+  size_t reply_limit_ = size_t{1} << 30;
+  size_t chunk_limit_ = size_t{1} << 20;
+  bool end_job_ = false;
+  int exit_code_ = 0;
+  std::unordered_map<int64_t, DRef> owned_;
+  protocol::ByteBuffer in_, out_;
+  remote::Request req_;
+  Tensor copy_;
+};
+
+}  // namespace
+
+int Serve(Session& session, const ServeOptions& options) {
+  DISCO_CHECK(session.impl() != nullptr, ValueError)
+      << "Serve needs the job's own session (rank 0 of disco::Main), not a remote one";
+  DISCO_CHECK(options.max_packet_bytes > remote::ChunkOverheadBytes() + 1024, ValueError)
+      << "Serve: max_packet_bytes " << options.max_packet_bytes << " is too small";
+  std::string key = options.key;
+  if (key.empty()) key = env::GetString("DISCO_SERVE_KEY");
+  DISCO_CHECK(!key.empty() || IsLoopback(options.host), ValueError)
+      << "Serve: listening on " << options.host
+      << " needs a key (--key or DISCO_SERVE_KEY); only loopback may go without one";
+  Socket listener = Socket::Listen(options.host, options.port);
+  int port = listener.port();
+  if (!options.port_file.empty()) WritePortFile(options.port_file, port);
+  std::printf("disco-serve: listening on %s:%d, %d workers in %d groups\n", options.host.c_str(),
+              port, session.num_workers(), session.num_groups());
+  std::fflush(stdout);
+
+  Acceptor acceptor(&listener, key);
+  for (int served = 0; options.max_clients == 0 || served < options.max_clients; ++served) {
+    int exit_code = -1;
+    bool end_job;
+    {
+      ClientConnection client(&session, acceptor.Next(), options);
+      end_job = client.Serve(&exit_code);
+    }
+    acceptor.Release();
+    if (end_job) {
+      DISCO_LOG(INFO) << "disco-serve: a client ended the job with exit code " << exit_code;
+      return exit_code;
+    }
+  }
+  return 0;
+}
+
+}  // namespace disco

@@ -1,0 +1,280 @@
+// What only a remote session has: tensor copies in chunks, the handshake's refusals, hostile or
+// broken clients, and a job that keeps serving the next client after each of them.
+#include <disco/disco.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "mpi/mpi_test_env.h"
+#include "protocol/serializer.h"
+#include "remote/remote_env.h"
+#include "remote/rpc.h"
+#include "remote/socket.h"
+
+namespace disco {
+namespace {
+
+using testing::g_session;
+constexpr int kTimeoutMs = 10000;
+
+Session& S() { return *g_session; }
+
+// The job still answers: every worker runs a call and the answer is right.
+void ExpectServing() {
+  DRef r = S().CallPacked(S().GetGlobalFunc("test.affine"), 7);
+  for (int w = 0; w < S().num_workers(); ++w) {
+    EXPECT_EQ(r.DebugGetFromRemote(w).cast<int64_t>(), 7000 + w);
+  }
+}
+
+// A raw connection that passed the handshake (retrying while the server is busy).
+remote::Socket RawAttached() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    remote::Socket s =
+        remote::Socket::Connect(testing::ServerHost(), testing::ServerPort(), kTimeoutMs);
+    remote::HandshakeCode code = remote::ClientHello(&s, testing::ServerKey(), kTimeoutMs);
+    if (code == remote::HandshakeCode::kOk) return s;
+    EXPECT_EQ(code, remote::HandshakeCode::kBusy);
+    if (std::chrono::steady_clock::now() > deadline) return remote::Socket();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// True when the server closes `s` within `timeout_ms` (reading and dropping anything it sends).
+bool ClosedByServer(remote::Socket* s, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[256];
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!s->WaitReadable(100)) continue;
+    ssize_t k = ::recv(s->fd(), buf, sizeof buf, 0);
+    if (k == 0) return true;
+    if (k < 0 && errno != EAGAIN && errno != EINTR) return true;
+  }
+  return false;
+}
+
+// Sends one request and returns the server's answer (throwing its error, typed).
+std::vector<Any> RawRequest(remote::Socket* s, const protocol::ByteBuffer& body) {
+  remote::SendPacket(s, body.data(), body.size(), kTimeoutMs);
+  protocol::ByteBuffer reply;
+  remote::RecvPacket(s, &reply, size_t{1} << 20, kTimeoutMs);
+  return remote::DecodeReply(reply.data(), reply.size());
+}
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (g_session == nullptr) testing::Reattach();
+  }
+};
+
+TEST_F(RemoteTest, TensorCopiesRoundTripBitForBit) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{4093}, int64_t{64} << 20}) {
+    DRef remote = S().Empty(Shape{n}, DataType("uint8"));
+    Tensor in = Tensor::Empty(Shape{n}, DataType("uint8"));
+    for (int64_t i = 0; i < n; ++i) in.data_as<uint8_t>()[i] = static_cast<uint8_t>(i * 131 >> 3);
+    S().CopyToWorker0(in, remote);
+    Tensor out = Tensor::Empty(Shape{n}, DataType("uint8"));
+    std::memset(out.data(), 0xAB, static_cast<size_t>(n));
+    S().CopyFromWorker0(out, remote);
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(n)), 0) << n << " bytes";
+  }
+  // Multi-dimensional float data lands where worker functions see it.
+  DRef remote = S().Empty(Shape{3, 5}, DataType("float32"));
+  Tensor in = Tensor::Empty(Shape{3, 5}, DataType("float32"));
+  for (int i = 0; i < 15; ++i) in.data_as<float>()[i] = 0.5f * i - 3;
+  S().CopyToWorker0(in, remote);
+  Tensor seen = remote.DebugGetFromRemote(0).cast<Tensor>();
+  EXPECT_EQ(std::memcmp(seen.data(), in.data(), in.nbytes()), 0);
+}
+
+TEST_F(RemoteTest, CopiesCheckDtypeShapeAndRegister) {
+  DRef remote = S().Empty(Shape{4}, DataType("float32"));
+  EXPECT_THROW(S().CopyToWorker0(Tensor::Empty(Shape{4}, DataType("int32")), remote), ValueError);
+  EXPECT_THROW(S().CopyToWorker0(Tensor::Empty(Shape{5}, DataType("float32")), remote), ValueError);
+  EXPECT_THROW(S().CopyFromWorker0(Tensor::Empty(Shape{2, 2}, DataType("float32")), remote),
+               ValueError);
+  DRef not_tensor = S().CallPacked(S().GetGlobalFunc("test.echo"), 3);
+  EXPECT_THROW(S().CopyToWorker0(Tensor::Empty(Shape{4}, DataType("float32")), not_tensor),
+               TypeError);
+  ExpectServing();  // the refused copies' chunks were read: the stream is in step
+}
+
+TEST_F(RemoteTest, RequestsOverTheServersLimitAreRefusedBeforeSending) {
+  std::string big((size_t{64} << 20) + 1, 'x');
+  try {
+    S().CallPacked(S().GetGlobalFunc("test.bytes_len"), Bytes(big));
+    ADD_FAILURE() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the server's limit"), std::string::npos)
+        << e.what();
+  }
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, HandshakeRefusalsAreDistinctAndTheJobGoesOn) {
+  // A wrong key, and a second client while one is attached.
+  try {
+    Connect(testing::ServerHost(), testing::ServerPort(), "not-the-key");
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong key"), std::string::npos) << e.what();
+  }
+  try {
+    Connect(testing::ServerHost(), testing::ServerPort(), testing::ServerKey());
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("busy"), std::string::npos) << e.what();
+  }
+  auto raw = [] {
+    return remote::Socket::Connect(testing::ServerHost(), testing::ServerPort(), kTimeoutMs);
+  };
+  {
+    remote::Socket s = raw();
+    EXPECT_EQ(remote::ClientHello(&s, testing::ServerKey(), kTimeoutMs, 0x12345678),
+              remote::HandshakeCode::kBadMagic);
+    EXPECT_TRUE(ClosedByServer(&s, kTimeoutMs));
+  }
+  {
+    remote::Socket s = raw();
+    EXPECT_EQ(remote::ClientHello(&s, testing::ServerKey(), kTimeoutMs, remote::kRemoteMagic, 99),
+              remote::HandshakeCode::kBadVersion);
+    EXPECT_TRUE(ClosedByServer(&s, kTimeoutMs));
+  }
+  {  // Garbage instead of a hello.
+    remote::Socket s = raw();
+    std::string junk(64, '\xff');
+    s.SendAll(junk.data(), junk.size(), kTimeoutMs);
+    EXPECT_TRUE(ClosedByServer(&s, kTimeoutMs));
+  }
+  {  // A truncated hello, then gone.
+    remote::Socket s = raw();
+    s.SendAll("DSC", 3, kTimeoutMs);
+  }
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
+  testing::Detach();
+  {  // A packet length beyond the limit: refused before anything is allocated, client dropped.
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    uint64_t huge = uint64_t{1} << 62;
+    s.SendAll(&huge, sizeof huge, kTimeoutMs);
+    EXPECT_TRUE(ClosedByServer(&s, kTimeoutMs));
+  }
+  {  // A truncated packet, then an abrupt close.
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    uint64_t len = 100;
+    s.SendAll(&len, sizeof len, kTimeoutMs);
+    s.SendAll("0123456789", 10, kTimeoutMs);
+  }
+  {  // A truncated packet, then silence: the request timeout (3 s in the test server) drops it.
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    uint64_t len = 100;
+    s.SendAll(&len, sizeof len, kTimeoutMs);
+    s.SendAll("0123456789", 10, kTimeoutMs);
+    EXPECT_TRUE(ClosedByServer(&s, 15000));
+  }
+  {  // Malformed bodies in well-formed packets are answered with errors; the client goes on.
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    protocol::ByteBuffer body;
+    body.Resize(1);
+    body.data()[0] = 99;  // no such operation
+    try {
+      RawRequest(&s, body);
+      ADD_FAILURE() << "expected a ProtocolError";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown request operation 99"), std::string::npos)
+          << e.what();
+    }
+    remote::EncodeRequest(&body, remote::Op::kSyncAll, {}, nullptr, 0);
+    protocol::Writer(&body).Put<uint32_t>(7);  // trailing bytes
+    EXPECT_THROW(RawRequest(&s, body), ProtocolError);
+    remote::EncodeRequest(&body, remote::Op::kSyncWorker, {}, nullptr, 0);  // operand missing
+    EXPECT_THROW(RawRequest(&s, body), ProtocolError);
+    Any bad_reg[2] = {Any(int64_t{123456}), Any(0)};
+    remote::EncodeRequest(&body, remote::Op::kDebugGet, {}, bad_reg, 2);
+    try {
+      RawRequest(&s, body);
+      ADD_FAILURE() << "expected a ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("not held by this client"), std::string::npos)
+          << e.what();
+    }
+    remote::EncodeRequest(&body, remote::Op::kSyncAll, {}, nullptr, 0);
+    EXPECT_TRUE(RawRequest(&s, body).empty());
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, AClientThatVanishesLeavesNoRegistersBehind) {
+  DRef live = S().CallPacked(S().GetGlobalFunc("test.live_registers"));
+  std::vector<int64_t> before;
+  for (int w = 0; w < S().num_workers(); ++w) {
+    before.push_back(live.DebugGetFromRemote(w).cast<int64_t>());
+  }
+  live = DRef();
+  testing::Detach();
+  // A child process attaches, fills registers (1 MiB tensors among them) and dies without a word.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      Session c = testing::ConnectRetrying(testing::ServerKey());
+      std::vector<DRef> keep;
+      DRef affine = c.GetGlobalFunc("test.affine");
+      for (int i = 0; i < 20; ++i) {
+        keep.push_back(c.Empty(Shape{1 << 18}, DataType("float32")));
+        keep.push_back(c.CallPacked(affine, i));
+      }
+      DRef live_now = c.CallPacked(c.GetGlobalFunc("test.live_registers"));
+      for (int w = 0; w < c.num_workers(); ++w) {
+        if (live_now.DebugGetFromRemote(w).cast<int64_t>() < before[w] + 40) code = 4;
+      }
+      c.CallPacked(affine, 1);  // in flight when the process dies
+    } catch (...) {
+      code = 3;
+    }
+    _exit(code);  // no destructors: the socket just closes
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "3: the child failed, 4: its registers did not show";
+  testing::Reattach();
+  live = S().CallPacked(S().GetGlobalFunc("test.live_registers"));
+  for (int w = 0; w < S().num_workers(); ++w) {
+    EXPECT_EQ(live.DebugGetFromRemote(w).cast<int64_t>(), before[w]) << "worker " << w;
+  }
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, ADetachedSessionRefusesCallsClearly) {
+  Session& s = S();
+  DRef f = s.GetGlobalFunc("test.echo");
+  s.Shutdown();
+  try {
+    s.CallPacked(f, 1);
+    ADD_FAILURE() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("after the remote session"), std::string::npos)
+        << e.what();
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
+}  // namespace
+}  // namespace disco
