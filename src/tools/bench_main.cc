@@ -136,6 +136,16 @@ std::vector<std::string> Metadata(Session& s) {
 
 int main(int argc, char** argv) {
   std::string sub = argc > 1 ? argv[1] : "";
+  // The remote benchmark is a client outside any MPI job: it starts (or attaches to) the served
+  // job itself.
+  if (sub == "remote") {
+    try {
+      return disco::bench::RunRemoteBench(disco::bench::Options::Parse(argc, argv, 2));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "disco-bench remote: %s\n", e.what());
+      return 1;
+    }
+  }
   return disco::Main(argc, argv, [&](disco::Session& s) -> int {
     disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
     if (sub == "call") return disco::bench::RunCallBench(s, opts);
@@ -146,6 +156,9 @@ int main(int argc, char** argv) {
                  "       mpirun -n 2 disco-bench ccl [--ccl mpi|nccl] [--op allreduce|allgather|"
                  "reduce_scatter|broadcast] [--min-bytes B] [--max-bytes B] [--repeats R] "
                  "[--csv FILE] [--json FILE]\n"
+                 "       disco-bench remote [--launch \"mpirun -n 2\" | --server HOST:PORT] "
+                 "[--iters N] [--min-bytes B] [--max-bytes B] [--repeats R] [--csv FILE] "
+                 "[--json FILE]   (not under mpirun: it starts the served job)\n"
                  "unknown or missing benchmark '%s'\n",
                  sub.c_str());
     return 2;
