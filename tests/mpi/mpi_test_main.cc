@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       disco::ServeOptions opts;
       opts.port_file = serve_port_file;
       opts.request_timeout_ms = 3000;  // tests/remote's truncated-request case waits this long
+      opts.idle_timeout_s = 4;         // and its idle-client case this long
       return disco::Serve(session, opts);
     }
     disco::testing::g_session = &session;

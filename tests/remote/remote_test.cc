@@ -214,6 +214,40 @@ TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
     remote::EncodeRequest(&body, remote::Op::kSyncAll, {}, nullptr, 0);
     EXPECT_TRUE(RawRequest(&s, body).empty());
   }
+  {  // A copy cut off halfway: the client dies in the middle of its chunks.
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    protocol::ByteBuffer body;
+    Any name[1] = {Any("disco.empty")};
+    remote::EncodeRequest(&body, remote::Op::kGetGlobalFunc, {}, name, 1);
+    int64_t empty = RawRequest(&s, body).at(0).cast<int64_t>();
+    const int64_t n = 8 << 20;
+    Any args[6] = {Any(DRef::Unowned(empty)),
+                   Any(Shape{n}),
+                   Any(DataType("uint8")),
+                   Any(CPU()),
+                   Any(false),
+                   Any(false)};
+    remote::EncodeRequest(&body, remote::Op::kCall, {}, args, 6);
+    int64_t tensor = RawRequest(&s, body).at(0).cast<int64_t>();
+    Any copy[3] = {Any(DRef::Unowned(tensor)), Any(DataType("uint8")), Any(Shape{n})};
+    remote::EncodeRequest(&body, remote::Op::kCopyTo, {}, copy, 3);
+    remote::SendPacket(&s, body.data(), body.size(), kTimeoutMs);
+    std::string half(static_cast<size_t>(n / 2), 'h');
+    remote::SendChunks(&s, half.data(), half.size(), size_t{1} << 20, kTimeoutMs);
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, IdleClientsAreDropped) {
+  testing::Detach();
+  remote::Socket s = RawAttached();
+  ASSERT_TRUE(s.valid());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ClosedByServer(&s, 20000));  // the test server's idle timeout is 4 s
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 3.5);
   testing::Reattach();
   ExpectServing();
 }
