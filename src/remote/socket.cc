@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -55,7 +56,11 @@ Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     Close();
     fd_ = other.fd_;
+    ahead_ = std::move(other.ahead_);
+    ahead_pos_ = other.ahead_pos_;
+    ahead_len_ = other.ahead_len_;
     other.fd_ = -1;
+    other.ahead_pos_ = other.ahead_len_ = 0;
   }
   return *this;
 }
@@ -63,6 +68,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
 void Socket::Close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  ahead_pos_ = ahead_len_ = 0;
 }
 
 std::string Socket::PeerName() const {
@@ -190,6 +196,7 @@ void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t 
 }
 
 bool Socket::WaitReadable(int timeout_ms) {
+  if (ahead_pos_ < ahead_len_) return true;
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
     int rc = ::poll(&p, 1, timeout_ms);
@@ -199,21 +206,43 @@ bool Socket::WaitReadable(int timeout_ms) {
   }
 }
 
+ssize_t Socket::RecvSome(void* dst, size_t n) {
+  for (;;) {
+    ssize_t k = ::recv(fd_, dst, n, 0);
+    if (k >= 0) return k;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    DISCO_THROW(RuntimeError) << "receive failed: " << Errno();
+  }
+}
+
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
   char* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
-    ssize_t k = ::recv(fd_, p + got, n - got, 0);
+    if (ahead_pos_ < ahead_len_) {  // bytes read ahead earlier come first
+      size_t k = std::min(n - got, ahead_len_ - ahead_pos_);
+      std::memcpy(p + got, ahead_.get() + ahead_pos_, k);
+      ahead_pos_ += k;
+      got += k;
+      continue;
+    }
+    bool direct = n - got >= kAheadBytes;
+    if (!direct && !ahead_) ahead_.reset(new char[kAheadBytes]);
+    ssize_t k = direct ? RecvSome(p + got, n - got) : RecvSome(ahead_.get(), kAheadBytes);
     if (k > 0) {
-      got += static_cast<size_t>(k);
+      if (direct) {
+        got += static_cast<size_t>(k);
+      } else {
+        ahead_pos_ = 0;
+        ahead_len_ = static_cast<size_t>(k);
+      }
     } else if (k == 0) {
       DISCO_THROW(RuntimeError) << "the peer closed the connection after " << got << " of " << n
                                 << " bytes of " << what;
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      WaitFor(POLLIN, timeout_ms, what);
     } else {
-      DISCO_THROW(RuntimeError) << "receive failed: " << Errno();
+      WaitFor(POLLIN, timeout_ms, what);
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "protocol/frame.h"
@@ -26,7 +27,14 @@ class Socket {
   ~Socket() { Close(); }
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
-  Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Socket(Socket&& other) noexcept
+      : fd_(other.fd_),
+        ahead_(std::move(other.ahead_)),
+        ahead_pos_(other.ahead_pos_),
+        ahead_len_(other.ahead_len_) {
+    other.fd_ = -1;
+    other.ahead_pos_ = other.ahead_len_ = 0;
+  }
   Socket& operator=(Socket&& other) noexcept;
 
   /// Listens on host:port (port 0 picks a free one; see port()).
@@ -43,7 +51,8 @@ class Socket {
   /// Waits up to `timeout_ms` (kNoTimeout: forever) for data or a close; false on timeout.
   bool WaitReadable(int timeout_ms);
   /// Receives exactly n bytes; a peer that closes first raises RuntimeError ("closed after k of
-  /// n").
+  /// n"). Small reads go through a read-ahead buffer (one system call takes a whole short
+  /// message); large ones land straight in `data`.
   void RecvAll(void* data, size_t n, int timeout_ms, const char* what);
 
   bool valid() const { return fd_ >= 0; }
@@ -55,8 +64,15 @@ class Socket {
   void Close();
 
  private:
+  static constexpr size_t kAheadBytes = 64 << 10;
   void WaitFor(short events, int timeout_ms, const char* what);
+  /// One recv into `dst` (at most `n` bytes): >0 bytes read, 0 when the peer closed, -1 when
+  /// nothing is there yet; other failures raise.
+  ssize_t RecvSome(void* dst, size_t n);
   int fd_ = -1;
+  std::unique_ptr<char[]> ahead_;
+  size_t ahead_pos_ = 0;
+  size_t ahead_len_ = 0;
 };
 
 /// Packets: a u64 little-endian length, then the body.
