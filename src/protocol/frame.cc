@@ -22,6 +22,8 @@ const char* ActionName(Action action) {
       return "sync_worker";
     case Action::kDebugGetFromRemote:
       return "debug_get_from_remote";
+    case Action::kPark:
+      return "park";
     case Action::kDebugSetRegister:
       return "debug_set_register";
   }

@@ -22,6 +22,9 @@
 //   kSyncWorker:          int worker id (-1 = all workers, answered by a gather)
 //   kDebugGetFromRemote:  int register, int worker id
 //   kDebugSetRegister:    int register, int worker id, value
+//   kPark:                (none) workers wait without spinning (a nonblocking barrier on the
+//                         control communicator, tested between growing sleeps) until rank 0 joins
+//                         that barrier just before its next frame
 //   kShutdown:            int exit code
 //   kKillReg:             (none; the kill list is the command)
 //
@@ -83,8 +86,9 @@ enum class Action : uint8_t {
   kSyncWorker = 4,
   kDebugGetFromRemote = 5,
   kDebugSetRegister = 6,
+  kPark = 7,
 };
-constexpr uint8_t kMaxAction = 6;
+constexpr uint8_t kMaxAction = 7;
 const char* ActionName(Action action);
 
 enum class ReplyKind : uint8_t { kSyncAck = 1, kDebugValue = 2, kError = 3 };

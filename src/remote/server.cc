@@ -29,6 +29,10 @@ using remote::Op;
 using remote::Socket;
 
 constexpr int kHandshakeTimeoutMs = 5000;
+// A client silent this long parks the workers; so does a copy of this many bytes or more (it
+// keeps rank 0 on the socket for milliseconds, while workers would spin for the next frame).
+constexpr int kParkAfterMs = 20;
+constexpr size_t kParkForCopyBytes = size_t{1} << 20;
 
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0;
@@ -130,9 +134,16 @@ class ClientConnection {
   /// `*exit_code`).
   bool Serve(int* exit_code) {
     for (;;) {
-      int idle_ms = options_.idle_timeout_s > 0 ? options_.idle_timeout_s * 1000 : -1;
+      const int idle_ms = options_.idle_timeout_s > 0 ? options_.idle_timeout_s * 1000 : -1;
       try {
-        if (!sock_.WaitReadable(idle_ms)) {
+        // A client that pauses: workers park (sleep instead of spinning) until its next request.
+        const int first_ms = idle_ms < 0 ? kParkAfterMs : std::min(kParkAfterMs, idle_ms);
+        bool ready = sock_.WaitReadable(first_ms);
+        if (!ready) {
+          impl_->ParkWorkers();
+          ready = sock_.WaitReadable(idle_ms < 0 ? -1 : idle_ms - first_ms);
+        }
+        if (!ready) {
           DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " idle for "
                           << options_.idle_timeout_s << " s: disconnected";
           return false;
@@ -244,6 +255,7 @@ class ClientConnection {
       case Op::kCopyFrom:
         expect(3);
         copy_ = CheckedTensor(a, "CopyFromWorker0");
+        if (copy_.nbytes() >= kParkForCopyBytes) impl_->ParkWorkers();
         if (copy_.device().device_type != kDLCPU) {  // stage device memory on the host
           Tensor host = Tensor::Empty(copy_.shape(), copy_.dtype());
           host.CopyFrom(copy_);
@@ -310,6 +322,7 @@ class ClientConnection {
       Io([&] { remote::RecvChunks(&sock_, nullptr, nbytes, ChunkLimit(), Deadline()); });
       throw;
     }
+    if (nbytes >= kParkForCopyBytes) impl_->ParkWorkers();
     if (dst.device().device_type == kDLCPU) {
       Io([&] { remote::RecvChunks(&sock_, dst.data(), nbytes, ChunkLimit(), Deadline()); });
     } else {  // stage on the host, then one copy to the device
@@ -418,6 +431,7 @@ int Serve(Session& session, const ServeOptions& options) {
   for (int served = 0; options.max_clients == 0 || served < options.max_clients; ++served) {
     int exit_code = -1;
     bool end_job;
+    session.impl()->ParkWorkers();  // no client: workers sleep until one comes
     {
       ClientConnection client(&session, acceptor.Next(), options);
       end_job = client.Serve(&exit_code);

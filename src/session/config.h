@@ -8,6 +8,9 @@
 
 namespace disco {
 
+/// Longest sleep between two checks of a parked worker (the wake-up latency it can add).
+constexpr int kParkMaxSleepUs = 500;
+
 struct SessionConfig {
   int64_t inline_bytes = 256;
   int64_t max_frame_bytes = INT32_MAX;

@@ -1,6 +1,8 @@
 #include "session/mpi_transport.h"
 
+#include <algorithm>
 #include <climits>
+#include <ctime>
 
 namespace disco {
 namespace {
@@ -100,6 +102,27 @@ void MpiTransport::GatherU64(uint64_t mine, std::vector<uint64_t>* all) {
 int64_t MpiTransport::BroadcastI64(int64_t value) {
   DISCO_MPI_CALL(MPI_Bcast(&value, 1, MPI_INT64_T, 0, comm_.get()));
   return value;
+}
+
+void MpiTransport::ParkUntilWoken(int max_sleep_us) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  DISCO_MPI_CALL(MPI_Ibarrier(comm_.get(), &req));
+  int sleep_us = 1;
+  for (;;) {
+    int done = 0;
+    DISCO_MPI_CALL(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    ProgressSends(/*wait=*/false);
+    timespec ts{0, static_cast<long>(sleep_us) * 1000};  // NOLINT(runtime/int)
+    nanosleep(&ts, nullptr);
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
+}
+
+void MpiTransport::Unpark() {
+  MPI_Request req = MPI_REQUEST_NULL;
+  DISCO_MPI_CALL(MPI_Ibarrier(comm_.get(), &req));
+  DISCO_MPI_CALL(MPI_Wait(&req, MPI_STATUS_IGNORE));
 }
 
 }  // namespace disco

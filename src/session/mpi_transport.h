@@ -50,6 +50,11 @@ class MpiTransport {
   void GatherU64(uint64_t mine, std::vector<uint64_t>* all);
   /// MPI_Bcast of one int64 from rank 0.
   int64_t BroadcastI64(int64_t value);
+  /// Workers: joins a nonblocking barrier and sleeps between tests of it (1 us, doubling up to
+  /// `max_sleep_us`) until rank 0 joins it with Unpark: a parked worker uses no CPU to speak of.
+  void ParkUntilWoken(int max_sleep_us);
+  /// Rank 0: joins the barrier the parked workers wait in.
+  void Unpark();
 
  private:
   struct PendingSend {

@@ -167,6 +167,10 @@ void SessionImpl::FlushKills() {
 uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t num_head,
                                 const Any* args, size_t num_args) {
   const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
+  if (parked_) {  // parked workers sleep in a barrier: join it, then they take frames again
+    transport_->Unpark();
+    parked_ = false;
+  }
   for (;;) {
     const uint64_t seq = seq_ + 1;
     size_t total = protocol::EncodeCommand(&frame_, action, seq, pending_kills_, head, num_head,
@@ -264,6 +268,15 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
     }
   }
   return MakeDRef(reg);
+}
+
+void SessionImpl::ParkWorkers() {
+  CheckLive("ParkWorkers");
+  if (parked_ || transport_->size() == 1) return;
+  FlushWorker0();  // a deferred collective needs the workers awake
+  if (parked_) return;
+  Broadcast(protocol::Action::kPark, nullptr, 0, nullptr, 0);
+  parked_ = true;
 }
 
 Tensor SessionImpl::Worker0Tensor(const DRef& remote, const char* what) {

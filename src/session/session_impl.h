@@ -48,6 +48,12 @@ class SessionImpl final : public SessionBackend {
   /// errors were never observed by the controller). Idempotent.
   int Shutdown(int exit_code) override;
   bool is_shut_down() const { return shut_down_; }
+  /// Parks workers 1..N-1: they wait for the next command sleeping instead of spinning in MPI
+  /// (for a controller about to wait on something else: a served job between requests, a long
+  /// local computation). The next frame wakes them first, at a cost of up to kParkMaxSleepUs.
+  /// Runs worker 0's deferred call first; a no-op when already parked or alone.
+  void ParkWorkers();
+  bool workers_parked() const { return parked_; }
 
   const DRef& Builtin(const std::string& name) override;
   void DeallocReg(int64_t reg) noexcept override;
@@ -110,6 +116,7 @@ class SessionImpl final : public SessionBackend {
   DeferredCall deferred_;
   std::vector<int64_t> worker0_kills_;
   bool shut_down_ = false;
+  bool parked_ = false;
   int final_exit_code_ = 0;
 };
 

@@ -326,6 +326,9 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
       }
       case protocol::Action::kKillReg:
         break;
+      case protocol::Action::kPark:
+        transport->ParkUntilWoken(kParkMaxSleepUs);
+        break;
       case protocol::Action::kGetGlobalFunc:
         worker.GetGlobalFunc(header.seq, Operand<int64_t>(cmd, 0, "register"),
                              Operand<std::string>(cmd, 1, "name"));

@@ -9,8 +9,10 @@
 //              request and answer have the byte sizes of that call's request and answer
 //   copy_to:   CopyToWorker0 of N bytes, against sending N raw bytes and reading a 1-byte ack
 //   copy_from: CopyFromWorker0 of N bytes, against a 1-byte request answered with N raw bytes
-// Both sides move the bytes from and into buffers allocated and touched once. Time: median over
-// repeats of the mean per operation; ratio = raw time / disco time (throughput ratio).
+// Both sides move the bytes from and into buffers allocated and touched once. Copies alternate
+// raw and disco op by op (this host's loopback TCP speed changes from second to second); the
+// ratio is the median of the per-round raw/disco time ratios, i.e. disco's throughput relative
+// to raw.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -199,13 +201,16 @@ int RunRemoteBench(const Options& opts) {
   std::printf("# disco-bench remote");
   for (const auto& m : meta) std::printf("  %s", m.c_str());
   std::printf(
-      "\n# time: median over repeats of the mean per operation (us); ratio = raw time / disco "
-      "time; raw = plain TCP on loopback to a peer thread, same bytes, same run\n");
+      "\n# noop_call: median over repeats of the mean round trip (us), ratio = raw / disco time; "
+      "copies: raw and disco alternate op by op, median time per op (us), ratio = median of the "
+      "per-round raw/disco time ratios (throughput ratio); raw = plain TCP on loopback to a peer "
+      "thread, same bytes, same run\n");
   Table table({"op", "size_B", "wire_B", "raw_us", "disco_us", "raw_GBps", "disco_GBps", "ratio"});
-  auto row = [&](const std::string& op, int64_t size, int64_t wire, double rt, double dt) {
+  auto row = [&](const std::string& op, int64_t size, int64_t wire, double rt, double dt,
+                 double ratio) {
     auto gbps = [&](double t) { return size > 0 && t > 0 ? Fmt(size / t / 1e3, 3) : "-"; };
     table.AddRow({op, std::to_string(size), std::to_string(wire), Fmt(rt, 2), Fmt(dt, 2), gbps(rt),
-                  gbps(dt), Fmt(dt > 0 ? rt / dt : 0, 2)});
+                  gbps(dt), Fmt(ratio, 2)});
   };
 
   // Latency: a no-op call per round trip.
@@ -226,47 +231,48 @@ int RunRemoteBench(const Options& opts) {
       for (int64_t i = 0; i < lat_iters; ++i) s.CallPacked(f);
       dt.push_back((NowUs() - t0) / lat_iters);
     }
-    row("noop_call", 0, static_cast<int64_t>(req + rep), Median(rt), Median(dt));
+    double lat_ratio = Median(dt) > 0 ? Median(rt) / Median(dt) : 0;
+    row("noop_call", 0, static_cast<int64_t>(req + rep), Median(rt), Median(dt), lat_ratio);
   }
 
-  // Copies.
+  // Copies: raw and disco alternate op by op, so that both see the same phases of a noisy host;
+  // times are medians over every op, the ratio the median of the per-round ratios.
   for (int64_t n = min_bytes; n <= max_bytes; n *= 4) {
     DRef remote_t = s.Empty(Shape{n}, DataType("uint8"));
     Tensor host = Tensor::Empty(Shape{n}, DataType("uint8"));
     std::memset(host.data(), 7, static_cast<size_t>(n));
-    int64_t iters = std::max<int64_t>(3, std::min<int64_t>(500, (int64_t{512} << 20) / n));
-    std::vector<double> raw_to, raw_from, disco_to, disco_from;
+    const size_t bytes = static_cast<size_t>(n);
+    int64_t rounds =
+        repeats * std::max<int64_t>(3, std::min<int64_t>(200, (int64_t{256} << 20) / n));
+    std::vector<double> raw_to, raw_from, disco_to, disco_from, ratio_to, ratio_from;
     std::vector<char> ack(1);
-    for (int r = 0; r <= repeats; ++r) {  // r = 0 warms up both sides
-      int64_t k = r == 0 ? 1 : iters;
-      RawCommand(&raw, 'u', static_cast<uint64_t>(n), static_cast<uint64_t>(k));
+    for (int64_t r = -1; r < rounds; ++r) {  // round -1 warms up both sides
+      RawCommand(&raw, 'u', bytes, 1);
       double t0 = NowUs();
-      for (int64_t i = 0; i < k; ++i) {
-        raw.SendAll(host.data(), static_cast<size_t>(n), kIoTimeoutMs);
-        raw.RecvAll(ack.data(), 1, kIoTimeoutMs, "an ack");
-      }
-      double t_raw_to = (NowUs() - t0) / k;
-      RawCommand(&raw, 'd', static_cast<uint64_t>(n), static_cast<uint64_t>(k));
+      raw.SendAll(host.data(), bytes, kIoTimeoutMs);
+      raw.RecvAll(ack.data(), 1, kIoTimeoutMs, "an ack");
+      double t_raw_to = NowUs() - t0;
       t0 = NowUs();
-      for (int64_t i = 0; i < k; ++i) {
-        raw.SendAll("d", 1, kIoTimeoutMs);
-        raw.RecvAll(host.data(), static_cast<size_t>(n), kIoTimeoutMs, "a download");
-      }
-      double t_raw_from = (NowUs() - t0) / k;
+      s.CopyToWorker0(host, remote_t);
+      double t_to = NowUs() - t0;
+      RawCommand(&raw, 'd', bytes, 1);
       t0 = NowUs();
-      for (int64_t i = 0; i < k; ++i) s.CopyToWorker0(host, remote_t);
-      double t_to = (NowUs() - t0) / k;
+      raw.SendAll("d", 1, kIoTimeoutMs);
+      raw.RecvAll(host.data(), bytes, kIoTimeoutMs, "a download");
+      double t_raw_from = NowUs() - t0;
       t0 = NowUs();
-      for (int64_t i = 0; i < k; ++i) s.CopyFromWorker0(host, remote_t);
-      double t_from = (NowUs() - t0) / k;
-      if (r == 0) continue;
+      s.CopyFromWorker0(host, remote_t);
+      double t_from = NowUs() - t0;
+      if (r < 0) continue;
       raw_to.push_back(t_raw_to);
-      raw_from.push_back(t_raw_from);
       disco_to.push_back(t_to);
+      ratio_to.push_back(t_raw_to / t_to);
+      raw_from.push_back(t_raw_from);
       disco_from.push_back(t_from);
+      ratio_from.push_back(t_raw_from / t_from);
     }
-    row("copy_to", n, n, Median(raw_to), Median(disco_to));
-    row("copy_from", n, n, Median(raw_from), Median(disco_from));
+    row("copy_to", n, n, Median(raw_to), Median(disco_to), Median(ratio_to));
+    row("copy_from", n, n, Median(raw_from), Median(disco_from), Median(ratio_from));
   }
   RawCommand(&raw, 'q', 0, 0);
   table.Print(stdout);

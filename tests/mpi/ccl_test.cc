@@ -11,6 +11,7 @@
 
 #include "ccl/reduce.h"
 #include "mpi/mpi_test_env.h"
+#include "session/session_impl.h"
 
 namespace disco {
 namespace {
@@ -461,6 +462,22 @@ TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
     std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
     EXPECT_NE(msg.find("'send' has 1000 elements, 'recv' 999"), std::string::npos) << msg;
   }
+}
+
+TEST_F(CclTest, ParkingRightAfterACollectiveRunsItFirstAndWakingResumes) {
+  if (s().impl() == nullptr) GTEST_SKIP() << "parking is done by the serving side";
+  DRef send = s().Empty(Shape{4096}, DataType("float32"));
+  DRef recv = s().Empty(Shape{4096}, DataType("float32"));
+  s().CallPacked(F("test.ccl.fill"), send, "sum", 0);
+  for (int round = 0; round < 3; ++round) {
+    s().AllReduce(send, "sum", false, recv);  // worker 0's part is deferred ...
+    s().impl()->ParkWorkers();                // ... and must run before the workers sleep
+    EXPECT_EQ(s().impl()->workers_parked(), n() > 1);
+    s().CallPacked(F("test.ccl.expect_allreduce"), recv, "sum", false);  // wakes them
+    s().impl()->ParkWorkers();
+    s().Barrier(true);
+  }
+  Check("allreduce around parking");
 }
 
 TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {

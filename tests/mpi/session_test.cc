@@ -3,7 +3,11 @@
 #include <disco/disco.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "mpi/mpi_test_env.h"
 #include "session/session_impl.h"
@@ -65,6 +69,13 @@ DISCO_REGISTER_GLOBAL("test.register_capacity").set_body_typed([]() {
   return static_cast<int64_t>(detail::CurrentWorker()->register_capacity());
 });
 DISCO_REGISTER_GLOBAL("test.add").set_body_typed([](int64_t a, int64_t b) { return a + b; });
+// CPU time this process has used, in milliseconds.
+DISCO_REGISTER_GLOBAL("test.cpu_ms").set_body_typed([]() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>((u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 +
+                              (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000);
+});
 
 class SessionTest : public ::testing::Test {
  protected:
@@ -333,6 +344,26 @@ TEST_F(SessionTest, UnsendableRegistersAreRefusedNotFatal) {
   }
   // Objects still work as arguments on their own worker.
   s().SyncAll();
+}
+
+TEST_F(SessionTest, ParkedWorkersSleepAndWakeForTheNextCommand) {
+  if (s().impl() == nullptr) GTEST_SKIP() << "parking is done by the serving side";
+  DRef cpu = s().CallPacked(F("test.cpu_ms"));
+  std::vector<int64_t> before;
+  for (int w = 0; w < n(); ++w) before.push_back(cpu.DebugGetFromRemote(w).cast<int64_t>());
+  s().impl()->ParkWorkers();
+  s().impl()->ParkWorkers();  // already parked: nothing more is sent
+  EXPECT_EQ(s().impl()->workers_parked(), n() > 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  DRef after = s().CallPacked(F("test.cpu_ms"));  // the next command wakes them
+  EXPECT_FALSE(s().impl()->workers_parked());
+  for (int w = 1; w < n(); ++w) {
+    // Spinning in MPI would take most of the 400 ms (a share of it when oversubscribed).
+    EXPECT_LT(after.DebugGetFromRemote(w).cast<int64_t>() - before[w], 80)
+        << "worker " << w << " used this much CPU (ms) while parked for 400 ms";
+  }
+  DRef r = s().CallPacked(F("test.affine"), 6);
+  for (int w = 0; w < n(); ++w) EXPECT_EQ(r.DebugGetFromRemote(w).cast<int64_t>(), 6000 + w);
 }
 
 TEST_F(SessionTest, LoadLibraryErrorsNameThePath) {
