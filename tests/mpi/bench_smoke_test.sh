@@ -11,8 +11,10 @@ trap 'rm -rf "$out"' EXIT
   --csv "$out/call.csv" > "$out/call.txt"
 "$mpiexec" -n 2 "$@" "$bench" ccl --min-bytes 4096 --max-bytes 262144 --repeats 1 \
   --csv "$out/ccl.csv" --json "$out/ccl.json" > "$out/ccl.txt"
-# The remote suite is a client process that starts its own served job with the same launcher.
-"$bench" remote --launch "$mpiexec -n 2 $*" --iters 100 --repeats 1 --max-bytes 65536 \
+# The remote suite is a client process that starts its own served job: disco-serve under
+# launch/disco-run, as a user would.
+disco_run="$(cd "$(dirname "$0")/../../launch" && pwd)/disco-run"
+"$bench" remote --launch "$disco_run -n 2" --iters 100 --repeats 1 --max-bytes 65536 \
   --csv "$out/remote.csv" > "$out/remote.txt"
 cat "$out/call.txt" "$out/ccl.txt" "$out/remote.txt"
 fail=0
