@@ -27,6 +27,11 @@
 /// the unique id, which travels by `MPI_Bcast`) or over MPI on host memory, on communicators of
 /// their own, so control frames never interleave with tensor traffic.
 ///
+/// **Remote controllers.** A job can serve its session over TCP instead (disco/remote.h):
+/// rank 0 forwards each request of an attached client into the session, and while it waits on
+/// the socket the workers park (sleep in a nonblocking barrier) rather than spin for the next
+/// frame. The client's `Session` is the same class, driving a remote backend.
+///
 /// **Errors.** A function that throws on a worker poisons its result register and reports (worker
 /// id, function, message) to rank 0; the controller raises `disco::RemoteError` at the next
 /// `SyncWorker`, `SyncAll` or debug read, and the session stays usable. An uncaught exception in
