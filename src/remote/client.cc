@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "protocol/serializer.h"
@@ -68,16 +67,13 @@ class RemoteSession final : public detail::SessionBackend {
   void CopyToWorker0(const Tensor& host, const DRef& remote) override {
     Any operands[3] = {CheckCopy(host, remote, "CopyToWorker0"), Any(host.dtype()),
                        Any(host.shape())};
-    Exchange(Op::kCopyTo, operands, 3, [&] {
-      remote::SendChunks(&sock_, host.data(), host.nbytes(), ChunkLimit(),
-                         options_.reply_timeout_ms);
-    });
+    Exchange(Op::kCopyTo, operands, 3, &host);
   }
 
   void CopyFromWorker0(const Tensor& host, const DRef& remote) override {
     Any operands[3] = {CheckCopy(host, remote, "CopyFromWorker0"), Any(host.dtype()),
                        Any(host.shape())};
-    Exchange(Op::kCopyFrom, operands, 3, nullptr);
+    Request(Op::kCopyFrom, operands, 3);
     Guard([&] {
       remote::RecvChunks(&sock_, host.data(), host.nbytes(), ChunkLimit(),
                          options_.reply_timeout_ms);
@@ -159,10 +155,9 @@ class RemoteSession final : public detail::SessionBackend {
     }
   }
 
-  // Sends one request (then, with `after_request`, its chunks) and returns the answer's values;
-  // an error answer is thrown with its original type.
-  template <typename F>
-  std::vector<Any> Exchange(Op op, const Any* operands, size_t n, F&& after_request) {
+  // Sends one request (with `upload`, the tensor's data follows as chunks, the first in the same
+  // system call) and returns the answer's values; an error answer is thrown with its type.
+  std::vector<Any> Exchange(Op op, const Any* operands, size_t n, const Tensor* upload) {
     CheckOpen(op);
     remote::EncodeRequest(&buf_, op, frees_, operands, n);
     DISCO_CHECK(op == Op::kInfo || buf_.size() + sizeof(uint64_t) <= server_max_packet_, ValueError)
@@ -170,16 +165,20 @@ class RemoteSession final : public detail::SessionBackend {
         << " bytes exceeds the server's limit of " << server_max_packet_
         << " bytes (copy large tensors with CopyToWorker0)";
     Guard([&] {
-      remote::SendPacket(&sock_, buf_.data(), buf_.size(), options_.reply_timeout_ms);
+      if (upload != nullptr) {
+        remote::SendChunks(&sock_, upload->data(), upload->nbytes(), ChunkLimit(),
+                           options_.reply_timeout_ms, &buf_);
+      } else {
+        remote::SendPacket(&sock_, buf_.data(), buf_.size(), options_.reply_timeout_ms);
+      }
       frees_.clear();
-      if constexpr (!std::is_same_v<std::decay_t<F>, std::nullptr_t>) after_request();
       remote::RecvPacket(&sock_, &buf_, options_.max_reply_bytes, options_.reply_timeout_ms);
     });
     return remote::DecodeReply(buf_.data(), buf_.size());
   }
 
   std::vector<Any> Request(Op op, const Any* operands, size_t n) {
-    return Exchange(op, operands, n, nullptr);
+    return Exchange(op, operands, n, /*upload=*/nullptr);
   }
 
   DRef ResultRef(const std::vector<Any>& results, const char* what) {

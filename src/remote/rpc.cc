@@ -165,21 +165,36 @@ std::vector<Any> DecodeReply(const uint8_t* data, size_t size) {
   throw Error(msg);
 }
 
-void SendChunks(Socket* s, const void* data, size_t n, size_t max_packet, int timeout_ms) {
+void SendChunks(Socket* s, const void* data, size_t n, size_t max_packet, int timeout_ms,
+                const protocol::ByteBuffer* packet) {
   size_t overhead = ChunkOverheadBytes();
   DISCO_CHECK(max_packet > overhead, ValueError)
       << "a packet limit of " << max_packet << " bytes leaves no room for chunk data";
   size_t per = max_packet - overhead;
   const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t packet_len = packet != nullptr ? packet->size() : 0;
   protocol::ByteBuffer head;
-  for (size_t off = 0; off < n; off += per) {
+  size_t off = 0;
+  do {
     size_t k = std::min(per, n - off);
     head.Clear();
     protocol::Writer w(&head);
     w.Put<uint64_t>(k + overhead - sizeof(uint64_t));
     EncodeHeader(&head, off);
-    s->SendAll2(head.data(), head.size(), p + off, k, timeout_ms);
-  }
+    iovec iov[4];
+    int count = 0;
+    if (packet != nullptr) {  // the leading packet: its length, then its body
+      iov[count++] = {&packet_len, sizeof packet_len};
+      iov[count++] = {const_cast<uint8_t*>(packet->data()), packet->size()};
+      packet = nullptr;
+    }
+    if (n > 0) {
+      iov[count++] = {head.data(), head.size()};
+      iov[count++] = {const_cast<uint8_t*>(p + off), k};
+    }
+    s->SendAllV(iov, count, timeout_ms);
+    off += k;
+  } while (off < n);
 }
 
 void RecvChunks(Socket* s, void* data, size_t n, size_t max_packet, int timeout_ms) {

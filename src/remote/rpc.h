@@ -101,8 +101,10 @@ void EncodeErrorReply(protocol::ByteBuffer* buf, const std::exception& e);
 /// Parses a reply: returns its results, or throws the error it carries (with its original type).
 std::vector<Any> DecodeReply(const uint8_t* data, size_t size);
 
-/// Sends `n` bytes of `data` as chunk packets of at most `max_packet` bytes each.
-void SendChunks(Socket* s, const void* data, size_t n, size_t max_packet, int timeout_ms);
+/// Sends `n` bytes of `data` as chunk packets of at most `max_packet` bytes each. With `packet`,
+/// that packet (a request or reply body) goes first, in the same system call as the first chunk.
+void SendChunks(Socket* s, const void* data, size_t n, size_t max_packet, int timeout_ms,
+                const protocol::ByteBuffer* packet = nullptr);
 /// Receives `n` bytes of chunk packets into `data` (nullptr: read and drop them), each at most
 /// `max_packet` bytes and at the offset expected next; anything else raises ProtocolError.
 void RecvChunks(Socket* s, void* data, size_t n, size_t max_packet, int timeout_ms);

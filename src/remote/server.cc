@@ -208,10 +208,11 @@ class ClientConnection {
         ok = false;
       }
     }
-    remote::SendPacket(&sock_, out_.data(), out_.size(), options_.request_timeout_ms);
-    if (ok && req_.op == Op::kCopyFrom) {
+    if (ok && req_.op == Op::kCopyFrom) {  // the answer, then the data, first chunk glued on
       remote::SendChunks(&sock_, copy_.data(), copy_.nbytes(), ChunkLimit(),
-                         options_.request_timeout_ms);
+                         options_.request_timeout_ms, &out_);
+    } else {
+      remote::SendPacket(&sock_, out_.data(), out_.size(), options_.request_timeout_ms);
     }
     copy_ = Tensor();
   }

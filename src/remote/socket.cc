@@ -167,23 +167,22 @@ void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
   }
 }
 
-void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t body_n,
-                      int timeout_ms) {
+void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
   DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
-  iovec iov[2] = {{const_cast<void*>(head), head_n}, {const_cast<void*>(body), body_n}};
   int first = 0;
-  while (first < 2) {
+  while (first < count && iov[first].iov_len == 0) ++first;
+  while (first < count) {
     msghdr msg{};
     msg.msg_iov = iov + first;
-    msg.msg_iovlen = static_cast<size_t>(2 - first);
+    msg.msg_iovlen = static_cast<size_t>(count - first);
     ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (k >= 0) {
       size_t done = static_cast<size_t>(k);
-      while (first < 2 && done >= iov[first].iov_len) {
+      while (first < count && done >= iov[first].iov_len) {
         done -= iov[first].iov_len;
         ++first;
       }
-      if (first < 2) {
+      if (first < count) {
         iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
         iov[first].iov_len -= done;
       }
@@ -193,6 +192,12 @@ void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t 
       DISCO_THROW(RuntimeError) << "send failed: " << Errno();
     }
   }
+}
+
+void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t body_n,
+                      int timeout_ms) {
+  iovec iov[2] = {{const_cast<void*>(head), head_n}, {const_cast<void*>(body), body_n}};
+  SendAllV(iov, 2, timeout_ms);
 }
 
 bool Socket::WaitReadable(int timeout_ms) {

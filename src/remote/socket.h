@@ -4,6 +4,8 @@
 #ifndef DISCO_REMOTE_SOCKET_H_
 #define DISCO_REMOTE_SOCKET_H_
 
+#include <sys/uio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +50,9 @@ class Socket {
   /// Sends `head` then `body` with one system call where the kernel takes both (no copy into a
   /// joint buffer).
   void SendAll2(const void* head, size_t head_n, const void* body, size_t body_n, int timeout_ms);
+  /// Sends `count` buffers in order, with as few system calls as the kernel allows (`iov` is
+  /// consumed).
+  void SendAllV(iovec* iov, int count, int timeout_ms);
   /// Waits up to `timeout_ms` (kNoTimeout: forever) for data or a close; false on timeout.
   bool WaitReadable(int timeout_ms);
   /// Receives exactly n bytes; a peer that closes first raises RuntimeError ("closed after k of
