@@ -129,7 +129,11 @@ class RemoteSession final : public detail::SessionBackend {
   void Detach() {
     if (closed_) return;
     builtins_.clear();
-    if (!broken_) Request(Op::kDetach, nullptr, 0);
+    try {
+      if (!broken_) Request(Op::kDetach, nullptr, 0);
+    } catch (const RuntimeError& e) {  // the server is gone: detached all the same
+      DISCO_LOG(WARN) << "remote session " << where_ << ": detaching: " << e.what();
+    }
     sock_.Close();
     closed_ = true;
   }

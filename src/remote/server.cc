@@ -35,7 +35,7 @@ constexpr int kParkAfterMs = 20;
 constexpr size_t kParkForCopyBytes = size_t{1} << 20;
 
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0;
+  return host.empty() || host == "localhost" || host.rfind("127.", 0) == 0;
 }
 
 void WritePortFile(const std::string& path, int port) {
