@@ -65,15 +65,15 @@ class RemoteSession final : public detail::SessionBackend {
   }
 
   void CopyToWorker0(const Tensor& host, const DRef& remote) override {
-    Any operands[3] = {CheckCopy(host, remote, "CopyToWorker0"), Any(host.dtype()),
-                       Any(host.shape())};
-    Exchange(Op::kCopyTo, operands, 3, &host);
+    Any operands[4] = {CheckCopy(host, remote, "CopyToWorker0"), Any(host.dtype()),
+                       Any(host.shape()), Any(static_cast<int64_t>(host.nbytes()))};
+    Exchange(Op::kCopyTo, operands, 4, &host);
   }
 
   void CopyFromWorker0(const Tensor& host, const DRef& remote) override {
-    Any operands[3] = {CheckCopy(host, remote, "CopyFromWorker0"), Any(host.dtype()),
-                       Any(host.shape())};
-    Request(Op::kCopyFrom, operands, 3);
+    Any operands[4] = {CheckCopy(host, remote, "CopyFromWorker0"), Any(host.dtype()),
+                       Any(host.shape()), Any(static_cast<int64_t>(host.nbytes()))};
+    Request(Op::kCopyFrom, operands, 4);
     Guard([&] {
       remote::RecvChunks(&sock_, host.data(), host.nbytes(), ChunkLimit(),
                          options_.reply_timeout_ms);

@@ -12,8 +12,8 @@
 //   kInfo:          int reply limit, int chunk size -> int workers, int groups, int max packet
 //   kGetGlobalFunc: string name                     -> DRef
 //   kCall:          DRef function, arguments...     -> DRef
-//   kCopyTo:        DRef tensor, DataType, Shape    -> (none); chunks follow the request
-//   kCopyFrom:      DRef tensor, DataType, Shape    -> (none); chunks follow the reply
+//   kCopyTo:        DRef tensor, DataType, Shape, int bytes -> (none); chunks follow the request
+//   kCopyFrom:      DRef tensor, DataType, Shape, int bytes -> (none); chunks follow the reply
 //   kSyncWorker:    int worker                      -> (none)
 //   kSyncAll:       (none)                          -> (none)
 //   kDebugGet:      int register, int worker        -> value
@@ -28,7 +28,8 @@
 // Tensor data (kCopyTo, kCopyFrom) travels as chunk packets after the request (to the server) or
 // after an ok reply (to the client): body = u8 kChunkTag, u64 byte offset, then the data, in
 // order, each at most the smaller limit of the two ends in all. A kCopyTo the server cannot honour
-// (no such register, wrong dtype or shape) still reads its chunks, then answers with the error.
+// (no such register, wrong dtype, shape or byte count) still reads its announced bytes of chunks,
+// then answers with the error.
 #ifndef DISCO_REMOTE_RPC_H_
 #define DISCO_REMOTE_RPC_H_
 

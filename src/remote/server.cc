@@ -250,11 +250,11 @@ class ClientConnection {
         return {Own(session_->CallWithMovedArgs(func, a.data() + 1, a.size() - 1))};
       }
       case Op::kCopyTo:
-        expect(3);
+        expect(4);
         CopyTo(a);
         return {};
       case Op::kCopyFrom:
-        expect(3);
+        expect(4);
         copy_ = CheckedTensor(a, "CopyFromWorker0");
         if (copy_.nbytes() >= kParkForCopyBytes) impl_->ParkWorkers();
         if (copy_.device().device_type != kDLCPU) {  // stage device memory on the host
@@ -308,11 +308,9 @@ class ClientConnection {
   void CopyTo(const std::vector<Any>& a) {
     size_t nbytes = 0;
     try {
-      size_t item = DataTypeBytes(a[1].cast<DLDataType>());
-      int64_t count = NumElements(a[2]);
-      DISCO_CHECK(item != 0 && static_cast<uint64_t>(count) <= SIZE_MAX / item, ValueError)
-          << "a copy of " << count << " elements of " << item << " bytes is too large";
-      nbytes = static_cast<size_t>(count) * item;
+      int64_t n = a[3].cast<int64_t>();
+      DISCO_CHECK(n >= 0, ValueError) << "a copy of " << n << " bytes";
+      nbytes = static_cast<size_t>(n);
     } catch (const std::exception& e) {  // the chunks that follow cannot be told apart: drop
       throw IoError(std::string("CopyToWorker0 of unknown size: ") + e.what());
     }
@@ -333,19 +331,8 @@ class ClientConnection {
     }
   }
 
-  static int64_t NumElements(const Any& value) {
-    Shape shape = value.cast<Shape>();
-    int64_t n = 1;
-    for (int64_t d : shape.dims()) {
-      DISCO_CHECK(d >= 0 && (d == 0 || n <= INT64_MAX / d), ValueError)
-          << "a copy of shape " << shape.ToString() << " is too large";
-      n *= d;
-    }
-    return n;
-  }
-
-  // Worker 0's tensor in the client's register a[0], checked against the dtype and shape the
-  // client's host tensor has (a[1], a[2]).
+  // Worker 0's tensor in the client's register a[0], checked against the dtype, shape and byte
+  // count of the client's host tensor (a[1], a[2], a[3]).
   Tensor CheckedTensor(const std::vector<Any>& a, const char* what) {
     DLDataType dtype = a[1].cast<DLDataType>();
     Shape shape = a[2].cast<Shape>();
@@ -356,6 +343,9 @@ class ClientConnection {
     DISCO_CHECK(t.shape() == shape, ValueError)
         << what << ": shape mismatch: remote tensor " << t.shape().ToString() << ", host tensor "
         << shape.ToString();
+    DISCO_CHECK(static_cast<int64_t>(t.nbytes()) == a[3].cast<int64_t>(), ValueError)
+        << what << ": the remote tensor holds " << t.nbytes() << " bytes, the host tensor "
+        << a[3].cast<int64_t>();
     return t;
   }
 

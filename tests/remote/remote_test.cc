@@ -230,8 +230,8 @@ TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
                    Any(false)};
     remote::EncodeRequest(&body, remote::Op::kCall, {}, args, 6);
     int64_t tensor = RawRequest(&s, body).at(0).cast<int64_t>();
-    Any copy[3] = {Any(DRef::Unowned(tensor)), Any(DataType("uint8")), Any(Shape{n})};
-    remote::EncodeRequest(&body, remote::Op::kCopyTo, {}, copy, 3);
+    Any copy[4] = {Any(DRef::Unowned(tensor)), Any(DataType("uint8")), Any(Shape{n}), Any(n)};
+    remote::EncodeRequest(&body, remote::Op::kCopyTo, {}, copy, 4);
     remote::SendPacket(&s, body.data(), body.size(), kTimeoutMs);
     std::string half(static_cast<size_t>(n / 2), 'h');
     remote::SendChunks(&s, half.data(), half.size(), size_t{1} << 20, kTimeoutMs);
