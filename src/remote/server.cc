@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -123,12 +124,16 @@ class Acceptor {
 // One attached client: its registers, its requests, its answers.
 class ClientConnection {
  public:
-  ClientConnection(Session* session, Socket sock, const ServeOptions& options)
+  /// `release` lets the next client in; a client that detaches hears back only after it ran,
+  /// so that it may attach again at once.
+  ClientConnection(Session* session, Socket sock, const ServeOptions& options,
+                   std::function<void()> release)
       : session_(session),
         impl_(session->impl()),
         sock_(std::move(sock)),
         peer_(sock_.PeerName()),
-        options_(options) {}
+        options_(options),
+        release_(std::move(release)) {}
 
   /// Serves requests until the client leaves; returns true when it asked to end the job (with
   /// `*exit_code`).
@@ -168,8 +173,17 @@ class ClientConnection {
     }
   }
 
-  /// Frees the client's registers on every worker and settles the errors it never observed.
   ~ClientConnection() {
+    CleanUp();
+    release_();
+    DISCO_LOG(INFO) << "disco-serve: client " << peer_ << " detached";
+  }
+
+ private:
+  /// Frees the client's registers on every worker and settles the errors it never observed.
+  void CleanUp() {
+    if (cleaned_up_) return;
+    cleaned_up_ = true;
     owned_.clear();
     try {
       session_->SyncAll();
@@ -179,10 +193,8 @@ class ClientConnection {
     } catch (const std::exception& e) {
       DISCO_LOG(ERROR) << "disco-serve: cleaning up after client " << peer_ << ": " << e.what();
     }
-    DISCO_LOG(INFO) << "disco-serve: client " << peer_ << " detached";
   }
 
- private:
   // Decodes and runs one request and sends its answer. Socket failures propagate (the client is
   // dropped); every other error becomes an error answer and the client may go on.
   void Handle(bool* stop) {
@@ -292,6 +304,8 @@ class ClientConnection {
       case Op::kDetach:
         expect(0);
         *stop = true;
+        CleanUp();
+        release_();
         return {};
       case Op::kShutdownJob:
         expect(1);
@@ -389,6 +403,8 @@ class ClientConnection {
   Socket sock_;
   std::string peer_;
   const ServeOptions& options_;
+  std::function<void()> release_;
+  bool cleaned_up_ = false;
   size_t reply_limit_ = size_t{1} << 30;
   size_t chunk_limit_ = size_t{1} << 20;
   bool end_job_ = false;
@@ -424,10 +440,9 @@ int Serve(Session& session, const ServeOptions& options) {
     bool end_job;
     session.impl()->ParkWorkers();  // no client: workers sleep until one comes
     {
-      ClientConnection client(&session, acceptor.Next(), options);
+      ClientConnection client(&session, acceptor.Next(), options, [&] { acceptor.Release(); });
       end_job = client.Serve(&exit_code);
     }
-    acceptor.Release();
     if (end_job) {
       DISCO_LOG(INFO) << "disco-serve: a client ended the job with exit code " << exit_code;
       return exit_code;

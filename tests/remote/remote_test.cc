@@ -295,6 +295,20 @@ TEST_F(RemoteTest, AClientThatVanishesLeavesNoRegistersBehind) {
   ExpectServing();
 }
 
+TEST_F(RemoteTest, AClientThatDetachesCanAttachAgainAtOnce) {
+  // The server answers a detach only once it has cleaned up and can take the next client.
+  for (int i = 0; i < 5; ++i) {
+    testing::Detach();
+    Session c = Connect(testing::ServerHost(), testing::ServerPort(), testing::ServerKey());
+    DRef r = c.CallPacked(c.GetGlobalFunc("test.affine"), i);
+    EXPECT_EQ(r.DebugGetFromRemote(c.num_workers() - 1).cast<int64_t>(),
+              i * 1000 + c.num_workers() - 1);
+    c.Shutdown();
+    testing::Reattach();
+  }
+  ExpectServing();
+}
+
 TEST_F(RemoteTest, ADetachedSessionRefusesCallsClearly) {
   Session& s = S();
   DRef f = s.GetGlobalFunc("test.echo");

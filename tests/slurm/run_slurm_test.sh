@@ -4,7 +4,8 @@
 #   - the smoke job (the MPI test suite at 2..3 ranks, through launch/disco-run);
 #   - a controller program through `srun --mpi=pmix` and through `mpirun` inside the allocation;
 #   - a job whose controller throws, and one whose worker is killed: non-zero, promptly;
-#   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why.
+#   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why;
+#   - a served job (jobs/serve.sbatch) driven and ended by a client outside it.
 # Stops only the daemons it started. Not root: skipped (exit 77) with the reason.
 #   run_slurm_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -97,6 +98,39 @@ if [[ $rc -ne 0 && $took -le 30 ]] &&
   pass "wrong PMI refused (exit $rc after ${took} s)"
 else
   cat "$work/pmi.out"; fail "wrong PMI: exit $rc after ${took} s"
+fi
+
+# 6. A served job (jobs/serve.sbatch): a client outside the job finds its address, asks it for
+#    its workers, copies tensors through it (disco-bench remote), then ends it.
+t0=$(date +%s)
+export DISCO_SERVE_KEY="slurm-test-$$-$RANDOM"
+jobid=$(DISCO_SERVE_INFO="$work/serve.addr" sbatch --parsable --ntasks=2 --time=5 \
+  -o "$work/serve.out" "$src/jobs/serve.sbatch")
+for _ in $(seq 600); do
+  [[ -s $work/serve.addr ]] && break
+  sleep 0.1
+done
+addr=$(cat "$work/serve.addr" 2>/dev/null || true)
+ok=0
+if [[ -n $addr ]] &&
+   "$build/src/tools/disco-remote" "$addr" info > "$work/remote.out" 2>&1 &&
+   grep -q "serves 2 workers" "$work/remote.out" &&
+   "$build/src/tools/disco-bench" remote --server "$addr" --iters 20 --repeats 1 \
+     --max-bytes 1048576 >> "$work/remote.out" 2>&1 &&
+   "$build/src/tools/disco-remote" "$addr" shutdown 0 >> "$work/remote.out" 2>&1; then
+  for _ in $(seq 300); do  # the job ends once the client has said so
+    [[ -z $(squeue -h -j "$jobid" 2>/dev/null) ]] && break
+    sleep 0.1
+  done
+  [[ -z $(squeue -h -j "$jobid" 2>/dev/null) ]] &&
+    grep -q "serve: job ended with exit code 0" "$work/serve.out" && ok=1
+fi
+if [[ $ok -eq 1 ]]; then
+  pass "served job: attached, copied, ended by the client ($(( $(date +%s) - t0 )) s)"
+else
+  scancel "$jobid" 2>/dev/null
+  cat "$work/serve.out" "$work/remote.out" 2>/dev/null
+  fail "served job (address '$addr')"
 fi
 
 echo "$passes passed, $fails failed"
