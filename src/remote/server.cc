@@ -244,11 +244,13 @@ class ClientConnection {
     switch (op) {
       case Op::kInfo: {
         expect(2);
-        reply_limit_ = static_cast<size_t>(a[0].cast<int64_t>());
-        chunk_limit_ =
-            std::min(static_cast<size_t>(a[1].cast<int64_t>()), options_.max_packet_bytes);
-        DISCO_CHECK(chunk_limit_ > remote::ChunkOverheadBytes(), ValueError)
-            << "a chunk size of " << chunk_limit_ << " bytes leaves no room for data";
+        int64_t reply_limit = a[0].cast<int64_t>(), chunk = a[1].cast<int64_t>();
+        DISCO_CHECK(reply_limit > 0 && chunk > static_cast<int64_t>(remote::ChunkOverheadBytes()),
+                    ValueError)
+            << "Info: a reply limit of " << reply_limit << " bytes and chunks of " << chunk
+            << " bytes leave no room for data";
+        reply_limit_ = static_cast<size_t>(reply_limit);
+        chunk_limit_ = std::min(static_cast<size_t>(chunk), options_.max_packet_bytes);
         return {Any(session_->num_workers()), Any(session_->num_groups()),
                 Any(static_cast<int64_t>(options_.max_packet_bytes))};
       }

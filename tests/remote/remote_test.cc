@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "mpi/mpi_test_env.h"
@@ -236,6 +237,43 @@ TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
     std::string half(static_cast<size_t>(n / 2), 'h');
     remote::SendChunks(&s, half.data(), half.size(), size_t{1} << 20, kTimeoutMs);
   }
+  testing::Reattach();
+  ExpectServing();
+}
+
+TEST_F(RemoteTest, RandomRequestsNeverBringTheServerDown) {
+  // Well-framed packets of random bytes after a valid op byte: each is answered with an error or
+  // gets the client dropped (a copy that swallows what follows as chunks); the job goes on.
+  testing::Detach();
+  std::mt19937_64 rng(20261130);
+  int answered = 0, dropped = 0;
+  remote::Socket s;
+  for (int i = 0; i < 3000; ++i) {
+    if (!s.valid()) s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    protocol::ByteBuffer body;
+    body.Resize(1 + rng() % 64);
+    for (size_t k = 0; k < body.size(); ++k) body.data()[k] = static_cast<uint8_t>(rng());
+    body.data()[0] = static_cast<uint8_t>(1 + rng() % 9);  // not Detach, not ShutdownJob
+    if (rng() % 4 == 0 && body.size() >= 9) {              // a plausible header: few frees
+      std::memset(body.data() + 1, 0, 4);
+      body.data()[5] = static_cast<uint8_t>(rng() % 4);
+      std::memset(body.data() + 6, 0, 3);
+    }
+    try {
+      RawRequest(&s, body);
+      ++answered;
+    } catch (const RuntimeError& e) {  // closed: the server dropped this client
+      ++dropped;
+      s.Close();
+    } catch (const Error&) {  // a typed error answer
+      ++answered;
+    }
+  }
+  s.Close();
+  EXPECT_GT(answered, 2000) << dropped << " dropped";
+  std::printf("random requests: %d answered with an error, %d got the client dropped\n", answered,
+              dropped);
   testing::Reattach();
   ExpectServing();
 }
