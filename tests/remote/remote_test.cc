@@ -119,6 +119,29 @@ TEST_F(RemoteTest, RequestsOverTheServersLimitAreRefusedBeforeSending) {
   ExpectServing();
 }
 
+TEST_F(RemoteTest, AnswersOverTheClientsLimitAreRefusedBySending) {
+  testing::Detach();
+  ConnectOptions small;
+  small.max_reply_bytes = 4096;
+  small.chunk_bytes = 1024;  // copies still work, in 1 KiB packets
+  Session c = Connect(testing::ServerHost(), testing::ServerPort(), testing::ServerKey(), small);
+  DRef t = c.Empty(Shape{16384}, DataType("float32"));
+  try {
+    t.DebugGetFromRemote(0);
+    ADD_FAILURE() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("over the client's limit of 4096"), std::string::npos)
+        << e.what();
+  }
+  Tensor in = Tensor::Empty(Shape{16384}, DataType("float32"));
+  for (int i = 0; i < 16384; ++i) in.data_as<float>()[i] = static_cast<float>(i);
+  c.CopyToWorker0(in, t);
+  Tensor out = Tensor::Empty(Shape{16384}, DataType("float32"));
+  c.CopyFromWorker0(out, t);
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), in.nbytes()), 0);
+  c.Shutdown();
+}
+
 TEST_F(RemoteTest, HandshakeRefusalsAreDistinctAndTheJobGoesOn) {
   // A wrong key, and a second client while one is attached.
   try {
