@@ -175,11 +175,19 @@ class ClientConnection {
 
   ~ClientConnection() {
     CleanUp();
-    release_();
+    Release();
     DISCO_LOG(INFO) << "disco-serve: client " << peer_ << " detached";
   }
 
  private:
+  /// Lets the next client in, once: after a detach has done so, the next client may already be
+  /// attached, and a second release would let a third in beside it.
+  void Release() {
+    if (released_) return;
+    released_ = true;
+    release_();
+  }
+
   /// Frees the client's registers on every worker and settles the errors it never observed.
   void CleanUp() {
     if (cleaned_up_) return;
@@ -307,7 +315,7 @@ class ClientConnection {
         expect(0);
         *stop = true;
         CleanUp();
-        release_();
+        Release();
         return {};
       case Op::kShutdownJob:
         expect(1);
@@ -407,6 +415,7 @@ class ClientConnection {
   const ServeOptions& options_;
   std::function<void()> release_;
   bool cleaned_up_ = false;
+  bool released_ = false;
   size_t reply_limit_ = size_t{1} << 30;
   size_t chunk_limit_ = size_t{1} << 20;
   bool end_job_ = false;

@@ -366,6 +366,13 @@ TEST_F(RemoteTest, AClientThatDetachesCanAttachAgainAtOnce) {
     DRef r = c.CallPacked(c.GetGlobalFunc("test.affine"), i);
     EXPECT_EQ(r.DebugGetFromRemote(c.num_workers() - 1).cast<int64_t>(),
               i * 1000 + c.num_workers() - 1);
+    // The previous connection is gone by now: a third client still finds the server busy.
+    try {
+      Connect(testing::ServerHost(), testing::ServerPort(), testing::ServerKey());
+      ADD_FAILURE() << "a second client was let in beside the first";
+    } catch (const RuntimeError& e) {
+      EXPECT_NE(std::string(e.what()).find("busy"), std::string::npos) << e.what();
+    }
     c.Shutdown();
     testing::Reattach();
   }
