@@ -169,6 +169,29 @@ void RegisterCollective(const std::string& name, std::vector<int> tensor_args,
 
 int Root(bool in_group) { return 0; }  // the first worker of the world or of the group
 
+// disco.broadcast_from_worker0 and disco.scatter_from_worker0: the root's `send` holds recv's
+// elements once (broadcast) or once per member (scatter); every member receives `recv`.
+void RegisterFromRoot(const char* fn, bool scatter) {
+  RegisterCollective(
+      fn, {0, 2}, {"send", "in_group", "recv"}, [fn, scatter](const Agreement* agreement) {
+        return [agreement, fn, scatter](Any send_arg, bool in_group, Any recv_arg) {
+          std::optional<Tensor> send = OptionalTensorOf(send_arg);
+          Tensor recv = TensorOf(recv_arg);
+          Communicator& c = Comm(in_group, fn);
+          bool root = c.rank() == Root(in_group);
+          CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
+            CheckTensor(recv, c, fn, "recv");
+            if (root) CheckRootTensor(send, "send", recv, "recv", scatter ? c.size() : 1, c, fn);
+          });
+          if (scatter) {
+            c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
+          } else {
+            c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
+          }
+        };
+      });
+}
+
 void RegisterAll() {
   Registry::Register("disco.init_ccl", true)
       .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
@@ -239,37 +262,8 @@ void RegisterAll() {
         };
       });
 
-  RegisterCollective("disco.broadcast_from_worker0", {0, 2}, {"send", "in_group", "recv"},
-                     [](const Agreement* agreement) {
-                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
-                         std::optional<Tensor> send = OptionalTensorOf(send_arg);
-                         Tensor recv = TensorOf(recv_arg);
-                         const char* fn = "disco.broadcast_from_worker0";
-                         Communicator& c = Comm(in_group, fn);
-                         bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
-                           CheckTensor(recv, c, fn, "recv");
-                           if (root) CheckRootTensor(send, "send", recv, "recv", 1, c, fn);
-                         });
-                         c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
-                       };
-                     });
-
-  RegisterCollective("disco.scatter_from_worker0", {0, 2}, {"send", "in_group", "recv"},
-                     [](const Agreement* agreement) {
-                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
-                         std::optional<Tensor> send = OptionalTensorOf(send_arg);
-                         Tensor recv = TensorOf(recv_arg);
-                         const char* fn = "disco.scatter_from_worker0";
-                         Communicator& c = Comm(in_group, fn);
-                         bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
-                           CheckTensor(recv, c, fn, "recv");
-                           if (root) CheckRootTensor(send, "send", recv, "recv", c.size(), c, fn);
-                         });
-                         c.Scatter(send.value_or(Tensor()), recv, Root(in_group));
-                       };
-                     });
+  RegisterFromRoot("disco.broadcast_from_worker0", /*scatter=*/false);
+  RegisterFromRoot("disco.scatter_from_worker0", /*scatter=*/true);
 
   RegisterCollective("disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
                      [](const Agreement* agreement) {

@@ -111,6 +111,24 @@ std::string Reader::GetString(const char* what) {
   return std::string(reinterpret_cast<const char*>(p), n);
 }
 
+uint32_t Reader::GetCount(const char* what, size_t item_bytes) {
+  size_t at = offset();
+  uint32_t n = Get<uint32_t>(what);
+  if (n > remaining() / item_bytes) {
+    Fail(std::string(what) + " " + std::to_string(n) + " exceeds the " +
+             std::to_string(remaining()) + " bytes left",
+         at);
+  }
+  return n;
+}
+
+void Reader::GetI64List(const char* what, std::vector<int64_t>* out) {
+  uint32_t n = GetCount(what, sizeof(int64_t));
+  out->resize(n);
+  const uint8_t* p = Take(n * sizeof(int64_t), what);
+  if (n != 0) std::memcpy(out->data(), p, n * sizeof(int64_t));
+}
+
 void Reader::Fail(const std::string& message, size_t at) const {
   DISCO_THROW(ProtocolError) << "malformed message at byte offset " << at << ": " << message;
 }

@@ -160,6 +160,11 @@ class Writer {
     Put<uint64_t>(n);
     Append(data, n);
   }
+  /// A u32 count, then the values (register lists).
+  void PutI64List(const std::vector<int64_t>& values) {
+    Put<uint32_t>(static_cast<uint32_t>(values.size()));
+    Append(values.data(), values.size() * sizeof(int64_t));
+  }
   size_t size() const { return buf_->size(); }
   ByteBuffer* buffer() { return buf_; }
 
@@ -189,6 +194,10 @@ class Reader {
   /// A length field for `what`, checked against the bytes left (each item needs `item_bytes`).
   uint64_t GetLength(const char* what, size_t item_bytes);
   std::string GetString(const char* what);
+  /// A u32 count of items that take at least `item_bytes` each, checked against the bytes left.
+  uint32_t GetCount(const char* what, size_t item_bytes);
+  /// A u32 count and that many i64 values (PutI64List).
+  void GetI64List(const char* what, std::vector<int64_t>* out);
   size_t remaining() const { return size_ - pos_; }
   /// Position in the frame (base offset + bytes read).
   size_t offset() const { return base_ + pos_; }

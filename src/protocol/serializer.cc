@@ -244,8 +244,7 @@ size_t EncodeCommand(ByteBuffer* buf, Action action, uint64_t seq,
   if (bulk != nullptr) bulk->clear();
   Writer w(buf);
   buf->Resize(kHeaderBytes);
-  w.Put<uint32_t>(static_cast<uint32_t>(kills.size()));
-  w.Append(kills.data(), kills.size() * sizeof(int64_t));
+  w.PutI64List(kills);
   w.Put<uint32_t>(static_cast<uint32_t>(num_head + num_args));
   for (size_t i = 0; i < num_head; ++i) EncodeAny(&w, head[i], bulk, bulk_min);
   for (size_t i = 0; i < num_args; ++i) EncodeAny(&w, args[i], bulk, bulk_min);
@@ -276,21 +275,8 @@ void DecodeCommand(const FrameHeader& header, const uint8_t* data, size_t size, 
               16);
   }
   Reader r(data + kHeaderBytes, payload, kHeaderBytes);
-  size_t at = r.offset();
-  uint32_t nkills = r.Get<uint32_t>("kill count");
-  if (nkills > r.remaining() / sizeof(int64_t)) {
-    r.Fail("kill count " + std::to_string(nkills) + " exceeds the bytes left", at);
-  }
-  out->kills.resize(nkills);
-  const uint8_t* kills = r.Take(nkills * sizeof(int64_t), "kill list");
-  if (nkills != 0) std::memcpy(out->kills.data(), kills, nkills * sizeof(int64_t));
-  at = r.offset();
-  uint32_t argc = r.Get<uint32_t>("argument count");
-  if (argc > r.remaining()) {  // every argument takes at least its tag byte
-    r.Fail("argument count " + std::to_string(argc) + " exceeds the " +
-               std::to_string(r.remaining()) + " bytes left",
-           at);
-  }
+  r.GetI64List("kill count", &out->kills);
+  uint32_t argc = r.GetCount("argument count", 1);  // every argument takes its tag byte
   out->args.clear();
   out->bulk.clear();
   out->args.reserve(argc);

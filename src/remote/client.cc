@@ -4,11 +4,11 @@
 #include <disco/remote.h>
 
 #include <algorithm>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "protocol/serializer.h"
 #include "remote/rpc.h"
 #include "remote/socket.h"
@@ -18,10 +18,6 @@ namespace disco {
 namespace {
 
 using remote::Op;
-
-bool IsHostTensor(const Tensor& t) {
-  return t.defined() && (t.device().device_type == kDLCPU || t.device().device_type == kDLCUDAHost);
-}
 
 class RemoteSession final : public detail::SessionBackend {
  public:
@@ -110,15 +106,9 @@ class RemoteSession final : public detail::SessionBackend {
   void ShutdownJob(int exit_code) {
     Any operand(exit_code);
     Request(Op::kShutdownJob, &operand, 1);
-    builtins_.clear();
+    ClearBuiltins();
     sock_.Close();
     closed_ = true;
-  }
-
-  const DRef& Builtin(const std::string& name) override {
-    auto it = builtins_.find(name);
-    if (it == builtins_.end()) it = builtins_.emplace(name, GetGlobalFunc(name)).first;
-    return it->second;
   }
 
   void DeallocReg(int64_t reg) noexcept override {
@@ -128,7 +118,7 @@ class RemoteSession final : public detail::SessionBackend {
  private:
   void Detach() {
     if (closed_) return;
-    builtins_.clear();
+    ClearBuiltins();
     try {
       if (!broken_) Request(Op::kDetach, nullptr, 0);
     } catch (const RuntimeError& e) {  // the server is gone: detached all the same
@@ -205,7 +195,7 @@ class RemoteSession final : public detail::SessionBackend {
     DISCO_CHECK(remote.defined(), ValueError) << what << " with an empty DRef";
     DISCO_CHECK(remote.session() == generation(), ValueError)
         << what << ": DRef(" << remote.reg_id() << ") belongs to another session";
-    DISCO_CHECK(IsHostTensor(host), ValueError)
+    DISCO_CHECK(host.defined() && memory::IsHost(host.device()), ValueError)
         << what << ": a remote session copies host tensors only, got "
         << (host.defined() ? DeviceToString(host.device()) : std::string("an undefined tensor"));
     return Any(remote);
@@ -221,7 +211,6 @@ class RemoteSession final : public detail::SessionBackend {
   size_t server_max_packet_ = 1 << 20;
   protocol::ByteBuffer buf_;
   std::vector<int64_t> frees_;
-  std::map<std::string, DRef> builtins_;
   bool closed_ = false;
   bool broken_ = false;
   std::string broken_why_;

@@ -50,13 +50,7 @@ void EncodeValues(protocol::Writer* w, const Any* values, size_t n) {
 }
 
 std::vector<Any> DecodeValues(protocol::Reader* r, const char* what) {
-  size_t at = r->offset();
-  uint32_t n = r->Get<uint32_t>(what);
-  if (n > r->remaining()) {  // every value takes at least its one-byte tag
-    r->Fail(std::string(what) + " " + std::to_string(n) + " exceeds the " +
-                std::to_string(r->remaining()) + " bytes left",
-            at);
-  }
+  uint32_t n = r->GetCount(what, 1);  // every value takes at least its one-byte tag
   std::vector<Any> out;
   out.reserve(static_cast<size_t>(n));
   for (uint32_t i = 0; i < n; ++i) out.push_back(protocol::DecodeAny(r));
@@ -76,8 +70,7 @@ void EncodeRequest(protocol::ByteBuffer* buf, Op op, const std::vector<int64_t>&
   buf->Clear();
   protocol::Writer w(buf);
   w.Put<uint8_t>(static_cast<uint8_t>(op));
-  w.Put<uint32_t>(static_cast<uint32_t>(frees.size()));
-  for (int64_t reg : frees) w.Put<int64_t>(reg);
+  w.PutI64List(frees);
   EncodeValues(&w, operands, num_operands);
 }
 
@@ -86,13 +79,7 @@ void DecodeRequest(const uint8_t* data, size_t size, Request* out) {
   uint8_t op = r.Get<uint8_t>("the request's operation");
   if (op == 0 || op > kMaxOp) r.Fail("unknown request operation " + std::to_string(op), 0);
   out->op = static_cast<Op>(op);
-  size_t at = r.offset();
-  uint32_t num_frees = r.Get<uint32_t>("the freed-register count");
-  if (num_frees > r.remaining() / sizeof(int64_t)) {
-    r.Fail("a freed-register count of " + std::to_string(num_frees) + " exceeds the request", at);
-  }
-  out->frees.resize(num_frees);
-  for (auto& reg : out->frees) reg = r.Get<int64_t>("a freed register id");
+  r.GetI64List("the freed-register count", &out->frees);
   out->operands = DecodeValues(&r, "the operand count");
   if (r.remaining() != 0) {
     r.Fail(std::to_string(r.remaining()) + " bytes trail the request", r.offset());

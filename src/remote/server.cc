@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "core/env.h"
 #include "protocol/serializer.h"
 #include "remote/rpc.h"
@@ -159,14 +160,13 @@ class ClientConnection {
         DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " dropped: " << e.what();
         return false;
       }
-      bool stop = false;
       try {
-        Handle(&stop);
+        Handle();
       } catch (const std::exception& e) {
         DISCO_LOG(WARN) << "disco-serve: client " << peer_ << " dropped: " << e.what();
         return false;
       }
-      if (stop) {
+      if (stop_) {
         *exit_code = exit_code_;
         return end_job_;
       }
@@ -205,12 +205,12 @@ class ClientConnection {
 
   // Decodes and runs one request and sends its answer. Socket failures propagate (the client is
   // dropped); every other error becomes an error answer and the client may go on.
-  void Handle(bool* stop) {
+  void Handle() {
     bool ok = true;
     try {
       remote::DecodeRequest(in_.data(), in_.size(), &req_);
       for (int64_t reg : req_.frees) owned_.erase(reg);
-      std::vector<Any> results = Run(req_.op, &req_.operands, stop);
+      std::vector<Any> results = Run(req_.op, &req_.operands);
       remote::EncodeOkReply(&out_, results.data(), results.size());  // may refuse a value
     } catch (const IoError&) {
       throw;
@@ -243,7 +243,7 @@ class ClientConnection {
     using RuntimeError::RuntimeError;
   };
 
-  std::vector<Any> Run(Op op, std::vector<Any>* operands, bool* stop) {
+  std::vector<Any> Run(Op op, std::vector<Any>* operands) {
     std::vector<Any>& a = *operands;
     auto expect = [&](size_t n) {
       DISCO_CHECK(a.size() == n || (op == Op::kCall && a.size() >= 1), ProtocolError)
@@ -279,7 +279,7 @@ class ClientConnection {
         expect(4);
         copy_ = CheckedTensor(a, "CopyFromWorker0");
         if (copy_.nbytes() >= kParkForCopyBytes) impl_->ParkWorkers();
-        if (copy_.device().device_type != kDLCPU) {  // stage device memory on the host
+        if (!memory::IsHost(copy_.device())) {  // stage device memory on the host
           Tensor host = Tensor::Empty(copy_.shape(), copy_.dtype());
           host.CopyFrom(copy_);
           copy_ = host;
@@ -313,13 +313,13 @@ class ClientConnection {
         return {};
       case Op::kDetach:
         expect(0);
-        *stop = true;
+        stop_ = true;
         CleanUp();
         Release();
         return {};
       case Op::kShutdownJob:
         expect(1);
-        *stop = true;
+        stop_ = true;
         end_job_ = true;
         exit_code_ = static_cast<int>(a[0].cast<int64_t>());
         return {};
@@ -346,7 +346,7 @@ class ClientConnection {
       throw;
     }
     if (nbytes >= kParkForCopyBytes) impl_->ParkWorkers();
-    if (dst.device().device_type == kDLCPU) {
+    if (memory::IsHost(dst.device())) {
       Io([&] { remote::RecvChunks(&sock_, dst.data(), nbytes, ChunkLimit(), Deadline()); });
     } else {  // stage on the host, then one copy to the device
       Tensor host = Tensor::Empty(dst.shape(), dst.dtype());
@@ -418,6 +418,7 @@ class ClientConnection {
   bool released_ = false;
   size_t reply_limit_ = size_t{1} << 30;
   size_t chunk_limit_ = size_t{1} << 20;
+  bool stop_ = false;  // the client detached or ended the job
   bool end_job_ = false;
   int exit_code_ = 0;
   std::unordered_map<int64_t, DRef> owned_;

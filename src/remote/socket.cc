@@ -152,19 +152,8 @@ void Socket::WaitFor(short events, int timeout_ms, const char* what) {
 }
 
 void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
-  DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      WaitFor(POLLOUT, timeout_ms, "the peer to take more data");
-    } else {
-      DISCO_THROW(RuntimeError) << "send failed: " << Errno();
-    }
-  }
+  iovec iov[1] = {{const_cast<void*>(data), n}};
+  SendAllV(iov, 1, timeout_ms);
 }
 
 void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {

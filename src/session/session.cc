@@ -50,6 +50,12 @@ void SessionBackend::Retire() {
   if (it != g_live_sessions.end()) g_live_sessions.erase(it);
 }
 
+const DRef& SessionBackend::Builtin(const std::string& name) {
+  auto it = builtins_.find(name);
+  if (it == builtins_.end()) it = builtins_.emplace(name, GetGlobalFunc(name)).first;
+  return it->second;
+}
+
 SessionBackend* LiveSession(uint64_t generation) {
   if (generation == 0) return nullptr;
   for (SessionBackend* s : g_live_sessions) {
@@ -432,16 +438,10 @@ void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_
   }
 }
 
-const DRef& SessionImpl::Builtin(const std::string& name) {
-  auto it = builtins_.find(name);
-  if (it == builtins_.end()) it = builtins_.emplace(name, GetGlobalFunc(name)).first;
-  return it->second;
-}
-
 int SessionImpl::Shutdown(int exit_code) {
   if (shut_down_) return final_exit_code_;
   FlushWorker0();
-  builtins_.clear();
+  ClearBuiltins();
   Any head[1] = {Any(exit_code)};
   Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
   shut_down_ = true;

@@ -7,6 +7,7 @@
 #include <disco/tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace disco {
@@ -34,8 +35,8 @@ class SessionBackend {
   virtual void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) = 0;
   /// Ends the session with `exit_code`; returns the job's final exit code. Idempotent.
   virtual int Shutdown(int exit_code) = 0;
-  /// A cached DRef to a builtin, fetched on first use.
-  virtual const DRef& Builtin(const std::string& name) = 0;
+  /// A cached DRef to a builtin, fetched with GetGlobalFunc on first use.
+  const DRef& Builtin(const std::string& name);
   /// Called when the last copy of a DRef of this session goes; never throws.
   virtual void DeallocReg(int64_t reg) noexcept = 0;
 
@@ -45,9 +46,12 @@ class SessionBackend {
   /// Unregisters it: DRefs freed from now on (by the derived destructor's members) free nothing.
   /// A derived destructor calls it first.
   void Retire();
+  /// Drops the cached builtins (at shutdown, while their frees can still be sent).
+  void ClearBuiltins() { builtins_.clear(); }
 
  private:
   uint64_t generation_;
+  std::map<std::string, DRef> builtins_;
 };
 
 /// The live session of this process with the given generation (nullptr when it has ended).

@@ -55,7 +55,6 @@ class SessionImpl final : public SessionBackend {
   void ParkWorkers();
   bool workers_parked() const { return parked_; }
 
-  const DRef& Builtin(const std::string& name) override;
   void DeallocReg(int64_t reg) noexcept override;
 
   Worker& worker0() { return worker0_; }
@@ -99,7 +98,6 @@ class SessionImpl final : public SessionBackend {
   protocol::ByteBuffer frame_;
   std::vector<protocol::BulkSegment> bulk_;
   protocol::ByteBuffer reply_buf_;
-  std::map<std::string, DRef> builtins_;
   // Worker 0 runs a call of a collective (FunctionObj::collective) once the *next* frame has gone
   // out (or at any other action), so that workers 1..N-1 already hold the next command when a
   // collective they share with worker 0 ends: the control frame's latency leaves the critical
