@@ -62,43 +62,36 @@ else
   cat "$work/both.out"; fail "controller through both launchers: exit $rc"
 fi
 
+# 3-5. Jobs that must fail: each ends non-zero within 30 s, and its output passes CHECK.
+#   expect_failure LABEL NTASKS COMMAND CHECK...   (CHECK gets the output file as last argument)
+expect_failure() {
+  local label=$1 ntasks=$2 command=$3 out="$work/${1// /_}.out" t0 rc took
+  shift 3
+  t0=$(date +%s)
+  sbatch --wait --ntasks="$ntasks" --time=5 -o "$out" --wrap "$command" >/dev/null
+  rc=$?
+  took=$(( $(date +%s) - t0 ))
+  if [[ $rc -ne 0 && $took -le 30 ]] && "$@" "$out"; then
+    pass "$label: exit $rc after ${took} s"
+  else
+    cat "$out"; fail "$label: exit $rc after ${took} s"
+  fi
+}
+lacks() { ! grep -q "$1" "$2"; }
+
 # 3. A controller that throws: the job ends non-zero, promptly, naming the rank and the cause.
-t0=$(date +%s)
-sbatch --wait --ntasks=3 --time=5 -o "$work/throw.out" \
-  --wrap "$src/launch/disco-run -- $build/tests/disco_fault_program controller-throws" >/dev/null
-rc=$?
-took=$(( $(date +%s) - t0 ))
-if [[ $rc -ne 0 && $took -le 30 ]] && grep -q "rank 0/3 .*controller raised .*boom from the controller" "$work/throw.out"; then
-  pass "failing controller: exit $rc after ${took} s"
-else
-  cat "$work/throw.out"; fail "failing controller: exit $rc after ${took} s"
-fi
+expect_failure "failing controller" 3 \
+  "$src/launch/disco-run -- $build/tests/disco_fault_program controller-throws" \
+  grep -q "rank 0/3 .*controller raised .*boom from the controller"
 
 # 4. A worker killed with SIGKILL under srun: the step is torn down, the job ends non-zero.
-t0=$(date +%s)
-sbatch --wait --ntasks=3 --time=5 -o "$work/kill.out" \
-  --wrap "$src/launch/disco-run -- $build/tests/disco_fault_program kill-worker" >/dev/null
-rc=$?
-took=$(( $(date +%s) - t0 ))
-if [[ $rc -ne 0 && $took -le 30 ]] && ! grep -q "unreachable" "$work/kill.out"; then
-  pass "killed worker: exit $rc after ${took} s"
-else
-  cat "$work/kill.out"; fail "killed worker: exit $rc after ${took} s"
-fi
+expect_failure "killed worker" 3 \
+  "$src/launch/disco-run -- $build/tests/disco_fault_program kill-worker" lacks "unreachable"
 
 # 5. The wrong PMI (no PMI for Open MPI): the job ends non-zero, promptly, saying why — Open
 #    MPI's own message when MPI_Init refuses, disco's preflight when each process comes up alone.
-t0=$(date +%s)
-sbatch --wait --ntasks=2 --time=5 -o "$work/pmi.out" \
-  --wrap "srun --mpi=none -n 2 $build/src/tools/disco-example" >/dev/null
-rc=$?
-took=$(( $(date +%s) - t0 ))
-if [[ $rc -ne 0 && $took -le 30 ]] &&
-   grep -Eq "sees an MPI world of 1 rank|direct launched using \"srun\"" "$work/pmi.out"; then
-  pass "wrong PMI refused (exit $rc after ${took} s)"
-else
-  cat "$work/pmi.out"; fail "wrong PMI: exit $rc after ${took} s"
-fi
+expect_failure "wrong PMI refused" 2 "srun --mpi=none -n 2 $build/src/tools/disco-example" \
+  grep -Eq "sees an MPI world of 1 rank|direct launched using \"srun\""
 
 # 6. A served job (jobs/serve.sbatch): a client outside the job finds its address, asks it for
 #    its workers, copies tensors through it (disco-bench remote), then ends it.
