@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 namespace disco {
@@ -239,6 +240,17 @@ void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
       WaitFor(POLLIN, timeout_ms, what);
     }
   }
+}
+
+bool ParseHostPort(const std::string& text, std::string* host, int* port) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) return false;
+  char* end = nullptr;
+  long p = std::strtol(text.c_str() + colon + 1, &end, 10);  // NOLINT(runtime/int)
+  if (*end != '\0' || p <= 0 || p > 65535) return false;
+  *host = text.substr(0, colon);
+  *port = static_cast<int>(p);
+  return true;
 }
 
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {

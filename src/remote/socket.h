@@ -80,6 +80,9 @@ class Socket {
   size_t ahead_len_ = 0;
 };
 
+/// Splits "HOST:PORT" (the last colon separates them); false unless the port is 1..65535.
+bool ParseHostPort(const std::string& text, std::string* host, int* port);
+
 /// Packets: a u64 little-endian length, then the body.
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
 /// Receives one packet into `buf`; a length over `max_bytes` raises ProtocolError before

@@ -186,10 +186,8 @@ int RunRemoteBench(const Options& opts) {
     job = std::make_unique<ServerJob>(opts.Get("launch", "mpirun -n 2"), key);
     port = job->port();
   } else {
-    DISCO_CHECK(server.find(':') != std::string::npos, ValueError)
+    DISCO_CHECK(remote::ParseHostPort(server, &host, &port), ValueError)
         << "disco-bench remote: --server wants HOST:PORT, got '" << server << "'";
-    host = server.substr(0, server.rfind(':'));
-    port = std::atoi(server.substr(server.rfind(':') + 1).c_str());
   }
   Session s = Connect(host, port, key);
   RawPeer peer(static_cast<size_t>(max_bytes));

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "remote/socket.h"
+
 namespace {
 
 int Usage() {
@@ -25,16 +27,12 @@ int Usage() {
 
 int main(int argc, char** argv) {
   if (argc < 3) return Usage();
-  std::string where = argv[1], cmd = argv[2];
-  size_t colon = where.rfind(':');
-  if (colon == std::string::npos || colon + 1 == where.size()) return Usage();
-  char* end = nullptr;
-  long port = std::strtol(where.c_str() + colon + 1, &end, 10);  // NOLINT(runtime/int)
-  if (*end != '\0' || port <= 0 || port > 65535) return Usage();
+  std::string where = argv[1], cmd = argv[2], host;
+  int port = 0;
+  if (!disco::remote::ParseHostPort(where, &host, &port)) return Usage();
   const char* key = std::getenv("DISCO_SERVE_KEY");
   try {
-    disco::Session s =
-        disco::Connect(where.substr(0, colon), static_cast<int>(port), key ? key : "");
+    disco::Session s = disco::Connect(host, port, key ? key : "");
     if (cmd == "info") {
       disco::DRef f = s.GetGlobalFunc("disco.worker_id");
       auto t0 = std::chrono::steady_clock::now();

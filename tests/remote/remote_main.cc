@@ -11,6 +11,7 @@
 
 #include "mpi/mpi_test_env.h"
 #include "remote/remote_env.h"
+#include "remote/socket.h"
 
 namespace disco {
 namespace testing {
@@ -60,15 +61,12 @@ int main(int argc, char** argv) {
   namespace t = disco::testing;
   const char* server = std::getenv("DISCO_TEST_SERVER");
   const char* key = std::getenv("DISCO_SERVE_KEY");
-  if (server == nullptr || std::strchr(server, ':') == nullptr) {
+  if (server == nullptr || !disco::remote::ParseHostPort(server, &t::g_host, &t::g_port)) {
     std::fprintf(stderr,
                  "disco_remote_tests: set DISCO_TEST_SERVER=host:port (and "
                  "DISCO_SERVE_KEY); tests/remote/run_remote_test.sh does\n");
     return 2;
   }
-  std::string s = server;
-  t::g_host = s.substr(0, s.rfind(':'));
-  t::g_port = std::atoi(s.substr(s.rfind(':') + 1).c_str());
   t::g_key = key != nullptr ? key : "";
   t::Reattach();
   int rc = RUN_ALL_TESTS();
