@@ -14,13 +14,6 @@ MpiTransport::MpiTransport(MPI_Comm world) : comm_(mpi::Comm::Dup(world)) {
   size_ = comm_.size();
 }
 
-MpiTransport::~MpiTransport() {
-  if (!mpi::IsActive()) return;
-  for (PendingSend& p : pending_) {
-    if (p.request != MPI_REQUEST_NULL) MPI_Request_free(&p.request);
-  }
-}
-
 void MpiTransport::Broadcast(void* data, size_t n) {
   auto* p = static_cast<uint8_t*>(data);
   while (n > 0) {
@@ -40,25 +33,10 @@ void MpiTransport::Send(int dest, int tag, const void* data, size_t n) {
 void MpiTransport::SendAsync(int dest, int tag, const void* data, size_t n) {
   DISCO_CHECK(n <= static_cast<size_t>(INT_MAX), ValueError)
       << "a message of " << n << " bytes exceeds MPI's 2 GiB message limit";
-  pending_.emplace_back();
-  PendingSend& p = pending_.back();
-  p.data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
-  DISCO_MPI_CALL(
-      MPI_Isend(p.data.data(), static_cast<int>(n), MPI_BYTE, dest, tag, comm_.get(), &p.request));
+  sends_.Send(data, static_cast<int>(n), dest, tag, comm_.get());
 }
 
-void MpiTransport::ProgressSends(bool wait) {
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    int done = 0;
-    if (wait) {
-      DISCO_MPI_CALL(MPI_Wait(&it->request, MPI_STATUS_IGNORE));
-      done = 1;
-    } else {
-      DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
-    }
-    it = done ? pending_.erase(it) : std::next(it);
-  }
-}
+void MpiTransport::ProgressSends(bool wait) { sends_.Progress(wait); }
 
 int MpiTransport::Receive(int source, int tag, protocol::ByteBuffer* buf, size_t max_bytes) {
   MPI_Status status;

@@ -7,7 +7,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <list>
 #include <vector>
 
 #include "protocol/frame.h"
@@ -22,7 +21,6 @@ class MpiTransport {
   static constexpr int kTagError = 102;
 
   explicit MpiTransport(MPI_Comm world);
-  ~MpiTransport();
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
 
@@ -57,14 +55,10 @@ class MpiTransport {
   void Unpark();
 
  private:
-  struct PendingSend {
-    MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<uint8_t> data;
-  };
   mpi::Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::list<PendingSend> pending_;
+  mpi::CopiedSends sends_;
 };
 
 }  // namespace disco

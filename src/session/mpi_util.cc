@@ -76,5 +76,37 @@ void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what) {
   DISCO_CHECK(any == 0, RuntimeError) << what << " failed on another rank (its error says why)";
 }
 
+CopiedSends::~CopiedSends() {
+  if (!IsActive()) return;
+  for (Pending& p : pending_) {
+    int done = 0;
+    MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Cancel(&p.request);
+      MPI_Request_free(&p.request);
+    }
+  }
+}
+
+void CopiedSends::Send(const void* data, int n, int dest, int tag, MPI_Comm comm) {
+  pending_.emplace_back();
+  Pending& p = pending_.back();
+  p.data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+  DISCO_MPI_CALL(MPI_Isend(p.data.data(), n, MPI_BYTE, dest, tag, comm, &p.request));
+}
+
+void CopiedSends::Progress(bool wait) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int done = 0;
+    if (wait) {
+      DISCO_MPI_CALL(MPI_Wait(&it->request, MPI_STATUS_IGNORE));
+      done = 1;
+    } else {
+      DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+    }
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+}
+
 }  // namespace mpi
 }  // namespace disco

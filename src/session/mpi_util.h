@@ -5,8 +5,11 @@
 #include <disco/error.h>
 #include <mpi.h>
 
+#include <cstdint>
 #include <exception>
+#include <list>
 #include <string>
+#include <vector>
 
 /// Evaluates an MPI call once; throws RuntimeError with MPI's error string when it fails. The
 /// communicators disco creates use MPI_ERRORS_RETURN, so failures arrive here.
@@ -56,6 +59,28 @@ class Comm {
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+/// Non-blocking sends of copies: the caller may reuse its buffer at once. Sends still pending
+/// when this goes (the job is ending, nobody will receive them) are cancelled, so that
+/// MPI_Finalize does not wait for them.
+class CopiedSends {
+ public:
+  CopiedSends() = default;
+  ~CopiedSends();
+  CopiedSends(const CopiedSends&) = delete;
+  CopiedSends& operator=(const CopiedSends&) = delete;
+  /// MPI_Isend of a copy of `n` bytes (the caller checks `n` against its own limits).
+  void Send(const void* data, int n, int dest, int tag, MPI_Comm comm);
+  /// Completes the sends that have finished; with `wait`, all of them.
+  void Progress(bool wait);
+
+ private:
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<uint8_t> data;
+  };
+  std::list<Pending> pending_;
 };
 
 /// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <list>
 #include <mutex>
 #include <vector>
 
@@ -110,7 +109,6 @@ class MpiCommunicator final : public Communicator {
     rank_ = comm_.rank();
     size_ = comm_.size();
   }
-  ~MpiCommunicator() override { CancelSends(); }
 
   const char* backend() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -201,13 +199,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   void Send(const Tensor& buffer, int peer) override {
-    ProgressSends();
-    pending_.emplace_back();
-    PendingSend& p = pending_.back();
+    sends_.Progress(/*wait=*/false);
     // A copy: the caller may reuse the tensor at once, as with NCCL's stream-ordered sends.
-    p.data.assign(Bytes(buffer), Bytes(buffer) + buffer.nbytes());
-    DISCO_MPI_CALL(MPI_Isend(p.data.data(), CheckedCount(p.data.size(), "send"), MPI_BYTE, peer,
-                             kP2PTag, comm_.get(), &p.request));
+    sends_.Send(buffer.data(), CheckedCount(buffer.nbytes(), "send"), peer, kP2PTag, comm_.get());
   }
 
   void Recv(const Tensor& buffer, int peer) override {
@@ -225,12 +219,12 @@ class MpiCommunicator final : public Communicator {
     }
     DISCO_MPI_CALL(
         MPI_Recv(buffer.data(), count, MPI_BYTE, peer, kP2PTag, comm_.get(), MPI_STATUS_IGNORE));
-    ProgressSends();
+    sends_.Progress(/*wait=*/false);
   }
 
   void Barrier() override {
     DISCO_MPI_CALL(MPI_Barrier(comm_.get()));
-    ProgressSends();
+    sends_.Progress(/*wait=*/false);
   }
 
  private:
@@ -240,33 +234,6 @@ class MpiCommunicator final : public Communicator {
   // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
   static constexpr size_t kSegmentBytes = 256 * 1024;
   static constexpr int64_t kWindow = 4;
-
-  struct PendingSend {
-    MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<char> data;
-  };
-
-  void ProgressSends() {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      int done = 0;
-      DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
-      it = done ? pending_.erase(it) : std::next(it);
-    }
-  }
-
-  // Sends nobody will receive (the job is ending) must not keep MPI_Finalize waiting.
-  void CancelSends() {
-    if (!mpi::IsActive()) return;
-    for (PendingSend& p : pending_) {
-      int done = 0;
-      MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
-      if (!done) {
-        MPI_Cancel(&p.request);
-        MPI_Request_free(&p.request);
-      }
-    }
-    pending_.clear();
-  }
 
   void BcastBytes(char* data, size_t n, int root) {
     constexpr size_t kChunk = size_t{1} << 30;
@@ -373,7 +340,7 @@ class MpiCommunicator final : public Communicator {
   mpi::Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::list<PendingSend> pending_;
+  mpi::CopiedSends sends_;
   protocol::ByteBuffer staging_[3];
   std::vector<MPI_Request> requests_;
 };
