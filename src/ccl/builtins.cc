@@ -36,14 +36,11 @@ Communicator& Comm(bool in_group, const char* fn) {
 // Tensor arguments arrive as Any and are converted here, not by the typed wrapper: a register that
 // holds None (or anything else) on one worker must fail inside the agreed checks, or that worker
 // would leave before agreeing and the others would wait for it forever.
-Tensor TensorOf(const Any& a) {
-  const Tensor* t = std::get_if<Tensor>(&a.storage());
-  return t != nullptr ? *t : Tensor();
-}
 std::optional<Tensor> OptionalTensorOf(const Any& a) {
   const Tensor* t = std::get_if<Tensor>(&a.storage());
   return t != nullptr ? std::optional<Tensor>(*t) : std::nullopt;
 }
+Tensor TensorOf(const Any& a) { return OptionalTensorOf(a).value_or(Tensor()); }
 
 void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const char* arg) {
   DISCO_CHECK(t.defined(), TypeError)

@@ -1,16 +1,14 @@
 #include <disco/error.h>
 #include <disco/log.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <string>
-
-#include <fcntl.h>
-
 #include <mutex>
+#include <string>
 
 #include "core/env.h"
 #include "core/process_info.h"

@@ -280,7 +280,6 @@ void SessionImpl::ParkWorkers() {
   CheckLive("ParkWorkers");
   if (parked_ || transport_->size() == 1) return;
   FlushWorker0();  // a deferred collective needs the workers awake
-  if (parked_) return;
   Broadcast(protocol::Action::kPark, nullptr, 0, nullptr, 0);
   parked_ = true;
 }
