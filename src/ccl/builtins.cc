@@ -57,8 +57,18 @@ void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const c
                                                              : DeviceToString(want) + " tensors");
 }
 
-// The element count the ranks agree on (-1 for a missing tensor).
-int64_t CountOf(const Tensor& t) { return t.defined() ? t.numel() : -1; }
+// What the ranks agree on about the tensor that sizes the transfer: its element count and its
+// dtype (-1 for a missing tensor). Equal counts of different dtypes would move different byte
+// counts, which no backend can recover from.
+struct Extent {
+  int64_t count = -1;
+  int64_t dtype = -1;
+};
+Extent ExtentOf(const Tensor& t) {
+  if (!t.defined()) return {};
+  DLDataType d = t.dtype();
+  return {t.numel(), (int64_t{d.code} << 24) | (int64_t{d.bits} << 16) | d.lanes};
+}
 
 void CheckSameDType(const Tensor& a, const char* an, const Tensor& b, const char* bn,
                     const char* fn) {
@@ -124,7 +134,7 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
 // Runs the checks; the ranks of `c` then agree. Every rank throws when any rank failed: the
 // failing ranks their own error, the others one that points at them. A collective whose key
 // already passed skips both (its tensors' metadata cannot have changed since).
-void CheckAndAgree(Communicator& c, const char* fn, int64_t count, const Agreement& a,
+void CheckAndAgree(Communicator& c, const char* fn, const Tensor& sizing, const Agreement& a,
                    int64_t extra, const std::function<void()>& checks) {
   Context* ctx = CurrentContext();
   AgreedKey key = MakeKey(a, extra);
@@ -135,9 +145,10 @@ void CheckAndAgree(Communicator& c, const char* fn, int64_t count, const Agreeme
   } catch (const Error&) {
     local = std::current_exception();
   }
-  int64_t mine[3] = {local ? 1 : 0, count, -count};
-  int64_t all[3] = {0, 0, 0};
-  DISCO_MPI_CALL(MPI_Allreduce(mine, all, 3, MPI_INT64_T, MPI_MAX, c.host_comm()));
+  const Extent e = ExtentOf(sizing);
+  int64_t mine[5] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype};
+  int64_t all[5] = {0, 0, 0, 0, 0};
+  DISCO_MPI_CALL(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, c.host_comm()));
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(all[0] == 0, ValueError)
       << fn << ": another worker of this collective rejected its arguments (its error says why); "
@@ -145,6 +156,9 @@ void CheckAndAgree(Communicator& c, const char* fn, int64_t count, const Agreeme
   DISCO_CHECK(all[1] == -all[2], ValueError)
       << fn << ": the workers of this collective disagree on the element count (from " << -all[2]
       << " to " << all[1] << "); nothing was sent";
+  DISCO_CHECK(all[3] == -all[4], TypeError)
+      << fn << ": the workers of this collective disagree on the dtype (this worker has "
+      << DataTypeToString(sizing.dtype()) << "); nothing was sent";
   if (key.valid) {
     if (ctx->agreed.size() >= 4096) ctx->agreed.clear();
     ctx->agreed.insert(key);
@@ -176,7 +190,7 @@ void RegisterFromRoot(const char* fn, bool scatter) {
           Tensor recv = TensorOf(recv_arg);
           Communicator& c = Comm(in_group, fn);
           bool root = c.rank() == Root(in_group);
-          CheckAndAgree(c, fn, CountOf(recv), *agreement, in_group, [&] {
+          CheckAndAgree(c, fn, recv, *agreement, in_group, [&] {
             CheckTensor(recv, c, fn, "recv");
             if (root) CheckRootTensor(send, "send", recv, "recv", scatter ? c.size() : 1, c, fn);
           });
@@ -194,28 +208,26 @@ void RegisterAll() {
       .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
                       {"ccl", "device_ids"});
 
-  RegisterCollective("disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
-                     [](const Agreement* agreement) {
-                       return [agreement](Any send_arg, std::string op_name, bool in_group,
-                                          Any recv_arg) {
-                         Tensor send = TensorOf(send_arg);
-                         Tensor recv = TensorOf(recv_arg);
-                         const char* fn = "disco.allreduce";
-                         Communicator& c = Comm(in_group, fn);
-                         // The op name is the same on every worker: a bad one fails everywhere
-                         // alike.
-                         ReduceOp op = ParseReduceOp(op_name);
-                         CheckAndAgree(c, fn, CountOf(send), *agreement,
-                                       static_cast<int64_t>(op) * 2 + in_group, [&] {
-                                         CheckSendRecv(send, recv, c, fn);
-                                         DISCO_CHECK(send.numel() == recv.numel(), ValueError)
-                                             << fn << ": 'send' has " << send.numel()
-                                             << " elements, 'recv' " << recv.numel();
-                                         CheckOp(op, send.dtype(), fn);
-                                       });
-                         c.AllReduce(send, recv, op);
-                       };
-                     });
+  RegisterCollective(
+      "disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](Any send_arg, std::string op_name, bool in_group, Any recv_arg) {
+          Tensor send = TensorOf(send_arg);
+          Tensor recv = TensorOf(recv_arg);
+          const char* fn = "disco.allreduce";
+          Communicator& c = Comm(in_group, fn);
+          // The op name is the same on every worker: a bad one fails everywhere
+          // alike.
+          ReduceOp op = ParseReduceOp(op_name);
+          CheckAndAgree(c, fn, send, *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
+            CheckSendRecv(send, recv, c, fn);
+            DISCO_CHECK(send.numel() == recv.numel(), ValueError)
+                << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
+            CheckOp(op, send.dtype(), fn);
+          });
+          c.AllReduce(send, recv, op);
+        };
+      });
 
   RegisterCollective(
       "disco.allgather", {0, 2}, {"send", "in_group", "recv"}, [](const Agreement* agreement) {
@@ -224,7 +236,7 @@ void RegisterAll() {
           Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.allgather";
           Communicator& c = Comm(in_group, fn);
-          CheckAndAgree(c, fn, CountOf(send), *agreement, in_group, [&] {
+          CheckAndAgree(c, fn, send, *agreement, in_group, [&] {
             CheckSendRecv(send, recv, c, fn);
             DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
                 << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
@@ -244,17 +256,16 @@ void RegisterAll() {
           Communicator& c = Comm(in_group, fn);
           // The op name is the same on every worker: a bad one fails everywhere alike.
           ReduceOp op = ParseReduceOp(op_name);
-          CheckAndAgree(
-              c, fn, CountOf(send), *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
-                CheckSendRecv(send, recv, c, fn);
-                DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
-                    << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
-                    << " workers cannot share equally";
-                DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
-                    << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
-                    << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
-                CheckOp(op, send.dtype(), fn);
-              });
+          CheckAndAgree(c, fn, send, *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
+            CheckSendRecv(send, recv, c, fn);
+            DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
+                << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
+                << " workers cannot share equally";
+            DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
+                << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
+                << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
+            CheckOp(op, send.dtype(), fn);
+          });
           c.ReduceScatter(send, recv, op);
         };
       });
@@ -270,7 +281,7 @@ void RegisterAll() {
                          const char* fn = "disco.gather_to_worker0";
                          Communicator& c = Comm(in_group, fn);
                          bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(c, fn, CountOf(send), *agreement, in_group, [&] {
+                         CheckAndAgree(c, fn, send, *agreement, in_group, [&] {
                            CheckTensor(send, c, fn, "send");
                            if (root) CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
                          });
@@ -283,8 +294,7 @@ void RegisterAll() {
       Tensor buffer = TensorOf(buffer_arg);
       const char* fn = "disco.recv_from_worker0";
       Communicator& c = Comm(false, fn);
-      CheckAndAgree(c, fn, CountOf(buffer), *agreement, 0,
-                    [&] { CheckTensor(buffer, c, fn, "buffer"); });
+      CheckAndAgree(c, fn, buffer, *agreement, 0, [&] { CheckTensor(buffer, c, fn, "buffer"); });
       c.Broadcast(buffer, buffer, 0);
     };
   });

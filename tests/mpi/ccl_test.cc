@@ -5,7 +5,12 @@
 #include <disco/disco.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <sstream>
 
@@ -255,6 +260,23 @@ DISCO_REGISTER_GLOBAL("test.ccl.uneven").set_body_typed([](int64_t n) {
   return Tensor::Empty(Shape{n + (w.worker_id == w.num_workers - 1 ? 1 : 0)}, DataType("float32"));
 });
 
+// n float32 elements, float64 on the last worker: a dtype the workers disagree on.
+DISCO_REGISTER_GLOBAL("test.ccl.dtype_on_last").set_body_typed([](int64_t n) {
+  const WorkerInfo& w = ThisWorker();
+  return Tensor::Empty(Shape{n},
+                       DataType(w.worker_id == w.num_workers - 1 ? "float64" : "float32"));
+});
+
+// How many shared-memory channels this process has mapped (lines of /proc/self/maps).
+DISCO_REGISTER_GLOBAL("test.ccl.shm_mappings").set_body_typed([]() {
+  std::ifstream maps("/proc/self/maps");
+  int64_t count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/disco-ccl-") != std::string::npos) ++count;
+  }
+  return count;
+});
+
 class CclTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { g_session->InitCCL("mpi"); }
@@ -416,6 +438,10 @@ TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {
   DRef uneven = s().CallPacked(F("test.ccl.uneven"), 5);
   s().AllReduce(uneven, "sum", false, uneven);
   if (n() > 1) expect("uneven", "disagree on the element count (from 5 to 6)");
+  // Same count, another dtype on one worker: the byte counts would differ.
+  DRef mixed = s().CallPacked(F("test.ccl.dtype_on_last"), 1000);
+  s().AllReduce(mixed, "sum", false, mixed);
+  if (n() > 1) expect("dtype across workers", "disagree on the dtype");
   // A register that holds a tensor on worker 0 only: the others fail inside the agreed checks.
   if (n() > 1) {
     DRef only0 = s().Empty(Shape{8}, DataType("float32"), CPU(), /*worker0_only=*/true);
@@ -485,6 +511,21 @@ TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {
   DRef dev = s().CallPacked(F("disco.device"));
   EXPECT_EQ(dev.DebugGetFromRemote(n() - 1).cast<DLDevice>(), CPU());
   EXPECT_THROW(s().InitCCL("gloo"), ValueError);
+  // Each InitCCL freed the shared memory of the one before: one channel for the world and one for
+  // the group (none for a single worker), and no name left in /dev/shm.
+  const char* shm = std::getenv("DISCO_CCL_SHM");
+  bool channels = shm == nullptr || std::string(shm) != "0";
+  if (s().impl() != nullptr && channels) {
+    int64_t want = (n() > 1 ? 1 : 0) + (group_size(true) > 1 ? 1 : 0);
+    DRef maps = s().CallPacked(F("test.ccl.shm_mappings"));
+    for (int w = 0; w < n(); ++w) {
+      EXPECT_EQ(maps.DebugGetFromRemote(w).cast<int64_t>(), want) << "worker " << w;
+    }
+    std::string prefix = "disco-ccl-" + std::to_string(getpid()) + "-";
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      EXPECT_NE(entry.path().filename().string().rfind(prefix, 0), 0u) << entry.path();
+    }
+  }
   DRef ok = Filled(3, "int32", "sum");
   s().AllReduce(ok, "sum", true, ok);
   s().CallPacked(F("test.ccl.expect_allreduce"), ok, "sum", true);

@@ -9,7 +9,9 @@
 #include <mutex>
 #include <vector>
 
+#include "ccl/mpi/shm.h"
 #include "ccl/reduce.h"
+#include "core/env.h"
 #include "protocol/frame.h"
 #include "session/mpi_util.h"
 
@@ -108,6 +110,9 @@ class MpiCommunicator final : public Communicator {
     InitHalfTypes();
     rank_ = comm_.rank();
     size_ = comm_.size();
+    // The same value on every rank (mpirun passes one environment), so all or none create it.
+    if (size_ > 1 && env::GetInt("DISCO_CCL_SHM", 0, 1) == 1)
+      shm_ = ShmChannel::Create(comm_.get());
   }
 
   const char* backend() const override { return "mpi"; }
@@ -122,6 +127,8 @@ class MpiCommunicator final : public Communicator {
     if (n == 0) return;
     if (size_ == 1) {
       if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), send.nbytes());
+    } else if (shm_) {
+      shm_->AllReduce(Bytes(send), Bytes(recv), n, t, op);
     } else if (send.nbytes() < kRingMinBytes) {
       const void* src = send.same_as(recv) ? MPI_IN_PLACE : send.data();
       DISCO_MPI_CALL(MPI_Allreduce(src, recv.data(), CheckedCount(n, "allreduce"), ToMpiType(t),
@@ -137,7 +144,9 @@ class MpiCommunicator final : public Communicator {
     if (bytes == 0) return;
     char* dst = Bytes(recv);
     const char* src = Bytes(send);
-    if (src == dst + rank_ * bytes) {
+    if (shm_ && bytes * size_ < ShmChannel::kCopyMaxBytes) {
+      shm_->AllGather(src, dst, bytes);
+    } else if (src == dst + rank_ * bytes) {
       DISCO_MPI_CALL(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, dst, CheckedCount(bytes, "allgather"),
                                    MPI_BYTE, comm_.get()));
     } else {
@@ -152,6 +161,8 @@ class MpiCommunicator final : public Communicator {
     if (m == 0) return;
     if (size_ == 1) {
       if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), recv.nbytes());
+    } else if (shm_) {
+      shm_->ReduceScatter(Bytes(send), Bytes(recv), m, t, op);
     } else if (send.nbytes() < kRingMinBytes) {
       DISCO_MPI_CALL(MPI_Reduce_scatter_block(send.data(), recv.data(),
                                               CheckedCount(m, "reduce_scatter"), ToMpiType(t),
@@ -166,6 +177,10 @@ class MpiCommunicator final : public Communicator {
     size_t bytes = recv.nbytes();
     if (bytes == 0) return;
     bool copy = rank_ == root && send.defined() && !send.same_as(recv);
+    if (shm_ && bytes < ShmChannel::kCopyMaxBytes) {
+      shm_->Broadcast(copy ? Bytes(send) : Bytes(recv), Bytes(recv), bytes, root);
+      return;
+    }
     if (bytes < kOverlapMinBytes || bytes > static_cast<size_t>(INT_MAX)) {
       if (copy) std::memcpy(recv.data(), send.data(), bytes);
       BcastBytes(Bytes(recv), bytes, root);
@@ -340,6 +355,7 @@ class MpiCommunicator final : public Communicator {
   mpi::Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  std::unique_ptr<ShmChannel> shm_;  // null: ranks on several nodes, or DISCO_CCL_SHM=0
   mpi::CopiedSends sends_;
   protocol::ByteBuffer staging_[3];
   std::vector<MPI_Request> requests_;

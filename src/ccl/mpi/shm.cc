@@ -1,0 +1,269 @@
+#include "ccl/mpi/shm.h"
+
+#include <disco/error.h>
+#include <disco/log.h>
+#include <disco/types.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "ccl/reduce.h"
+#include "session/mpi_util.h"
+
+namespace disco {
+namespace ccl {
+namespace {
+
+// Each rank's flag sits on a line of its own (two cache lines: adjacent-line prefetch).
+constexpr size_t kFlagStride = 128;
+constexpr size_t kPage = 4096;
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t HeaderBytes(int size) { return RoundUp(static_cast<size_t>(size) * kFlagStride, kPage); }
+size_t SegmentBytes(int size) {
+  return HeaderBytes(size) + static_cast<size_t>(size) * 2 * ShmChannel::kSlotBytes;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// More ranks on this node than online CPUs: waiting ranks must give their core away at once.
+bool NodeOversubscribed() {
+  static const bool oversubscribed = [] {
+    MPI_Comm node = MPI_COMM_NULL;
+    DISCO_MPI_CALL(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpi::Comm owned(node);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 && owned.size() > cpus;
+  }();
+  return oversubscribed;
+}
+
+bool AllTrue(bool mine, MPI_Comm comm) {
+  int in = mine ? 1 : 0, all = 0;
+  DISCO_MPI_CALL(MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all != 0;
+}
+
+// Maps the segment called `name` (creating it on rank 0); nullptr with `why` set on failure.
+char* MapSegment(const char* name, bool create, size_t bytes, std::string* why) {
+  int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
+  if (fd < 0) {
+    *why = std::string("shm_open(") + name + "): " + std::strerror(errno);
+    return nullptr;
+  }
+  if (create) {
+    // posix_fallocate, not ftruncate alone: a /dev/shm too small for the segment must fail here,
+    // not with SIGBUS at the first touch of a page.
+    int rc = ftruncate(fd, static_cast<off_t>(bytes));
+    if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      *why = std::string("cannot size ") + std::to_string(bytes) +
+             " bytes of shared memory: " + std::strerror(rc > 0 ? rc : errno);
+      close(fd);
+      return nullptr;
+    }
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    *why = std::string("mmap of shared memory: ") + std::strerror(err);
+    return nullptr;
+  }
+  return static_cast<char*>(base);
+}
+
+}  // namespace
+
+std::unique_ptr<ShmChannel> ShmChannel::Create(MPI_Comm comm) {
+  int rank = 0, size = 1;
+  DISCO_MPI_CALL(MPI_Comm_rank(comm, &rank));
+  DISCO_MPI_CALL(MPI_Comm_size(comm, &size));
+  if (size == 1) return nullptr;
+  MPI_Comm node = MPI_COMM_NULL;
+  DISCO_MPI_CALL(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int node_size = mpi::Comm(node).size();
+  if (!AllTrue(node_size == size, comm)) {
+    DISCO_LOG(INFO) << "collectives: the " << size
+                    << " ranks span several nodes; no shared-memory channel";
+    return nullptr;
+  }
+
+  // Rank 0 creates the segment, then names it to the others (an empty name: it could not).
+  const size_t bytes = SegmentBytes(size);
+  char name[64] = {0};
+  std::string why;
+  char* base = nullptr;
+  if (rank == 0) {
+    static std::atomic<unsigned> counter{0};
+    std::snprintf(name, sizeof(name), "/disco-ccl-%d-%u", static_cast<int>(getpid()),
+                  counter.fetch_add(1));
+    base = MapSegment(name, /*create=*/true, bytes, &why);
+    if (base == nullptr) name[0] = '\0';
+  }
+  DISCO_MPI_CALL(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, comm));
+  if (rank != 0 && name[0] != '\0') base = MapSegment(name, /*create=*/false, bytes, &why);
+  if (base != nullptr) {
+    // Fault in this rank's own slots now, once, rather than in the first collectives.
+    std::memset(base + HeaderBytes(size) + static_cast<size_t>(rank) * 2 * kSlotBytes, 0,
+                2 * kSlotBytes);
+  }
+  bool all_mapped = AllTrue(base != nullptr, comm);
+  // Everyone who could open the name has done so: remove it, so that nothing outlives the job.
+  if (rank == 0 && base != nullptr) shm_unlink(name);
+  if (!all_mapped) {
+    if (base != nullptr) munmap(base, bytes);
+    DISCO_LOG(INFO) << "collectives: no shared-memory channel ("
+                    << (why.empty() ? std::string("another rank could not map it") : why)
+                    << "); using MPI's collectives";
+    return nullptr;
+  }
+  return std::unique_ptr<ShmChannel>(new ShmChannel(base, bytes, rank, size, NodeOversubscribed()));
+}
+
+ShmChannel::ShmChannel(char* base, size_t mapped, int rank, int size, bool oversubscribed)
+    : base_(base),
+      mapped_(mapped),
+      rank_(rank),
+      size_(size),
+      spins_before_yield_(oversubscribed ? 0 : 1 << 14) {}
+
+ShmChannel::~ShmChannel() { munmap(base_, mapped_); }
+
+uint64_t* ShmChannel::Flag(int rank) const {
+  return reinterpret_cast<uint64_t*>(base_ + static_cast<size_t>(rank) * kFlagStride);
+}
+
+char* ShmChannel::Slot(int rank, uint64_t round) const {
+  return base_ + HeaderBytes(size_) + (static_cast<size_t>(rank) * 2 + round % 2) * kSlotBytes;
+}
+
+uint64_t ShmChannel::NextRound() { return ++round_; }
+
+void ShmChannel::Exchange() {
+  const uint64_t step = ++step_;
+  __atomic_store_n(Flag(rank_), step, __ATOMIC_RELEASE);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const uint64_t* flag = Flag(r);
+    for (int spins = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < step;) {
+      if (spins < spins_before_yield_) {
+        ++spins;
+        CpuRelax();
+      } else {
+        sched_yield();
+      }
+    }
+  }
+}
+
+void ShmChannel::AllReduce(const char* send, char* recv, int64_t n, DLDataType t, ReduceOp op) {
+  const size_t elem = DataTypeBytes(t);
+  const int64_t per_step = static_cast<int64_t>(kSlotBytes / elem);
+  if (static_cast<size_t>(n) * elem < kSplitMinBytes) {
+    // Small: one exchange per step; every rank reduces the whole step.
+    for (int64_t off = 0; off < n; off += per_step) {
+      const int64_t c = std::min(per_step, n - off);
+      const uint64_t s = NextRound();
+      std::memcpy(Slot(rank_, s), send + off * elem, c * elem);
+      Exchange();
+      char* dst = recv + off * elem;
+      Reduce(dst, Slot(0, s), Slot(1, s), c, t, op);
+      for (int r = 2; r < size_; ++r) Reduce(dst, dst, Slot(r, s), c, t, op);
+    }
+    return;
+  }
+  // Large: reduce-scatter then allgather within each step. Rank r reduces part r of the step (in
+  // rank order, reading its own part straight from `send`) into part r of its slot, which the
+  // peers had no reason to read; after a second exchange everyone copies the other parts.
+  for (int64_t off = 0; off < n; off += per_step) {
+    const int64_t c = std::min(per_step, n - off);
+    const uint64_t s = NextRound();
+    char* mine = Slot(rank_, s);
+    const char* in = send + off * elem;
+    auto part_at = [&](int p) {
+      return (static_cast<int64_t>(p) * (c / size_) + std::min<int64_t>(p, c % size_)) * elem;
+    };
+    auto part_bytes = [&](int p) { return (c / size_ + (p < c % size_ ? 1 : 0)) * elem; };
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) std::memcpy(mine + part_at(p), in + part_at(p), part_bytes(p));
+    }
+    Exchange();
+    const int64_t at = part_at(rank_), count = part_bytes(rank_) / elem;
+    auto source = [&](int r) { return r == rank_ ? in + at : Slot(r, s) + at; };
+    Reduce(mine + at, source(0), source(1), count, t, op);
+    for (int r = 2; r < size_; ++r) Reduce(mine + at, mine + at, source(r), count, t, op);
+    Exchange();
+    char* out = recv + off * elem;
+    for (int p = 0; p < size_; ++p) {
+      std::memcpy(out + part_at(p), Slot(p, s) + part_at(p), part_bytes(p));
+    }
+  }
+}
+
+void ShmChannel::AllGather(const char* send, char* recv, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += kSlotBytes) {
+    const size_t c = std::min(kSlotBytes, bytes - off);
+    const uint64_t s = NextRound();
+    std::memcpy(Slot(rank_, s), send + off, c);
+    Exchange();
+    for (int r = 0; r < size_; ++r) {
+      char* dst = recv + static_cast<size_t>(r) * bytes + off;
+      if (r != rank_) {
+        std::memcpy(dst, Slot(r, s), c);
+      } else if (dst != send + off) {
+        std::memcpy(dst, send + off, c);
+      }
+    }
+  }
+}
+
+void ShmChannel::ReduceScatter(const char* send, char* recv, int64_t m, DLDataType t, ReduceOp op) {
+  const size_t elem = DataTypeBytes(t);
+  const int64_t per_step = std::max<int64_t>(1, kSlotBytes / (elem * size_));
+  for (int64_t off = 0; off < m; off += per_step) {
+    const int64_t c = std::min(per_step, m - off);
+    const uint64_t s = NextRound();
+    char* mine = Slot(rank_, s);
+    for (int b = 0; b < size_; ++b) {
+      std::memcpy(mine + b * c * elem, send + (b * m + off) * elem, c * elem);
+    }
+    Exchange();
+    const size_t at = static_cast<size_t>(rank_) * c * elem;
+    char* dst = recv + off * elem;
+    Reduce(dst, Slot(0, s) + at, Slot(1, s) + at, c, t, op);
+    for (int r = 2; r < size_; ++r) Reduce(dst, dst, Slot(r, s) + at, c, t, op);
+  }
+}
+
+void ShmChannel::Broadcast(const char* send, char* recv, size_t bytes, int root) {
+  for (size_t off = 0; off < bytes; off += kSlotBytes) {
+    const size_t c = std::min(kSlotBytes, bytes - off);
+    const uint64_t s = NextRound();
+    if (rank_ == root) std::memcpy(Slot(root, s), send + off, c);
+    Exchange();
+    if (rank_ != root) {
+      std::memcpy(recv + off, Slot(root, s), c);
+    } else if (recv != send) {
+      std::memcpy(recv + off, send + off, c);
+    }
+  }
+}
+
+}  // namespace ccl
+}  // namespace disco
