@@ -3,7 +3,8 @@
 // Checks that depend only on the command (op name, flags, peer ids) fail the same way on every
 // rank. Checks that depend on the tensors in registers may not: before moving data, the ranks of
 // a collective agree (one small MPI_Allreduce on the communicator's host side) on whether every
-// rank passed and on the element count, so a bad tensor on one rank is an error on all of them.
+// rank passed, on the element count and on the dtype, so a bad tensor on one rank is an error on
+// all of them.
 #include "ccl/builtins.h"
 
 #include <disco/ccl.h>

@@ -5,7 +5,10 @@
 // Raw: a function on every rank runs K raw MPI collectives (MPI_Allreduce, MPI_Allgather,
 // MPI_Reduce_scatter_block, MPI_Bcast) on the same tensors over a communicator of its own; time is
 // the maximum over ranks. Both warm up first. #wrong counts elements that differ from the exact
-// expected value after each side's last call, summed over ranks.
+// expected value after each side's last call, summed over ranks. For allreduce, floor_us is the
+// time of a plain memcpy of send into recv on every rank at once (the least memory traffic any
+// out-of-place allreduce needs) and ratio_bound = raw_time / floor_us, the highest busbw_ratio any
+// implementation could reach on this host.
 #include <mpi.h>
 #include <sys/mman.h>
 
@@ -101,6 +104,21 @@ DISCO_REGISTER_GLOBAL("bench.ccl_raw")
       return worst;
     });
 
+// The memory floor of an out-of-place allreduce: every rank at once reads its input and writes its
+// output once (a memcpy of send into recv), max over ranks in microseconds per call. No allreduce
+// algorithm moves less, so raw_time / floor bounds the busbw ratio any implementation can reach.
+DISCO_REGISTER_GLOBAL("bench.ccl_copy_floor")
+    .set_body_typed([](Tensor send, Tensor recv, int64_t iters) {
+      MPI_Comm c = RawComm().get();
+      std::memcpy(recv.data(), send.data(), recv.nbytes());
+      MPI_Barrier(c);
+      double t0 = NowUs();
+      for (int64_t i = 0; i < iters; ++i) std::memcpy(recv.data(), send.data(), recv.nbytes());
+      double mine = (NowUs() - t0) / iters, worst = 0;
+      MPI_Reduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, c);
+      return worst;
+    });
+
 // How fast this host faults in fresh pages (GB/s, median of 3 x 64 MiB): what decides how much a
 // full-size temporary per call (Open MPI's own allreduce under glibc's default malloc) costs.
 double FaultInGBps() {
@@ -153,10 +171,11 @@ int RunCclBench(Session& s, const Options& opts) {
 
   Table table({"collective", "size_B", "count", "type", "op", "raw_time_us", "raw_algbw",
                "raw_busbw", "raw_wrong", "disco_time_us", "disco_algbw", "disco_busbw",
-               "disco_wrong", "busbw_ratio"});
+               "disco_wrong", "busbw_ratio", "floor_us", "ratio_bound"});
   DRef fill = s.GetGlobalFunc("bench.ccl_fill");
   DRef wrong = s.GetGlobalFunc("bench.ccl_wrong");
   DRef raw = s.GetGlobalFunc("bench.ccl_raw");
+  DRef floor = s.GetGlobalFunc("bench.ccl_copy_floor");
   for (const Kind& kind : kKinds) {
     if (!only.empty() && only != kind.name) continue;
     std::string k = kind.name;
@@ -171,7 +190,7 @@ int RunCclBench(Session& s, const Options& opts) {
       if (k == "broadcast") s.CallPacked(fill, recv);
       int64_t iters = std::max<int64_t>(5, std::min<int64_t>(2000, (int64_t{256} << 20) / bytes));
       int64_t warmup = std::max<int64_t>(2, iters / 10);
-      std::vector<double> raw_t, disco_t;
+      std::vector<double> raw_t, disco_t, floor_t;
       for (int r = 0; r < repeats; ++r) {
         raw_t.push_back(
             s.CallPacked(raw, k, send, recv, iters, warmup).DebugGetFromRemote(0).cast<double>());
@@ -181,6 +200,10 @@ int RunCclBench(Session& s, const Options& opts) {
         for (int64_t i = 0; i < iters; ++i) SessionCall(s, k, send, recv);
         s.SyncAll();
         disco_t.push_back((NowUs() - t0) / iters);
+        if (k == "allreduce") {
+          floor_t.push_back(
+              s.CallPacked(floor, send, recv, iters).DebugGetFromRemote(0).cast<double>());
+        }
       }
       // Correctness of each side's result (broadcast's recv is refilled before its raw check).
       if (k == "broadcast") s.CallPacked(fill, recv);
@@ -192,6 +215,7 @@ int RunCclBench(Session& s, const Options& opts) {
 
       double size = static_cast<double>(total) * 4;
       double rt = Median(raw_t), dt = Median(disco_t);
+      double ft = floor_t.empty() ? 0 : Median(floor_t);
       double raw_alg = size / rt / 1e3, disco_alg = size / dt / 1e3;  // GB/s
       double f = kind.busbw_factor(n);
       table.AddRow({k, std::to_string(static_cast<int64_t>(size)), std::to_string(total), "float32",
@@ -201,7 +225,8 @@ int RunCclBench(Session& s, const Options& opts) {
                     Fmt(n > 1    ? (disco_alg * f) / (raw_alg * f)
                         : dt > 0 ? rt / dt
                                  : 0,
-                        2)});
+                        2),
+                    ft > 0 ? Fmt(ft, 1) : "-", ft > 0 ? Fmt(rt / ft, 2) : "-"});
       if (raw_wrong != 0 || disco_wrong != 0) {
         std::fprintf(stderr, "disco-bench ccl: wrong results for %s at %lld bytes\n", k.c_str(),
                      static_cast<long long>(size));

@@ -22,7 +22,7 @@ head -n 20 "$out/call.csv" | grep -q '^payload_B,wire_B,raw_pipe_us,call_pipe_us
 grep -q '^# ranks=2' "$out/call.csv" || { echo "FAIL: call.csv metadata"; fail=1; }
 rows=$(grep -c '^[0-9]' "$out/call.csv" || true)
 [[ $rows -eq 5 ]] || { echo "FAIL: call.csv has $rows rows, expected 5 (8 B .. 4 KiB)"; fail=1; }
-grep -q '^collective,size_B,count,type,op,raw_time_us,raw_algbw,raw_busbw,raw_wrong,disco_time_us' "$out/ccl.csv" || { echo "FAIL: ccl.csv columns"; fail=1; }
+grep -q '^collective,size_B,count,type,op,raw_time_us,raw_algbw,raw_busbw,raw_wrong,disco_time_us,disco_algbw,disco_busbw,disco_wrong,busbw_ratio,floor_us,ratio_bound$' "$out/ccl.csv" || { echo "FAIL: ccl.csv columns"; fail=1; }
 # Columns 9 and 13 are #wrong for raw MPI and for disco: every one must be 0.
 bad=$(awk -F, '!/^#/ && NR > 1 && $1 != "collective" && ($9 != 0 || $13 != 0)' "$out/ccl.csv")
 [[ -z $bad ]] || { echo "FAIL: wrong results: $bad"; fail=1; }

@@ -1,6 +1,7 @@
 // Collectives at every world size: every builtin x every dtype x in_group on and off x element
-// counts 0, 1, odd and >= 1M (the ring path), checked on the workers against exact formulas; and
-// every bad-input case, raised as a RemoteError while the session goes on.
+// counts 0, 1, odd and >= 1M (many shared-memory steps, or the ring path with DISCO_CCL_SHM=0),
+// checked on the workers against exact formulas; and every bad-input case, raised as a RemoteError
+// while the session goes on.
 #include <disco/ccl.h>
 #include <disco/disco.h>
 #include <gtest/gtest.h>
@@ -321,6 +322,21 @@ TEST_F(CclTest, AllReduceEveryOpDTypeCountAndGroup) {
               (in_group ? " in group" : ""));
       }
     }
+  }
+}
+
+// 32 MiB and more: the shared-memory channel writes the result with non-temporal stores, whose
+// parts start at any offset (float16 parts of odd element counts are not 16-byte aligned).
+TEST_F(CclTest, AllReduceOfTensorsLargerThanTheCaches) {
+  for (const char* dtype : {"float32", "float16"}) {
+    int64_t count = (int64_t{32} << 20) / static_cast<int64_t>(DataTypeBytes(DataType(dtype))) + 5;
+    DRef send = Filled(count, dtype, "sum");
+    DRef recv = s().Empty(Shape{count}, DataType(dtype));
+    s().AllReduce(send, "sum", false, recv);
+    s().CallPacked(F("test.ccl.expect_allreduce"), recv, "sum", false);
+    s().AllReduce(send, "sum", true, send);
+    s().CallPacked(F("test.ccl.expect_allreduce"), send, "sum", true);
+    Check(std::string("large allreduce ") + dtype);
   }
 }
 

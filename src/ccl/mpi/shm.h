@@ -42,6 +42,8 @@ class ShmChannel {
   static constexpr size_t kSlotBytes = 256 * 1024;
   /// Allreduces from this size on split each step's reduction between the ranks.
   static constexpr size_t kSplitMinBytes = 64 * 1024;
+  /// Allreduces from this size on write their result with non-temporal stores.
+  static constexpr size_t kStreamMinBytes = 32 << 20;
   /// Allgathers and broadcasts take the channel below this size (of the whole result). Larger ones
   /// go to MPI, whose shared-memory transport copies once (the receiver reads the sender's memory
   /// through the kernel) where the channel copies twice.
