@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ccl/builtins.h"
+#include "io/h5.h"
 
 namespace disco {
 namespace {
@@ -55,6 +56,7 @@ void RegisterBuiltins() {
   static std::once_flag once;
   std::call_once(once, RegisterAll);
   ccl::RegisterCclBuiltins();
+  io::RegisterH5Builtins();
 }
 
 }  // namespace disco

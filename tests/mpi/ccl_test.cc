@@ -23,7 +23,9 @@ namespace disco {
 namespace {
 
 using testing::g_session;
+using testing::Load;
 using testing::RemoteErrorOf;
+using testing::Store;
 
 const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",    "uint8",   "uint16",
                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64"};
@@ -36,57 +38,6 @@ double ValueFor(const std::string& kind, int w, int64_t i) {
   if (kind == "minmax") return static_cast<double>((w * 7 + i * 3) % 11);
   if (kind == "sum") return static_cast<double>((w + 1) * (i % 5));  // sum <= 40
   return static_cast<double>((w * 31 + i) % 100);                    // "data"
-}
-
-double Load(const Tensor& t, int64_t i) {
-  DLDataType d = t.dtype();
-  const void* p = t.data();
-  switch (d.code) {
-    case kDLInt:
-      if (d.bits == 8) return static_cast<const int8_t*>(p)[i];
-      if (d.bits == 16) return static_cast<const int16_t*>(p)[i];
-      if (d.bits == 32) return static_cast<const int32_t*>(p)[i];
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case kDLUInt:
-      if (d.bits == 8) return static_cast<const uint8_t*>(p)[i];
-      if (d.bits == 16) return static_cast<const uint16_t*>(p)[i];
-      if (d.bits == 32) return static_cast<const uint32_t*>(p)[i];
-      return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
-    case kDLFloat:
-      if (d.bits == 16) return ccl::HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-      if (d.bits == 32) return static_cast<const float*>(p)[i];
-      return static_cast<const double*>(p)[i];
-    case kDLBfloat:
-      return ccl::BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-  }
-  return 0;
-}
-
-void Store(const Tensor& t, int64_t i, double v) {
-  DLDataType d = t.dtype();
-  void* p = t.data();
-  switch (d.code) {
-    case kDLInt:
-      if (d.bits == 8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
-      if (d.bits == 16) static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
-      if (d.bits == 32) static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      if (d.bits == 64) static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      return;
-    case kDLUInt:
-      if (d.bits == 8) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
-      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
-      if (d.bits == 32) static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
-      if (d.bits == 64) static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
-      return;
-    case kDLFloat:
-      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = ccl::FloatToHalf(static_cast<float>(v));
-      if (d.bits == 32) static_cast<float*>(p)[i] = static_cast<float>(v);
-      if (d.bits == 64) static_cast<double*>(p)[i] = v;
-      return;
-    case kDLBfloat:
-      static_cast<uint16_t*>(p)[i] = ccl::FloatToBFloat16(static_cast<float>(v));
-      return;
-  }
 }
 
 // The workers taking part: the whole world, or this worker's group.

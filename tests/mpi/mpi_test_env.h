@@ -3,6 +3,8 @@
 
 #include <disco/disco.h>
 
+#include "ccl/reduce.h"
+
 #include <string>
 
 namespace disco {
@@ -22,6 +24,59 @@ std::string RemoteErrorOf(F&& f, int* worker = nullptr) {
   ADD_FAILURE() << "expected a RemoteError";
   return "";
 }
+/// Element i of a host tensor of any collective dtype, as a double.
+inline double Load(const Tensor& t, int64_t i) {
+  DLDataType d = t.dtype();
+  const void* p = t.data();
+  switch (d.code) {
+    case kDLInt:
+      if (d.bits == 8) return static_cast<const int8_t*>(p)[i];
+      if (d.bits == 16) return static_cast<const int16_t*>(p)[i];
+      if (d.bits == 32) return static_cast<const int32_t*>(p)[i];
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case kDLUInt:
+      if (d.bits == 8) return static_cast<const uint8_t*>(p)[i];
+      if (d.bits == 16) return static_cast<const uint16_t*>(p)[i];
+      if (d.bits == 32) return static_cast<const uint32_t*>(p)[i];
+      return static_cast<double>(static_cast<const uint64_t*>(p)[i]);
+    case kDLFloat:
+      if (d.bits == 16) return ccl::HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+      if (d.bits == 32) return static_cast<const float*>(p)[i];
+      return static_cast<const double*>(p)[i];
+    case kDLBfloat:
+      return ccl::BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+
+/// Stores v into element i (rounded to nearest even for float16 and bfloat16).
+inline void Store(const Tensor& t, int64_t i, double v) {
+  DLDataType d = t.dtype();
+  void* p = t.data();
+  switch (d.code) {
+    case kDLInt:
+      if (d.bits == 8) static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      if (d.bits == 16) static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      if (d.bits == 32) static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      if (d.bits == 64) static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      return;
+    case kDLUInt:
+      if (d.bits == 8) static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      if (d.bits == 32) static_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      if (d.bits == 64) static_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      return;
+    case kDLFloat:
+      if (d.bits == 16) static_cast<uint16_t*>(p)[i] = ccl::FloatToHalf(static_cast<float>(v));
+      if (d.bits == 32) static_cast<float*>(p)[i] = static_cast<float>(v);
+      if (d.bits == 64) static_cast<double*>(p)[i] = v;
+      return;
+    case kDLBfloat:
+      static_cast<uint16_t*>(p)[i] = ccl::FloatToBFloat16(static_cast<float>(v));
+      return;
+  }
+}
+
 /// The value formula (tests/mpi/ccl_test.cc) whose reductions stay exact for `op`.
 inline std::string FillKindFor(const std::string& op) {
   if (op == "prod") return "prod";
