@@ -143,10 +143,23 @@ bool UseCollectiveIo() {
 #endif
 }
 
+// MPI-IO hints for collective I/O: aggregators stage at most 16 MiB at a time (Open MPI's OMPIO
+// defaults to 32 MiB per aggregator, which with the shard itself would break the "shard + 32 MiB"
+// memory bound of a load).
+MPI_Info IoHints() {
+  static MPI_Info info = [] {
+    MPI_Info i = MPI_INFO_NULL;
+    DISCO_MPI_CALL(MPI_Info_create(&i));
+    DISCO_MPI_CALL(MPI_Info_set(i, "cb_buffer_size", "16777216"));
+    return i;
+  }();
+  return info;
+}
+
 Id FileAccess(MPI_Comm comm) {
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
 #if DISCO_HAVE_PARALLEL_HDF5
-  if (UseCollectiveIo()) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  if (UseCollectiveIo()) H5Pset_fapl_mpio(fapl.get(), comm, IoHints());
 #endif
   return fapl;
 }

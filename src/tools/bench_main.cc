@@ -150,12 +150,15 @@ int main(int argc, char** argv) {
     disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
     if (sub == "call") return disco::bench::RunCallBench(s, opts);
     if (sub == "ccl") return disco::bench::RunCclBench(s, opts);
+    if (sub == "load") return disco::bench::RunLoadBench(s, opts);
     std::fprintf(stderr,
                  "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--max-bytes B] "
                  "[--csv FILE]\n"
                  "       mpirun -n 2 disco-bench ccl [--ccl mpi|nccl] [--op allreduce|allgather|"
                  "reduce_scatter|broadcast] [--min-bytes B] [--max-bytes B] [--repeats R] "
                  "[--csv FILE] [--json FILE]\n"
+                 "       mpirun -n 2 disco-bench load [--bytes B] [--axis 1|2 (rows|columns)] "
+                 "[--repeats R] [--dir DIR] [--csv FILE] [--json FILE]\n"
                  "       disco-bench remote [--launch \"mpirun -n 2\" | --server HOST:PORT] "
                  "[--iters N] [--min-bytes B] [--max-bytes B] [--repeats R] [--csv FILE] "
                  "[--json FILE]   (not under mpirun: it starts the served job)\n"
