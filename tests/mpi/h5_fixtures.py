@@ -53,6 +53,11 @@ def write(directory):
         space = h5py.h5s.create_simple(SHAPE)
         ds = h5py.h5d.create(f.id, b"bf16/float8exp", t, space)
         ds.write(h5py.h5s.ALL, h5py.h5s.ALL, bf16_bits(SHAPE), mtype=t)
+        # Layouts other than contiguous little-endian: chunked and compressed, big-endian.
+        f.create_dataset("layout/gzip_float32", data=values("float32", SHAPE).astype("float32"),
+                         chunks=(4, 8, 4), compression="gzip")
+        f.create_dataset("layout/be_int32", data=values("int32", SHAPE).astype(">i4"))
+        f.create_dataset("layout/be_float64", data=values("float64", SHAPE).astype(">f8"))
         # Names with groups, a default shard axis, a scalar.
         f.create_dataset("layers/0/w1", data=values("float32", (12, 4)).astype("float32"))
         d = f.create_dataset("with_axis", data=values("float32", SHAPE).astype("float32"))

@@ -190,6 +190,20 @@ TEST_F(H5Test, EveryDTypeLoadsOnEveryAxisAndReplicated) {
   }
 }
 
+TEST_F(H5Test, ChunkedCompressedAndBigEndianDatasetsLoad) {
+  for (bool in_group : {false, true}) {
+    for (int64_t axis : {-1, 0, 2}) {
+      ExpectShard(LoadOne(Fixtures(), "layout/gzip_float32", axis, in_group), kShape, axis,
+                  in_group, "float32");
+      ExpectShard(LoadOne(Fixtures(), "layout/be_int32", axis, in_group), kShape, axis, in_group,
+                  "int32");
+      ExpectShard(LoadOne(Fixtures(), "layout/be_float64", axis, in_group), kShape, axis,
+                  in_group, "float64");
+    }
+  }
+  Check("layouts");
+}
+
 TEST_F(H5Test, PlansNestedNamesDefaultAxesAndScalars) {
   auto loaded = h5::LoadTensors(s(), Fixtures(),
                                 {{"layers/0/w1", 0},
