@@ -3,7 +3,7 @@
 DISCO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DISCO_BUILD_DIR=${DISCO_BUILD_DIR:-$DISCO_ROOT/build}
 DISCO_PACKAGES=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-  libdlpack-dev libgtest-dev)
+  libdlpack-dev libgtest-dev libopenblas-dev)
 
 disco_ensure_packages() {
   local missing=() p

@@ -58,10 +58,10 @@ struct SaveEntry {
   int64_t shard_axis = kReplicate;
 };
 
-/// Writes `tensors` into a new file at `path`. The set goes to `path` + ".partial" first, which
-/// replaces `path` only once every tensor is written; on failure the partial file is removed,
-/// `path` is left as it was, and the RemoteError is rethrown. With in_group, the first group's
-/// shards are written.
+/// Writes `tensors` into a new file at `path`. The set goes to a partial file next to it first
+/// (`path`.partial.PID.N), which replaces `path` only once every tensor is written; on failure the
+/// partial file is removed, `path` is left as it was, and the RemoteError is rethrown. With
+/// in_group, the first group's shards are written.
 void SaveTensors(Session& session, const std::string& path, const std::vector<SaveEntry>& tensors,
                  bool in_group = false);
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <random>
 #include <sstream>
 
 #include "core/env.h"
@@ -659,6 +660,29 @@ void Save(const std::string& path, const std::string& name, const Any& shard_arg
 
 #endif  // DISCO_HAVE_HDF5
 
+}  // namespace
+
+Tensor ReadWholeDataset(const std::string& path, const std::string& name) {
+#if DISCO_HAVE_HDF5
+  SilenceHdf5();
+  const std::string where = Where("io::ReadWholeDataset", path, name);
+  Id file = OpenReadOnly(path, where);
+  Id dset = OpenDataset(file.get(), name, where);
+  Id type(H5Dget_type(dset.get()), H5Tclose);
+  DLDataType dtype = DTypeOf(dset.get(), type.get(), where);
+  Tensor out = Tensor::Empty(Shape(DimsOf(dset.get(), where)), dtype);
+  Id mem_type = MemoryType(dtype, type.get());
+  DISCO_H5_CALL(H5Dread(dset.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+                where);
+  return out;
+#else
+  DISCO_THROW(ValueError) << "io::ReadWholeDataset: this build of disco has no HDF5";
+  return Tensor();
+#endif
+}
+
+namespace {
+
 void RegisterAll() {
   Registry::Register("disco.h5.load", true)
       .set_body_typed(
@@ -725,8 +749,10 @@ void SaveTensors(Session& session, const std::string& path, const std::vector<Sa
                  bool in_group) {
   DRef save = session.GetGlobalFunc("disco.h5.save");
   DRef finish = session.GetGlobalFunc("disco.h5.finish");
-  const std::string partial = path + ".partial";
-  session.CallPacked(finish, partial, "");  // a partial file left by an earlier failure
+  // A name of this save's own: two jobs saving the same path at once do not share a partial file.
+  std::random_device random;
+  const std::string partial =
+      path + ".partial." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000);
   try {
     for (const SaveEntry& e : tensors) {
       session.CallPacked(save, partial, e.name, e.shard, e.shard_axis, in_group);

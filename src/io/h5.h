@@ -2,8 +2,17 @@
 #ifndef DISCO_IO_H5_H_
 #define DISCO_IO_H5_H_
 
+#include <disco/tensor.h>
+
+#include <string>
+
 namespace disco {
 namespace io {
+
+/// Reads a whole dataset into a host tensor in this process alone (no MPI; the dtype rules of
+/// disco.h5.load). For single-process checks such as the demo's reference; errors name the file
+/// and the dataset.
+Tensor ReadWholeDataset(const std::string& path, const std::string& dataset);
 
 /// Registers disco.h5.load, disco.h5.save and disco.h5.finish (once; builds without HDF5 register
 /// load and save as functions that raise a clear error).

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# disco-demo on a small model: at NP ranks in DTYPE its output matches the single-process
+# reference (the demo exits 0 only then); in "bad" mode, checkpoints that do not fit the model
+# fail with a message naming the dataset, and nothing hangs.
+#   run_demo_test.sh MPIEXEC DEMO NP DTYPE [mpiexec flags...]
+#   run_demo_test.sh MPIEXEC DEMO bad [mpiexec flags...]
+set -euo pipefail
+mpiexec=$1 demo=$2 mode=$3
+shift 3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+small=(--hidden 64 --ffn 192 --layers 2 --tokens 8 --steps 2 --warmup 1)
+
+if [[ $mode != bad ]]; then
+  dtype=$1
+  shift
+  out=$("$mpiexec" -n "$mode" "$@" "$demo" "${small[@]}" --dtype "$dtype" \
+    --checkpoint "$dir/ckpt.h5" 2>&1) || { echo "$out"; echo "FAIL: disco-demo exited non-zero"; exit 1; }
+  echo "$out"
+  grep -q 'check vs single-process reference: .*PASS' <<<"$out" || { echo "FAIL: no PASS"; exit 1; }
+  exit 0
+fi
+
+# A good checkpoint first (2 layers, hidden 64).
+"$mpiexec" -n 2 "$@" "$demo" "${small[@]}" --checkpoint "$dir/good.h5" > /dev/null
+head -c $(( $(stat -c %s "$dir/good.h5") / 2 )) "$dir/good.h5" > "$dir/truncated.h5"
+fail=0
+expect_failure() {  # expect_failure NEEDLE demo-args...
+  local needle=$1 out rc=0
+  shift
+  out=$(timeout 120 "$mpiexec" -n 2 "$@" 2>&1) || rc=$?
+  if [[ $rc -eq 0 || $rc -eq 124 ]]; then
+    echo "FAIL: exit $rc for: $*"; echo "$out"; fail=1
+  elif ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: no '$needle' for: $*"; echo "$out"; fail=1
+  else
+    echo "ok: $needle"
+  fi
+}
+expect_failure "checkpoint dataset 'layers/0/w1' gives worker 0 a shard of shape (64, 96)" \
+  "$@" "$demo" "${small[@]}" --hidden 32 --checkpoint "$dir/good.h5"
+expect_failure "'layers/2/w1'): no such dataset in the file" \
+  "$@" "$demo" "${small[@]}" --layers 3 --checkpoint "$dir/good.h5"
+expect_failure "'layers/0/w1'): the file is damaged or truncated" \
+  "$@" "$demo" "${small[@]}" --checkpoint "$dir/truncated.h5"
+expect_failure "checkpoint dataset 'layers/0/w1' holds float32; the model runs in bfloat16" \
+  "$@" "$demo" "${small[@]}" --dtype bfloat16 --checkpoint "$dir/good.h5"
+exit $fail
