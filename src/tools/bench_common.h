@@ -69,6 +69,8 @@ std::vector<std::string> Metadata(Session& s);
 int RunCallBench(Session& s, const Options& opts);
 int RunCclBench(Session& s, const Options& opts);
 int RunLoadBench(Session& s, const Options& opts);
+/// Only in builds with OpenBLAS (DISCO_BENCH_MLP).
+int RunMlpBench(Session& s, const Options& opts);
 /// The remote-session benchmark: a client process, no MPI job of its own.
 int RunRemoteBench(const Options& opts);
 

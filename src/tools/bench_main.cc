@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
     if (sub == "call") return disco::bench::RunCallBench(s, opts);
     if (sub == "ccl") return disco::bench::RunCclBench(s, opts);
     if (sub == "load") return disco::bench::RunLoadBench(s, opts);
+#if DISCO_BENCH_MLP
+    if (sub == "mlp") return disco::bench::RunMlpBench(s, opts);
+#endif
     std::fprintf(stderr,
                  "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--max-bytes B] "
                  "[--csv FILE]\n"
@@ -159,6 +162,9 @@ int main(int argc, char** argv) {
                  "[--csv FILE] [--json FILE]\n"
                  "       mpirun -n 2 disco-bench load [--bytes B] [--axis 1|2 (rows|columns)] "
                  "[--repeats R] [--dir DIR] [--csv FILE] [--json FILE]\n"
+                 "       mpirun -n N disco-bench mlp [--hidden H] [--ffn F] [--layers L] "
+                 "[--tokens T] [--steps S] [--dtype float32|bfloat16] [--csv FILE] [--json FILE]"
+                 "\n"
                  "       disco-bench remote [--launch \"mpirun -n 2\" | --server HOST:PORT] "
                  "[--iters N] [--min-bytes B] [--max-bytes B] [--repeats R] [--csv FILE] "
                  "[--json FILE]   (not under mpirun: it starts the served job)\n"

@@ -1,0 +1,361 @@
+#include "tools/mlp_model.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "ccl/reduce.h"
+#include "io/h5.h"
+
+namespace disco {
+namespace demo {
+
+// One BLAS thread per rank (the ranks are the parallelism), unless OPENBLAS_NUM_THREADS says
+// otherwise: set when the program starts, on every rank.
+const bool kOneBlasThreadPerRank = [] {
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+  return true;
+}();
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// ---- Deterministic parameters -----------------------------------------------------------------
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+uint64_t NameHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+// Uniform in [-1, 1), from (seed, stream, index) alone.
+float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+  return static_cast<float>(static_cast<double>(Mix(seed ^ Mix(stream ^ Mix(i))) >> 40) /
+                                static_cast<double>(1 << 23) -
+                            1.0);
+}
+
+std::vector<Param> LayerParams(const Config& c, int64_t l) {
+  const std::string p = "layers/" + std::to_string(l) + "/";
+  const float s1 = 1.0f / std::sqrt(static_cast<float>(c.hidden));
+  const float s2 = 1.0f / std::sqrt(static_cast<float>(c.ffn));
+  return {{p + "w1", {c.hidden, c.ffn}, 1, s1, 0.f}, {p + "b1", {c.ffn}, 0, 0.02f, 0.f},
+          {p + "w2", {c.ffn, c.hidden}, 0, s2, 0.f}, {p + "b2", {c.hidden}, -1, 0.02f, 0.f},
+          {p + "ln_g", {c.hidden}, -1, 0.1f, 1.f},   {p + "ln_b", {c.hidden}, -1, 0.02f, 0.f}};
+}
+
+bool IsBf16(const Tensor& t) { return t.dtype().code == kDLBfloat; }
+
+void StoreFloat(const Tensor& t, int64_t i, float v) {
+  if (IsBf16(t)) {
+    static_cast<uint16_t*>(t.data())[i] = ccl::FloatToBFloat16(v);
+  } else {
+    t.data_as<float>()[i] = v;
+  }
+}
+
+// A float32 view of `t`: the tensor itself, or a conversion into `scratch`.
+const float* AsFloat(const Tensor& t, std::vector<float>* scratch) {
+  if (!IsBf16(t)) return t.data_as<float>();
+  scratch->resize(static_cast<size_t>(t.numel()));
+  const auto* p = static_cast<const uint16_t*>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i) (*scratch)[i] = ccl::BFloat16ToFloat(p[i]);
+  return scratch->data();
+}
+
+// Part `part` of `parts` of parameter `name` (full shape `full`, split along `axis`).
+Tensor MakeShard(const std::string& name, const Shape& full, int64_t axis, int64_t seed,
+                 double scale, double offset, const std::string& dtype, int part, int parts) {
+  std::vector<int64_t> dims(full.begin(), full.end());
+  if (axis >= 0) dims[axis] /= parts;
+  Tensor t = Tensor::Empty(Shape(dims), DataType(dtype));
+  const uint64_t stream = NameHash(name);
+  const int64_t cols = dims.size() == 2 ? dims[1] : 1;
+  const int64_t full_cols = full.ndim() == 2 ? full[1] : 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t r = i / cols, c = i % cols;
+    if (axis == 0) r += part * dims[0];
+    if (axis == 1) c += part * dims[1];
+    float u =
+        Uniform(static_cast<uint64_t>(seed), stream, static_cast<uint64_t>(r * full_cols + c));
+    StoreFloat(t, i, static_cast<float>(offset + scale * u));
+  }
+  return t;
+}
+
+// This worker's shard of a parameter, split over all workers.
+DISCO_REGISTER_GLOBAL("demo.init_shard")
+    .set_body_typed([](std::string name, Shape full, int64_t axis, int64_t seed, double scale,
+                       double offset, std::string dtype) {
+      const WorkerInfo& w = ThisWorker();
+      return MakeShard(name, full, axis, seed, scale, offset, dtype, w.worker_id, w.num_workers);
+    });
+
+// The whole parameter on worker 0 (None elsewhere), for the single-worker baseline.
+DISCO_REGISTER_GLOBAL("demo.init_full")
+    .set_body_typed([](std::string name, Shape full, int64_t seed, double scale, double offset,
+                       std::string dtype) -> Any {
+      if (ThisWorker().worker_id != 0) return Any();
+      return Any(MakeShard(name, full, -1, seed, scale, offset, dtype, 0, 1));
+    });
+
+// ---- The layer ----------------------------------------------------------------------------------
+
+struct Stats {
+  double compute_ms = 0;
+  double allreduce_ms = 0;
+  int64_t calls = 0;
+};
+Stats& WorkerStats() {
+  static Stats s;
+  return s;
+}
+
+float Gelu(float v) {
+  return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+// out[t] = layernorm(x[t] + y[t] + b2) * g + beta, for rows of width h.
+void ResidualLayerNorm(const float* x, const float* y, const float* b2, const float* g,
+                       const float* beta, int64_t tokens, int64_t h, float* out) {
+  std::vector<float> z(static_cast<size_t>(h));
+  for (int64_t t = 0; t < tokens; ++t) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < h; ++j) {
+      z[j] = x[t * h + j] + y[t * h + j] + b2[j];
+      mean += z[j];
+    }
+    mean /= h;
+    for (int64_t j = 0; j < h; ++j) var += (z[j] - mean) * (z[j] - mean);
+    float inv = static_cast<float>(1.0 / std::sqrt(var / h + 1e-5));
+    for (int64_t j = 0; j < h; ++j) {
+      out[t * h + j] = (z[j] - static_cast<float>(mean)) * inv * g[j] + beta[j];
+    }
+  }
+}
+
+// Up-projection shard and activation: h = gelu(x w1 + b1), (tokens, f) from (tokens, hidden).
+void UpProjection(const float* x, const float* w1, const float* b1, int64_t tokens, int64_t hidden,
+                  int64_t f, float* h) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(tokens),
+              static_cast<int>(f), static_cast<int>(hidden), 1.0f, x, static_cast<int>(hidden), w1,
+              static_cast<int>(f), 0.0f, h, static_cast<int>(f));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < f; ++j) h[t * f + j] = Gelu(h[t * f + j] + b1[j]);
+  }
+}
+
+// Down-projection shard: y = h w2, (tokens, hidden) from (tokens, f).
+void DownProjection(const float* h, const float* w2, int64_t tokens, int64_t f, int64_t hidden,
+                    float* y) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(tokens),
+              static_cast<int>(hidden), static_cast<int>(f), 1.0f, h, static_cast<int>(f), w2,
+              static_cast<int>(hidden), 0.0f, y, static_cast<int>(hidden));
+}
+
+// One layer on this worker's shards; `reduce` sums the partial products over the workers (off for
+// the unsharded single-worker baseline).
+Tensor LayerOnShards(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                     const Tensor& b2, const Tensor& g, const Tensor& beta, bool reduce) {
+  double t0 = NowMs();
+  const int64_t tokens = x.shape()[0], hidden = x.shape()[1], f = w1.shape()[1];
+  DISCO_CHECK(w1.shape()[0] == hidden && w2.shape()[0] == f && w2.shape()[1] == hidden, ValueError)
+      << "demo.layer: shards do not fit: x " << x.shape().ToString() << ", w1 "
+      << w1.shape().ToString() << ", w2 " << w2.shape().ToString();
+  static std::vector<float> sx, s1, sb1, s2, sb2, sg, sbeta, h, y, out;
+  const float* xf = AsFloat(x, &sx);
+  h.resize(static_cast<size_t>(tokens * f));
+  UpProjection(xf, AsFloat(w1, &s1), AsFloat(b1, &sb1), tokens, hidden, f, h.data());
+  Tensor partial = Tensor::Empty(Shape{tokens, hidden}, x.dtype());
+  y.resize(static_cast<size_t>(tokens * hidden));
+  DownProjection(h.data(), AsFloat(w2, &s2), tokens, f, hidden,
+                 IsBf16(partial) ? y.data() : partial.data_as<float>());
+  if (IsBf16(partial)) {
+    for (int64_t i = 0; i < partial.numel(); ++i) StoreFloat(partial, i, y[i]);
+  }
+  double t1 = NowMs();
+  if (reduce) Registry::Get("disco.allreduce")(partial, std::string("sum"), false, partial);
+  double t2 = NowMs();
+  Tensor result = Tensor::Empty(Shape{tokens, hidden}, x.dtype());
+  out.resize(static_cast<size_t>(tokens * hidden));
+  std::vector<float> sy;
+  ResidualLayerNorm(xf, AsFloat(partial, &sy), AsFloat(b2, &sb2), AsFloat(g, &sg),
+                    AsFloat(beta, &sbeta), tokens, hidden, out.data());
+  for (int64_t i = 0; i < result.numel(); ++i) StoreFloat(result, i, out[i]);
+  Stats& st = WorkerStats();
+  st.compute_ms += (t1 - t0) + (NowMs() - t2);
+  st.allreduce_ms += t2 - t1;
+  st.calls += 1;
+  return result;
+}
+
+DISCO_REGISTER_GLOBAL("demo.layer")
+    .set_body_typed([](Tensor x, Tensor w1, Tensor b1, Tensor w2, Tensor b2, Tensor g,
+                       Tensor beta) { return LayerOnShards(x, w1, b1, w2, b2, g, beta, true); });
+
+// The single-worker baseline of disco-bench mlp: worker 0 runs the unsharded layer, the others
+// return None at once.
+DISCO_REGISTER_GLOBAL("demo.layer_local")
+    .set_body_typed([](Any x, Any w1, Any b1, Any w2, Any b2, Any g, Any beta) -> Any {
+      if (ThisWorker().worker_id != 0) return Any();
+      return Any(LayerOnShards(x.cast<Tensor>(), w1.cast<Tensor>(), b1.cast<Tensor>(),
+                               w2.cast<Tensor>(), b2.cast<Tensor>(), g.cast<Tensor>(),
+                               beta.cast<Tensor>(), false));
+    });
+
+int64_t PeakRssKiB() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+// A loaded shard must have the shape the model needs: a checkpoint of another size names itself.
+DISCO_REGISTER_GLOBAL("demo.check_shard")
+    .set_body_typed([](Tensor shard, std::string name, Shape want, std::string dtype) {
+      DISCO_CHECK(shard.shape() == want, ValueError)
+          << "checkpoint dataset '" << name << "' gives worker " << ThisWorker().worker_id
+          << " a shard of shape " << shard.shape().ToString() << "; the model needs "
+          << want.ToString() << " (does the checkpoint match --hidden/--ffn?)";
+      DISCO_CHECK(shard.dtype() == DataType(dtype), TypeError)
+          << "checkpoint dataset '" << name << "' holds " << DataTypeToString(shard.dtype())
+          << "; the model runs in " << dtype << " (--dtype)";
+    });
+
+DISCO_REGISTER_GLOBAL("demo.reset_stats").set_body_typed([]() { WorkerStats() = Stats(); });
+// compute ms, allreduce ms (x1000, as integers), calls, peak RSS KiB.
+DISCO_REGISTER_GLOBAL("demo.stats").set_body_typed([]() {
+  const Stats& s = WorkerStats();
+  return Shape{static_cast<int64_t>(s.compute_ms * 1000),
+               static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, PeakRssKiB()};
+});
+
+// ---- The controller ----------------------------------------------------------------------------
+
+std::string DefaultCheckpoint(const Config& c) {
+  return "/tmp/disco-demo-" + c.dtype + "-h" + std::to_string(c.hidden) + "-f" +
+         std::to_string(c.ffn) + "-l" + std::to_string(c.layers) + "-s" + std::to_string(c.seed) +
+         ".h5";
+}
+
+void WriteCheckpoint(Session& s, const Config& c, const std::string& path) {
+  DRef init = s.GetGlobalFunc("demo.init_shard");
+  std::vector<h5::SaveEntry> entries;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const Param& p : LayerParams(c, l)) {
+      DRef shard =
+          s.CallPacked(init, p.name, Shape(p.shape), p.axis, static_cast<int64_t>(c.seed),
+                       static_cast<double>(p.scale), static_cast<double>(p.offset), c.dtype);
+      entries.push_back({p.name, shard, p.axis});
+    }
+  }
+  h5::SaveTensors(s, path, entries);
+}
+
+// The whole stack in this process alone, from the checkpoint file.
+std::vector<float> Reference(const Config& c, const std::string& path,
+                             const std::vector<float>& input) {
+  std::vector<float> x = input, h(static_cast<size_t>(c.tokens * c.ffn)),
+                     y(static_cast<size_t>(c.tokens * c.hidden)), out(x.size());
+  std::vector<float> scratch[6];
+  for (int64_t l = 0; l < c.layers; ++l) {
+    std::vector<Param> ps = LayerParams(c, l);
+    std::vector<Tensor> w;
+    for (const Param& p : ps) w.push_back(io::ReadWholeDataset(path, p.name));
+    const float* f[6];
+    for (int i = 0; i < 6; ++i) f[i] = AsFloat(w[i], &scratch[i]);
+    UpProjection(x.data(), f[0], f[1], c.tokens, c.hidden, c.ffn, h.data());
+    DownProjection(h.data(), f[2], c.tokens, c.ffn, c.hidden, y.data());
+    ResidualLayerNorm(x.data(), y.data(), f[3], f[4], f[5], c.tokens, c.hidden, out.data());
+    x.swap(out);
+  }
+  return x;
+}
+
+float ToFloat(const Tensor& t, int64_t i) {
+  return IsBf16(t) ? ccl::BFloat16ToFloat(static_cast<const uint16_t*>(t.data())[i])
+                   : t.data_as<float>()[i];
+}
+
+Tensor MakeInput(const Config& c, std::vector<float>* as_float) {
+  Tensor input = Tensor::Empty(Shape{c.tokens, c.hidden}, DataType(c.dtype));
+  as_float->resize(static_cast<size_t>(input.numel()));
+  for (int64_t i = 0; i < input.numel(); ++i) {
+    StoreFloat(input, i, Uniform(c.seed, NameHash("input"), static_cast<uint64_t>(i)));
+    (*as_float)[i] = ToFloat(input, i);
+  }
+  return input;
+}
+
+std::map<std::string, DRef> LoadModel(Session& s, const Config& c, const std::string& path) {
+  const int n = s.num_workers();
+  std::vector<h5::LoadEntry> plan;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const Param& p : LayerParams(c, l)) plan.push_back({p.name, p.axis});
+  }
+  std::map<std::string, DRef> w = h5::LoadTensors(s, path, plan);
+  DRef check = s.GetGlobalFunc("demo.check_shard");
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const Param& p : LayerParams(c, l)) {
+      std::vector<int64_t> shard = p.shape;
+      if (p.axis >= 0) shard[p.axis] /= n;
+      s.CallPacked(check, w[p.name], p.name, Shape(shard), c.dtype);
+    }
+  }
+  s.SyncAll();
+  return w;
+}
+
+std::map<std::string, DRef> MakeFullModelOnWorker0(Session& s, const Config& c) {
+  DRef init = s.GetGlobalFunc("demo.init_full");
+  std::map<std::string, DRef> w;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const Param& p : LayerParams(c, l)) {
+      w[p.name] =
+          s.CallPacked(init, p.name, Shape(p.shape), static_cast<int64_t>(c.seed),
+                       static_cast<double>(p.scale), static_cast<double>(p.offset), c.dtype);
+    }
+  }
+  s.SyncAll();
+  return w;
+}
+
+DRef Forward(Session& s, const Config& c, const std::map<std::string, DRef>& w, const DRef& x,
+             bool local) {
+  DRef layer = s.GetGlobalFunc(local ? "demo.layer_local" : "demo.layer");
+  DRef cur = x;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers/" + std::to_string(l) + "/";
+    cur = s.CallPacked(layer, cur, w.at(p + "w1"), w.at(p + "b1"), w.at(p + "w2"), w.at(p + "b2"),
+                       w.at(p + "ln_g"), w.at(p + "ln_b"));
+  }
+  return cur;
+}
+
+void ResetWorkerTimes(Session& s) { s.CallPacked(s.GetGlobalFunc("demo.reset_stats")); }
+
+std::vector<WorkerTimes> GetWorkerTimes(Session& s) {
+  DRef stats = s.CallPacked(s.GetGlobalFunc("demo.stats"));
+  std::vector<WorkerTimes> out;
+  for (int w = 0; w < s.num_workers(); ++w) {
+    Shape st = stats.DebugGetFromRemote(w).cast<Shape>();
+    out.push_back({st[0] / 1000.0, st[1] / 1000.0, st[2], st[3]});
+  }
+  return out;
+}
+
+}  // namespace demo
+}  // namespace disco
