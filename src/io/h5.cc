@@ -257,6 +257,22 @@ bool IsHalfWidth(DLDataType t) {
   return t.bits == 16 && (t.code == kDLFloat || t.code == kDLBfloat);
 }
 
+// One family of HDF5's predefined types (native, or little-endian for files): integers of 1, 2, 4
+// and 8 bytes, signed and unsigned, and the two IEEE floats. (The H5T_* names are run-time values:
+// a family is built where it is used.)
+struct TypeFamily {
+  hid_t ints[4];
+  hid_t uints[4];
+  hid_t f32;
+  hid_t f64;
+};
+hid_t Pick(DLDataType t, const TypeFamily& family) {
+  const int k = t.bits == 8 ? 0 : t.bits == 16 ? 1 : t.bits == 32 ? 2 : 3;
+  if (t.code == kDLInt) return family.ints[k];
+  if (t.code == kDLUInt) return family.uints[k];
+  return t.bits == 32 ? family.f32 : family.f64;
+}
+
 // The memory type to read a dataset of `file_type` into a tensor of `t`: a native type (HDF5
 // converts byte order), or for float16/bfloat16 the file's own 2-byte type (bits copied as they
 // are; uint16 data with the bfloat16 attribute reads as uint16).
@@ -265,25 +281,12 @@ Id MemoryType(DLDataType t, hid_t file_type) {
     if (H5Tget_class(file_type) == H5T_INTEGER) return Id(H5Tcopy(H5T_NATIVE_UINT16), H5Tclose);
     return Id(H5Tcopy(file_type), H5Tclose);
   }
-  hid_t native = H5T_NATIVE_DOUBLE;
-  switch (t.code) {
-    case kDLInt:
-      native = t.bits == 8    ? H5T_NATIVE_INT8
-               : t.bits == 16 ? H5T_NATIVE_INT16
-               : t.bits == 32 ? H5T_NATIVE_INT32
-                              : H5T_NATIVE_INT64;
-      break;
-    case kDLUInt:
-      native = t.bits == 8    ? H5T_NATIVE_UINT8
-               : t.bits == 16 ? H5T_NATIVE_UINT16
-               : t.bits == 32 ? H5T_NATIVE_UINT32
-                              : H5T_NATIVE_UINT64;
-      break;
-    case kDLFloat:
-      native = t.bits == 32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-      break;
-  }
-  return Id(H5Tcopy(native), H5Tclose);
+  const TypeFamily native = {
+      {H5T_NATIVE_INT8, H5T_NATIVE_INT16, H5T_NATIVE_INT32, H5T_NATIVE_INT64},
+      {H5T_NATIVE_UINT8, H5T_NATIVE_UINT16, H5T_NATIVE_UINT32, H5T_NATIVE_UINT64},
+      H5T_NATIVE_FLOAT,
+      H5T_NATIVE_DOUBLE};
+  return Id(H5Tcopy(Pick(t, native)), H5Tclose);
 }
 
 // The file type disco writes for `t` (see the header); bfloat16 also gets its attribute.
@@ -297,25 +300,11 @@ Id FileType(DLDataType t) {
     return half;
   }
   if (t.code == kDLBfloat) return Id(H5Tcopy(H5T_STD_U16LE), H5Tclose);
-  hid_t le = H5T_IEEE_F64LE;
-  switch (t.code) {
-    case kDLInt:
-      le = t.bits == 8    ? H5T_STD_I8LE
-           : t.bits == 16 ? H5T_STD_I16LE
-           : t.bits == 32 ? H5T_STD_I32LE
-                          : H5T_STD_I64LE;
-      break;
-    case kDLUInt:
-      le = t.bits == 8    ? H5T_STD_U8LE
-           : t.bits == 16 ? H5T_STD_U16LE
-           : t.bits == 32 ? H5T_STD_U32LE
-                          : H5T_STD_U64LE;
-      break;
-    case kDLFloat:
-      le = t.bits == 32 ? H5T_IEEE_F32LE : H5T_IEEE_F64LE;
-      break;
-  }
-  return Id(H5Tcopy(le), H5Tclose);
+  const TypeFamily little_endian = {{H5T_STD_I8LE, H5T_STD_I16LE, H5T_STD_I32LE, H5T_STD_I64LE},
+                                    {H5T_STD_U8LE, H5T_STD_U16LE, H5T_STD_U32LE, H5T_STD_U64LE},
+                                    H5T_IEEE_F32LE,
+                                    H5T_IEEE_F64LE};
+  return Id(H5Tcopy(Pick(t, little_endian)), H5Tclose);
 }
 
 bool Saveable(DLDataType t) {

@@ -233,9 +233,7 @@ int RunCclBench(Session& s, const Options& opts) {
       }
     }
   }
-  table.Print(stdout);
-  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
-  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+  Emit(table, opts, meta);
   return 0;
 }
 

@@ -66,6 +66,9 @@ int64_t NumNodes(Session& s);
 /// Run metadata lines: ranks, nodes, MPI version, disco version, date.
 std::vector<std::string> Metadata(Session& s);
 
+/// Prints `table` and writes it where --csv and --json say, with `meta` as the run's metadata.
+void Emit(const Table& table, const Options& opts, const std::vector<std::string>& meta);
+
 int RunCallBench(Session& s, const Options& opts);
 int RunCclBench(Session& s, const Options& opts);
 int RunLoadBench(Session& s, const Options& opts);

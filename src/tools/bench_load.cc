@@ -193,12 +193,10 @@ int RunLoadBench(Session& s, const Options& opts) {
                 Fmt(bytes / rt / 1e3, 2), Fmt(dt / 1e3, 2), Fmt(bytes / dt / 1e3, 2),
                 Fmt(rt / dt, 2), Fmt(worst / 1024.0, 1), Fmt(shard_bytes / 1048576.0 + 32, 1),
                 std::to_string(wrong)});
-  table.Print(stdout);
+  Emit(table, opts, meta);
   std::printf("# peak_MiB per rank:");
   for (int w = 0; w < n; ++w) std::printf(" %s", Fmt(peak_kib[w] / 1024.0, 1).c_str());
   std::printf("\n");
-  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
-  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
   return wrong == 0 ? 0 : 1;
 #endif
 }

@@ -36,6 +36,12 @@ int64_t Options::GetInt(const std::string& k, int64_t def) const {
   return v;
 }
 
+void Emit(const Table& table, const Options& opts, const std::vector<std::string>& meta) {
+  table.Print(stdout);
+  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
+  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+}
+
 std::string Fmt(double v, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", precision, v);

@@ -107,9 +107,7 @@ int RunMlpBench(Session& s, const Options& opts) {
                 Fmt(step, 2), Fmt(one_rank, 2), Fmt(allreduce, 4), Fmt(ideal, 2),
                 Fmt(step / ideal, 3), Fmt(c.tokens / (step / 1e3), 0), Fmt(runtime_pct, 3),
                 Fmt(peak_kib / 1024.0, 0)});
-  table.Print(stdout);
-  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
-  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+  Emit(table, opts, meta);
   return 0;
 }
 

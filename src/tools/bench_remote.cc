@@ -273,9 +273,7 @@ int RunRemoteBench(const Options& opts) {
     row("copy_from", n, n, Median(raw_from), Median(disco_from), Median(ratio_from));
   }
   RawCommand(&raw, 'q', 0, 0);
-  table.Print(stdout);
-  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
-  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+  Emit(table, opts, meta);
   if (job != nullptr) ShutdownRemoteJob(s, 0);
   return 0;
 }
