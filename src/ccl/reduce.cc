@@ -109,21 +109,6 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | result);
 }
 
-float BFloat16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToBFloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  uint32_t rounding = 0x7FFFu + ((x >> 16) & 1);
-  return static_cast<uint16_t>((x + rounding) >> 16);
-}
-
 namespace {
 
 template <typename T>
@@ -176,6 +161,22 @@ void Reduce16(uint16_t* dst, const uint16_t* a, const uint16_t* b, int64_t n, Re
   }
 }
 
+// bfloat16 is the top half of a float32: its conversions are shifts, which the compiler
+// vectorizes when they are inlined here (through function pointers they were not: 7 ns/element).
+inline float Bf16Bits(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint16_t ToBf16Bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1)) >> 16;
+  uint32_t quiet_nan = (x >> 16) | 0x40;
+  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
 }  // namespace
 
 void Reduce(void* dst, const void* a, const void* b, int64_t n, DLDataType t, ReduceOp op) {
@@ -201,12 +202,15 @@ void Reduce(void* dst, const void* a, const void* b, int64_t n, DLDataType t, Re
                                               static_cast<const uint16_t*>(b), n, op);
   }
   if (t.code == kDLBfloat && t.bits == 16) {
-    return Reduce16<BFloat16ToFloat, FloatToBFloat16>(static_cast<uint16_t*>(dst),
-                                                      static_cast<const uint16_t*>(a),
-                                                      static_cast<const uint16_t*>(b), n, op);
+    return Reduce16<Bf16Bits, ToBf16Bits>(static_cast<uint16_t*>(dst),
+                                          static_cast<const uint16_t*>(a),
+                                          static_cast<const uint16_t*>(b), n, op);
   }
   DISCO_THROW(ValueError) << "reduction of " << DataTypeToString(t) << " is not supported";
 }
+
+float BFloat16ToFloat(uint16_t b) { return Bf16Bits(b); }
+uint16_t FloatToBFloat16(float f) { return ToBf16Bits(f); }
 
 void DivideBy(void* data, int64_t n, DLDataType t, int divisor) {
   if (t.code == kDLFloat && t.bits == 32) {
