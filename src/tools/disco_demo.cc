@@ -51,10 +51,16 @@ int RunChecked(Session& s, const Config& c) {
   const DLDataType dtype = DataType(c.dtype);
   DISCO_CHECK(c.dtype == "float32" || c.dtype == "bfloat16", ValueError)
       << "disco-demo: --dtype is float32 or bfloat16, not " << c.dtype;
-  std::printf("disco-demo: %d workers, %lld layers, hidden %lld, ffn %lld, %lld tokens, %s\n", n,
-              static_cast<long long>(c.layers), static_cast<long long>(c.hidden),
-              static_cast<long long>(c.ffn), static_cast<long long>(c.tokens), c.dtype.c_str());
-  s.InitCCL("mpi");
+  std::printf("disco-demo: %d workers, %lld layers, hidden %lld, ffn %lld, %lld tokens, %s on %s\n",
+              n, static_cast<long long>(c.layers), static_cast<long long>(c.hidden),
+              static_cast<long long>(c.ffn), static_cast<long long>(c.tokens), c.dtype.c_str(),
+              c.device.c_str());
+  const bool cuda = c.device == "cuda";
+  DISCO_CHECK(cuda || c.device == "cpu", ValueError)
+      << "disco-demo: --device is cpu or cuda, not " << c.device;
+  DISCO_CHECK(!cuda || HaveCudaPath(), ValueError)
+      << "disco-demo: --device cuda: this build has no CUDA path (it needs CUDA, cuBLAS and nvcc)";
+  s.InitCCL(cuda ? "nccl" : "mpi");
 
   std::string path = c.checkpoint.empty() ? DefaultCheckpoint(c) : c.checkpoint;
   if (access(path.c_str(), F_OK) != 0) {
@@ -67,6 +73,7 @@ int RunChecked(Session& s, const Config& c) {
   // Load: every worker reads only its shards.
   double t_load = NowMs();
   std::map<std::string, DRef> w = LoadModel(s, c, path);
+  if (cuda) MoveToDevice(s, &w);
   std::printf("[load] %lld datasets from %s, sharded over %d workers, in %.0f ms\n",
               static_cast<long long>(6 * c.layers), path.c_str(), n, NowMs() - t_load);
 
@@ -75,6 +82,7 @@ int RunChecked(Session& s, const Config& c) {
   Tensor input = MakeInput(c, &input_f);
   DRef x = s.Empty(Shape{c.tokens, c.hidden}, dtype);
   s.CopyToWorker0(input, x);
+  if (cuda) x = MoveToDevice(s, x);  // worker 0's copy is the one broadcast
   s.Broadcast(x, false, x);
   auto forward = [&]() {
     DRef out = Forward(s, c, w, x);
@@ -150,6 +158,7 @@ void Usage() {
       "usage: mpirun -n N disco-demo [--hidden H] [--ffn F] [--layers L] [--tokens T] "
       "[--steps S]\n"
       "                              [--warmup W] [--dtype float32|bfloat16] [--seed S]\n"
+      "                              [--device cpu|cuda (cuBLAS + NCCL, one GPU per rank)]\n"
       "                              [--checkpoint FILE.h5] [--tolerance REL]\n"
       "A missing checkpoint (by default /tmp/disco-demo-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
       "first, with the seed's weights.\n");
@@ -197,6 +206,8 @@ int main(int argc, char** argv) {
       c.seed = static_cast<uint64_t>(number());
     } else if (a == "--dtype") {
       c.dtype = value();
+    } else if (a == "--device") {
+      c.device = value();
     } else if (a == "--checkpoint") {
       c.checkpoint = value();
     } else if (a == "--tolerance") {

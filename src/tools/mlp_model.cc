@@ -1,5 +1,9 @@
 #include "tools/mlp_model.h"
 
+#ifndef DISCO_DEMO_CUDA
+#define DISCO_DEMO_CUDA 0
+#endif
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,6 +14,14 @@
 
 #include "ccl/reduce.h"
 #include "io/h5.h"
+
+#if DISCO_DEMO_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_check.h"
+#include "tools/mlp_cuda.h"
+#endif
 
 namespace disco {
 namespace demo {
@@ -165,15 +177,98 @@ void DownProjection(const float* h, const float* w2, int64_t tokens, int64_t f, 
               static_cast<int>(hidden), 0.0f, y, static_cast<int>(hidden));
 }
 
+#if DISCO_DEMO_CUDA
+// One cuBLAS handle per process, made on first use (after InitCCL bound the device).
+class Cublas {
+ public:
+  Cublas() {
+    cublasStatus_t st = cublasCreate(&handle_);
+    DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
+        << "cublasCreate failed: " << cublasGetStatusString(st);
+  }
+  ~Cublas() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+cublasHandle_t CublasHandle() {
+  static Cublas handle;
+  return handle.get();
+}
+
+// Row-major c (m, n) = a (m, k) b (k, n): column-major c^T = b^T a^T, accumulated in float32.
+void Gemm(const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k, bool bf16) {
+  const float one = 1.0f, zero = 0.0f;
+  const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  cublasStatus_t st = cublasGemmEx(CublasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+                                   static_cast<int>(m), static_cast<int>(k), &one, b, t,
+                                   static_cast<int>(n), a, t, static_cast<int>(k), &zero, c, t,
+                                   static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
+      << "demo.layer: cublasGemmEx failed: " << cublasGetStatusString(st);
+}
+
+void CheckKernels(const char* what) {
+  const char* err = cuda::LastLaunchError();
+  DISCO_CHECK(err[0] == '\0', RuntimeError) << "demo.layer: " << what << " kernel: " << err;
+}
+
+// The layer on CUDA tensors: cuBLAS products and the kernels of mlp_cuda.cu on the default
+// stream, which is synchronized before the allreduce (NCCL runs on a stream of its own).
+Tensor LayerOnDevice(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                     const Tensor& b2, const Tensor& g, const Tensor& beta, bool reduce) {
+  double t0 = NowMs();
+  const int64_t tokens = x.shape()[0], hidden = x.shape()[1], f = w1.shape()[1];
+  const bool bf16 = IsBf16(x);
+  for (const Tensor* t : {&w1, &b1, &w2, &b2, &g, &beta}) {
+    DISCO_CHECK(t->device() == x.device() && t->dtype() == x.dtype(), ValueError)
+        << "demo.layer: every tensor must be a " << DataTypeToString(x.dtype()) << " on "
+        << DeviceToString(x.device()) << "; got " << t->ToString();
+  }
+  Tensor h = Tensor::Empty(Shape{tokens, f}, x.dtype(), x.device());
+  Gemm(x.data(), w1.data(), h.data(), tokens, f, hidden, bf16);
+  cuda::BiasGelu(h.data(), b1.data(), tokens, f, bf16);
+  CheckKernels("bias + gelu");
+  Tensor partial = Tensor::Empty(Shape{tokens, hidden}, x.dtype(), x.device());
+  Gemm(h.data(), w2.data(), partial.data(), tokens, hidden, f, bf16);
+  DISCO_CUDA_CALL(cudaStreamSynchronize(0));
+  double t1 = NowMs();
+  if (reduce) Registry::Get("disco.allreduce")(partial, std::string("sum"), false, partial);
+  double t2 = NowMs();
+  Tensor result = Tensor::Empty(Shape{tokens, hidden}, x.dtype(), x.device());
+  cuda::ResidualLayerNorm(x.data(), partial.data(), b2.data(), g.data(), beta.data(), tokens,
+                          hidden, result.data(), bf16);
+  CheckKernels("residual + layer norm");
+  DISCO_CUDA_CALL(cudaStreamSynchronize(0));
+  Stats& st = WorkerStats();
+  st.compute_ms += (t1 - t0) + (NowMs() - t2);
+  st.allreduce_ms += t2 - t1;
+  st.calls += 1;
+  return result;
+}
+#endif
+
+bool HaveCudaPath() { return DISCO_DEMO_CUDA != 0; }
+
 // One layer on this worker's shards; `reduce` sums the partial products over the workers (off for
 // the unsharded single-worker baseline).
 Tensor LayerOnShards(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                      const Tensor& b2, const Tensor& g, const Tensor& beta, bool reduce) {
-  double t0 = NowMs();
   const int64_t tokens = x.shape()[0], hidden = x.shape()[1], f = w1.shape()[1];
   DISCO_CHECK(w1.shape()[0] == hidden && w2.shape()[0] == f && w2.shape()[1] == hidden, ValueError)
       << "demo.layer: shards do not fit: x " << x.shape().ToString() << ", w1 "
       << w1.shape().ToString() << ", w2 " << w2.shape().ToString();
+#if DISCO_DEMO_CUDA
+  if (x.device().device_type == kDLCUDA) return LayerOnDevice(x, w1, b1, w2, b2, g, beta, reduce);
+#endif
+  DISCO_CHECK(x.device().device_type == kDLCPU, ValueError)
+      << "demo.layer: this build runs the model on host tensors only, got " << x.ToString();
+  double t0 = NowMs();
   static std::vector<float> sx, s1, sb1, s2, sb2, sg, sbeta, h, y, out;
   const float* xf = AsFloat(x, &sx);
   h.resize(static_cast<size_t>(tokens * f));
@@ -343,6 +438,22 @@ DRef Forward(Session& s, const Config& c, const std::map<std::string, DRef>& w, 
                        w.at(p + "ln_g"), w.at(p + "ln_b"));
   }
   return cur;
+}
+
+// A copy of `t` on this worker's device (the one InitCCL bound; the host without a GPU).
+DISCO_REGISTER_GLOBAL("demo.to_device").set_body_typed([](Tensor t) {
+  Tensor d = Tensor::Empty(t.shape(), t.dtype(), ThisWorker().device);
+  d.CopyFrom(t);
+  return d;
+});
+
+void MoveToDevice(Session& s, std::map<std::string, DRef>* w) {
+  DRef to_device = s.GetGlobalFunc("demo.to_device");
+  for (auto& entry : *w) entry.second = s.CallPacked(to_device, entry.second);
+}
+
+DRef MoveToDevice(Session& s, const DRef& x) {
+  return s.CallPacked(s.GetGlobalFunc("demo.to_device"), x);
 }
 
 void ResetWorkerTimes(Session& s) { s.CallPacked(s.GetGlobalFunc("demo.reset_stats")); }

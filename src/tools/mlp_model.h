@@ -25,8 +25,9 @@ struct Config {
   int64_t warmup = 2;
   uint64_t seed = 1234;
   std::string dtype = "float32";
-  std::string checkpoint;  // empty: the default path; written when missing
-  double tolerance = -1;   // < 0: the default for the dtype
+  std::string device = "cpu";  // "cuda": weights and activations on each rank's GPU, NCCL
+  std::string checkpoint;      // empty: the default path; written when missing
+  double tolerance = -1;       // < 0: the default for the dtype
 };
 
 /// One parameter of a layer: its dataset name, shape and how it is sharded.
@@ -55,6 +56,11 @@ void WriteCheckpoint(Session& s, const Config& c, const std::string& path);
 std::map<std::string, DRef> LoadModel(Session& s, const Config& c, const std::string& path);
 /// The full parameters on worker 0 only, for the single-worker baseline of disco-bench mlp.
 std::map<std::string, DRef> MakeFullModelOnWorker0(Session& s, const Config& c);
+/// True when this build runs the model on CUDA tensors (cuBLAS and the kernels of mlp_cuda.cu).
+bool HaveCudaPath();
+/// Copies every register of `w` (and `x`) to each worker's device (the one InitCCL bound).
+void MoveToDevice(Session& s, std::map<std::string, DRef>* w);
+DRef MoveToDevice(Session& s, const DRef& x);
 /// Issues the L layer commands on `x` (demo.layer, or demo.layer_local with `local`); no sync.
 DRef Forward(Session& s, const Config& c, const std::map<std::string, DRef>& w, const DRef& x,
              bool local = false);

@@ -2,8 +2,9 @@
 # disco-demo on a small model: at NP ranks in DTYPE its output matches the single-process
 # reference (the demo exits 0 only then); in "bad" mode, checkpoints that do not fit the model
 # fail with a message naming the dataset, and nothing hangs.
-#   run_demo_test.sh MPIEXEC DEMO NP DTYPE [mpiexec flags...]
+#   run_demo_test.sh MPIEXEC DEMO NP DTYPE [mpiexec flags...] [-- demo flags...]
 #   run_demo_test.sh MPIEXEC DEMO bad [mpiexec flags...]
+# With "--device cuda" among the demo flags and no GPU, it exits 77 (CTest's skip) with the reason.
 set -euo pipefail
 mpiexec=$1 demo=$2 mode=$3
 shift 3
@@ -14,8 +15,15 @@ small=(--hidden 64 --ffn 192 --layers 2 --tokens 8 --steps 2 --warmup 1)
 if [[ $mode != bad ]]; then
   dtype=$1
   shift
-  out=$("$mpiexec" -n "$mode" "$@" "$demo" "${small[@]}" --dtype "$dtype" \
-    --checkpoint "$dir/ckpt.h5" 2>&1) || { echo "$out"; echo "FAIL: disco-demo exited non-zero"; exit 1; }
+  flags=() extra=()
+  while [[ $# -gt 0 && $1 != -- ]]; do flags+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift && extra=("$@")
+  if [[ " ${extra[*]} " == *" --device cuda "* ]] && ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "SKIP: --device cuda needs a GPU, and this machine has none (nvidia-smi -L failed)"
+    exit 77
+  fi
+  out=$("$mpiexec" -n "$mode" "${flags[@]}" "$demo" "${small[@]}" --dtype "$dtype" \
+    --checkpoint "$dir/ckpt.h5" "${extra[@]}" 2>&1) || { echo "$out"; echo "FAIL: disco-demo exited non-zero"; exit 1; }
   echo "$out"
   grep -q 'check vs single-process reference: .*PASS' <<<"$out" || { echo "FAIL: no PASS"; exit 1; }
   exit 0
