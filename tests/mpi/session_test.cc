@@ -2,11 +2,13 @@
 // their recovery, the register free list. Expected values are formulas of the worker id.
 #include <disco/disco.h>
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "mpi/mpi_test_env.h"
@@ -391,6 +393,49 @@ TEST_F(SessionTest, HundredThousandAllocateFreeCyclesKeepTheRegisterFileBounded)
     if (s().impl() != nullptr) {
       EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), after + 2) << w;
     }
+    EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), 4096) << w;
+  }
+}
+
+// ---- Soak (its own CTest entry, mpi.soak.np2: DISABLED_ here keeps it out of the session runs) --
+
+// A fresh 1 KiB tensor, filled (so its pages are really used).
+DISCO_REGISTER_GLOBAL("test.soak.make").set_body_typed([](int64_t n) {
+  Tensor t = Tensor::Empty(Shape{n}, DataType("float32"));
+  std::fill(t.data_as<float>(), t.data_as<float>() + n, 1.0f);
+  return t;
+});
+DISCO_REGISTER_GLOBAL("test.soak.rss_kib").set_body_typed([]() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return static_cast<int64_t>(std::stoll(line.substr(6)));
+  }
+  return int64_t{-1};
+});
+
+TEST_F(SessionTest, DISABLED_SoakAMillionCallsThatAllocateAndFreeKeepRssFlat) {
+  DRef make = F("test.soak.make");
+  auto calls = [&](int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      DRef t = s().CallPacked(make, 256);  // freed when `t` goes: the kill rides the next frame
+    }
+    s().SyncAll();
+  };
+  calls(100000);  // warm-up: allocator pools, register file and buffers reach their size
+  DRef before = s().CallPacked(F("test.soak.rss_kib"));
+  std::vector<int64_t> rss0;
+  for (int w = 0; w < n(); ++w) rss0.push_back(before.DebugGetFromRemote(w).cast<int64_t>());
+  calls(900000);
+  DRef after = s().CallPacked(F("test.soak.rss_kib"));
+  DRef live = s().CallPacked(F("test.live_registers"));
+  DRef cap = s().CallPacked(F("test.register_capacity"));
+  for (int w = 0; w < n(); ++w) {
+    int64_t rss1 = after.DebugGetFromRemote(w).cast<int64_t>();
+    std::printf("soak: worker %d RSS %lld KiB after 100k calls, %lld KiB after 1M (%+.2f%%)\n", w,
+                static_cast<long long>(rss0[w]), static_cast<long long>(rss1),
+                100.0 * (rss1 - rss0[w]) / rss0[w]);
+    EXPECT_LE(rss1, rss0[w] * 105 / 100) << "worker " << w << ": RSS grew more than 5%";
+    EXPECT_LE(live.DebugGetFromRemote(w).cast<int64_t>(), 64) << w;
     EXPECT_LE(cap.DebugGetFromRemote(w).cast<int64_t>(), 4096) << w;
   }
 }

@@ -65,7 +65,7 @@ TEST(AnyTest, CastErrorsNameBothTypes) {
     EXPECT_NE(std::string(e.what()).find("expected Tensor, got float"), std::string::npos);
   }
   EXPECT_THROW(Any(1000).cast<int8_t>(), ValueError);
-  EXPECT_THROW(Any(std::numeric_limits<uint64_t>::max()), ValueError);
+  EXPECT_THROW(Any{std::numeric_limits<uint64_t>::max()}, ValueError);
 }
 
 TEST(AnyTest, RoundTripScalars) {

@@ -96,7 +96,7 @@ class NcclComm {
 /// Owns a CUDA stream.
 class CudaStream {
  public:
-  explicit CudaStream(int device) : device_(device) {
+  explicit CudaStream(int device) {
     CudaDeviceGuard guard(device);
     DISCO_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -108,7 +108,6 @@ class CudaStream {
   cudaStream_t get() const { return stream_; }
 
  private:
-  int device_;
   cudaStream_t stream_ = nullptr;
 };
 
