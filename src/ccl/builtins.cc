@@ -2,7 +2,7 @@
 //
 // Checks that depend only on the command (op name, flags, peer ids) fail the same way on every
 // rank. Checks that depend on the tensors in registers may not: before moving data, the ranks of
-// a collective agree (one small MPI_Allreduce on the communicator's host side) on whether every
+// a collective agree (one small maximum over the ranks: Communicator::HostMax) on whether every
 // rank passed, on the element count and on the dtype, so a bad tensor on one rank is an error on
 // all of them.
 #include "ccl/builtins.h"
@@ -147,9 +147,8 @@ void CheckAndAgree(Communicator& c, const char* fn, const Tensor& sizing, const 
     local = std::current_exception();
   }
   const Extent e = ExtentOf(sizing);
-  int64_t mine[5] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype};
-  int64_t all[5] = {0, 0, 0, 0, 0};
-  DISCO_MPI_CALL(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, c.host_comm()));
+  int64_t all[5] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype};
+  c.HostMax(all, 5);
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(all[0] == 0, ValueError)
       << fn << ": another worker of this collective rejected its arguments (its error says why); "

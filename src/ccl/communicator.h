@@ -10,6 +10,8 @@
 
 #include <mpi.h>
 
+#include "session/mpi_util.h"
+
 #include <memory>
 #include <string>
 
@@ -44,6 +46,10 @@ class Communicator {
   virtual void Barrier() = 0;
   /// An MPI communicator over the same ranks, in the same order, for host-side agreement.
   virtual MPI_Comm host_comm() const = 0;
+  /// values[i] = the maximum of values[i] over the ranks (the builtins' agreement round).
+  virtual void HostMax(int64_t* values, int n) {
+    DISCO_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT64_T, MPI_MAX, host_comm()));
+  }
 };
 
 }  // namespace ccl

@@ -15,8 +15,12 @@ struct SessionConfig {
   int64_t inline_bytes = 256;
   int64_t max_frame_bytes = INT32_MAX;
   int64_t num_groups = 1;
+  /// DISCO_TIMEOUT: seconds a function may run for one command before the watchdog ends the job
+  /// (0: never).
+  int64_t timeout_s = 300;
 
-  /// Reads DISCO_INLINE_BYTES, DISCO_MAX_FRAME_BYTES and DISCO_NUM_GROUPS, checked against
+  /// Reads DISCO_INLINE_BYTES, DISCO_MAX_FRAME_BYTES, DISCO_NUM_GROUPS and DISCO_TIMEOUT, checked
+  /// against
   /// `num_workers`.
   static SessionConfig FromEnv(int num_workers);
   /// Largest payload a frame may carry.

@@ -14,6 +14,7 @@
 #include "session/mpi_transport.h"
 #include "session/mpi_util.h"
 #include "session/session_impl.h"
+#include "session/watchdog.h"
 #include "session/worker.h"
 
 namespace disco {
@@ -27,6 +28,7 @@ std::string StripPrefix(const std::string& what) {
 
 [[noreturn]] void FatalAbort(const std::string& cause) {
   LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
+  watchdog::Dump("fatal error");
   if (mpi::IsActive()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
@@ -68,12 +70,13 @@ std::string LauncherMismatch(int world_size) {
 
 // Rank 0's settings, so that every rank agrees on the frame size.
 SessionConfig AgreeOnConfig(const SessionConfig& mine) {
-  int64_t values[3] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups};
-  DISCO_MPI_CALL(MPI_Bcast(values, 3, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  int64_t values[4] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups, mine.timeout_s};
+  DISCO_MPI_CALL(MPI_Bcast(values, 4, MPI_INT64_T, 0, MPI_COMM_WORLD));
   SessionConfig c;
   c.inline_bytes = values[0];
   c.max_frame_bytes = values[1];
   c.num_groups = values[2];
+  c.timeout_s = values[3];
   return c;
 }
 
@@ -123,6 +126,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       return 2;
     }
     config = AgreeOnConfig(config);
+    watchdog::Start(rank, size, static_cast<double>(config.timeout_s));
 
     WorkerInfo info;
     info.worker_id = rank;
@@ -158,6 +162,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
   } catch (const std::exception& e) {
     FatalAbort(e.what());
   }
+  watchdog::Stop();
   if (owns_mpi) MPI_Finalize();
   return exit_code;
 }

@@ -18,6 +18,7 @@ SessionConfig SessionConfig::FromEnv(int num_workers) {
   c.inline_bytes = env::GetInt("DISCO_INLINE_BYTES", protocol::kMinInlineBytes, 1 << 20);
   c.max_frame_bytes = env::GetInt("DISCO_MAX_FRAME_BYTES", 1 << 16, INT32_MAX);
   c.num_groups = env::GetInt("DISCO_NUM_GROUPS", 1, num_workers);
+  c.timeout_s = env::GetInt("DISCO_TIMEOUT", 0, int64_t{365} * 24 * 3600);
   DISCO_CHECK(num_workers % c.num_groups == 0, ValueError)
       << "DISCO_NUM_GROUPS=" << c.num_groups << " does not divide the " << num_workers
       << " workers";

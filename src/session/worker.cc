@@ -4,11 +4,13 @@
 #include <disco/log.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "ccl/context.h"
 #include "core/device_memory.h"
 #include "session/mpi_transport.h"
+#include "session/watchdog.h"
 
 namespace disco {
 namespace {
@@ -162,6 +164,10 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   }
   // Functions never touch the register file, so `f` stays valid during the call.
   Any rv;
+  watchdog::Begin(seq, "call_packed", f->name());
+  struct EndGuard {
+    ~EndGuard() { watchdog::End(); }
+  } end_guard;
   try {
     const Any* call_args = args;
     // Only collectives read where their arguments came from (see CallOrigins).
@@ -286,6 +292,12 @@ T Operand(const protocol::Command& cmd, size_t i, const char* name) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_corrupt_next_frame{false};
+}  // namespace
+
+void detail::TestCorruptNextFrame() { g_corrupt_next_frame.store(true); }
+
 int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info) {
   detail::SetThisWorker(info);
   protocol::ByteBuffer out;
@@ -302,6 +314,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
   for (;;) {
     frame.Resize(inline_bytes);
     transport->Broadcast(frame.data(), inline_bytes);
+    if (g_corrupt_next_frame.exchange(false)) frame.data()[0] ^= 0xFF;
     protocol::FrameHeader header = protocol::ParseHeader(frame.data(), inline_bytes, max_payload);
     size_t total = protocol::kHeaderBytes + header.payload_bytes;
     if (total > inline_bytes) {

@@ -101,6 +101,9 @@ struct CallOrigins {
 };
 
 namespace detail {
+/// Fault injection for tests: this rank's worker loop corrupts the next command frame it
+/// receives (its magic), as a damaged message on one rank would.
+void TestCorruptNextFrame();
 /// The origins of the command running now (function null outside one).
 const CallOrigins& CurrentCallOrigins();
 /// Sets the WorkerInfo returned by ThisWorker().

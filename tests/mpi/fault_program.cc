@@ -10,6 +10,7 @@
 
 #include "protocol/frame.h"
 #include "session/session_impl.h"
+#include "session/worker.h"
 
 namespace {
 
@@ -18,6 +19,22 @@ DISCO_REGISTER_GLOBAL("fault.kill_self").set_body_typed([](int64_t worker) {
 });
 DISCO_REGISTER_GLOBAL("fault.throw_on_1").set_body_typed([]() {
   if (disco::ThisWorker().worker_id == 1) throw disco::ValueError("worker 1 fails on purpose");
+});
+// Every worker but `odd` allreduces `t`; `odd` throws, returns at once, or dies, per `how`.
+DISCO_REGISTER_GLOBAL("fault.collective_unless")
+    .set_body_typed([](disco::Tensor t, int64_t odd, std::string how) {
+      if (disco::ThisWorker().worker_id == odd) {
+        if (how == "throw") throw disco::ValueError("worker fails inside a collective on purpose");
+        if (how == "die") {
+          usleep(300 * 1000);  // the others are inside the collective by now
+          raise(SIGKILL);
+        }
+        return;  // "skip": this worker never joins
+      }
+      disco::Registry::Get("disco.allreduce")(t, std::string("sum"), false, t);
+    });
+DISCO_REGISTER_GLOBAL("fault.corrupt_next_frame_on").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id == worker) disco::detail::TestCorruptNextFrame();
 });
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
 
@@ -45,6 +62,33 @@ int Run(disco::Session& s, const std::string& mode) {
     s.impl()->TestBroadcastRaw(junk, sizeof junk);
     s.SyncAll();
     std::printf("unreachable: garbled frame went unnoticed\n");
+    return 0;
+  }
+  if (mode == "throw-in-collective" || mode == "skip-collective" || mode == "die-in-collective") {
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    const int odd = s.num_workers() - 1;
+    std::string how = mode == "throw-in-collective" ? "throw"
+                      : mode == "skip-collective"   ? "skip"
+                                                    : "die";
+    s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, odd, how);
+    s.SyncAll();  // never returns: the watchdog (or the launcher) ends the job
+    std::printf("unreachable: a collective with a missing rank completed\n");
+    return 0;
+  }
+  if (mode == "corrupt-one-rank") {
+    s.CallPacked(s.GetGlobalFunc("fault.corrupt_next_frame_on"), s.num_workers() - 1);
+    s.CallPacked(s.GetGlobalFunc("fault.noop"));
+    s.SyncAll();
+    std::printf("unreachable: a corrupted frame went unnoticed\n");
+    return 0;
+  }
+  if (mode == "sigusr1") {
+    s.CallPacked(s.GetGlobalFunc("fault.noop"));
+    s.SyncAll();
+    raise(SIGUSR1);  // the watchdog thread dumps the flight recorder
+    usleep(300 * 1000);
+    std::printf("dumped on SIGUSR1\n");
     return 0;
   }
   if (mode == "clean") {

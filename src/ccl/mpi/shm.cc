@@ -17,9 +17,11 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "ccl/reduce.h"
 #include "session/mpi_util.h"
+#include "session/watchdog.h"
 
 namespace disco {
 namespace ccl {
@@ -164,15 +166,23 @@ std::unique_ptr<ShmChannel> ShmChannel::Create(MPI_Comm comm) {
                     << "); using MPI's collectives";
     return nullptr;
   }
-  return std::unique_ptr<ShmChannel>(new ShmChannel(base, bytes, rank, size, NodeOversubscribed()));
+  // World ranks of the members, to name a peer that never arrives (the watchdog's line).
+  int world_rank = 0;
+  DISCO_MPI_CALL(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  std::vector<int> world_ranks(size);
+  DISCO_MPI_CALL(MPI_Allgather(&world_rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm));
+  return std::unique_ptr<ShmChannel>(
+      new ShmChannel(base, bytes, rank, size, NodeOversubscribed(), std::move(world_ranks)));
 }
 
-ShmChannel::ShmChannel(char* base, size_t mapped, int rank, int size, bool oversubscribed)
+ShmChannel::ShmChannel(char* base, size_t mapped, int rank, int size, bool oversubscribed,
+                       std::vector<int> world_ranks)
     : base_(base),
       mapped_(mapped),
       rank_(rank),
       size_(size),
-      spins_before_yield_(oversubscribed ? 0 : 1 << 14) {}
+      spins_before_yield_(oversubscribed ? 0 : 1 << 14),
+      world_ranks_(std::move(world_ranks)) {}
 
 ShmChannel::~ShmChannel() { munmap(base_, mapped_); }
 
@@ -197,6 +207,10 @@ void ShmChannel::Exchange() {
         ++spins;
         CpuRelax();
       } else {
+        if (spins == spins_before_yield_) {
+          ++spins;
+          watchdog::WaitingFor(world_ranks_[r]);  // a slow peer: tell the watchdog who it is
+        }
         sched_yield();
       }
     }

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace disco {
 namespace ccl {
@@ -67,7 +68,8 @@ class ShmChannel {
   void Broadcast(const char* send, char* recv, size_t bytes, int root);
 
  private:
-  ShmChannel(char* base, size_t mapped, int rank, int size, bool oversubscribed);
+  ShmChannel(char* base, size_t mapped, int rank, int size, bool oversubscribed,
+             std::vector<int> world_ranks);
 
   uint64_t* Flag(int rank) const;
   /// The slot of `rank` that round `round` uses.
@@ -82,8 +84,9 @@ class ShmChannel {
   int rank_;
   int size_;
   int spins_before_yield_;
-  uint64_t step_ = 0;   // exchanges so far
-  uint64_t round_ = 0;  // rounds so far (one or two exchanges each)
+  uint64_t step_ = 0;             // exchanges so far
+  uint64_t round_ = 0;            // rounds so far (one or two exchanges each)
+  std::vector<int> world_ranks_;  // MPI_COMM_WORLD rank of each member
 };
 
 }  // namespace ccl

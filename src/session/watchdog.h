@@ -1,0 +1,42 @@
+// The watchdog and the flight recorder of one rank (DESIGN.md §4, DISCO_TIMEOUT).
+//
+// Every function a rank runs for a command (Worker::CallPacked, on workers and on worker 0 in the
+// controller's process) is bracketed by Begin/End. The flight recorder keeps the last
+// kFlightRecords of them: sequence number, action, function, duration. A watchdog thread checks
+// the running command every 50 ms: past DISCO_TIMEOUT seconds it prints one line (the command,
+// its sequence number, the elapsed time, and the peer a collective is waiting for when the
+// transport knows it), dumps the flight recorder, waits a second so that the other stuck ranks
+// print theirs, and ends the process, which makes the launcher end the job. A rank the launcher
+// terminates (SIGTERM) first prints one line saying what it was doing. SIGUSR1 dumps the flight
+// recorder of a running job; so does a fatal error.
+#ifndef DISCO_SESSION_WATCHDOG_H_
+#define DISCO_SESSION_WATCHDOG_H_
+
+#include <cstdint>
+#include <string>
+
+namespace disco {
+namespace watchdog {
+
+constexpr int kFlightRecords = 32;
+
+/// Starts this rank's watchdog thread (once; every rank, after MPI_Init). `timeout_s` <= 0 only
+/// serves SIGUSR1 and the SIGTERM line.
+void Start(int rank, int world_size, double timeout_s);
+/// Stops the thread (before MPI_Finalize); idempotent.
+void Stop();
+
+/// The rank starts running `function` for command #`seq` (`action` names the command).
+void Begin(uint64_t seq, const char* action, const std::string& function);
+/// The running function returned (or threw).
+void End();
+/// Inside a collective: the peer this rank waits for (-1: none, or unknown).
+void WaitingFor(int peer);
+
+/// Prints the flight recorder to the log (stderr), headed by `why`.
+void Dump(const std::string& why);
+
+}  // namespace watchdog
+}  // namespace disco
+
+#endif  // DISCO_SESSION_WATCHDOG_H_
