@@ -2,7 +2,8 @@
 # Runs a job that must fail in a given way and checks how it ended:
 #   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX -- command...
 # Passes when the job ends within SECONDS with the expected exit code and its output matches
-# REGEX (extended grep). A job still running at SECONDS + 5 is killed and fails the test.
+# REGEX (extended grep), and no process of the job is left 5 s later (found by a token in their
+# environment). A job still running at SECONDS + 5 is killed and fails the test.
 set -uo pipefail
 timeout_s=10 expect_exit=nonzero pattern=""
 while [[ $# -gt 0 ]]; do
@@ -16,6 +17,18 @@ while [[ $# -gt 0 ]]; do
 done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# Every process of the job inherits this token: a straggler is found by its environment.
+export DISCO_FAULT_TEST_TOKEN="fault-$$-$RANDOM"
+stragglers() {  # "PID command" of each process holding the token, other than this script
+  env -u DISCO_FAULT_TEST_TOKEN token="$DISCO_FAULT_TEST_TOKEN" self=$$ bash -c '
+    for dir in /proc/[0-9]*; do
+      pid=${dir#/proc/}
+      [[ $pid == "$self" ]] && continue
+      tr "\0" "\n" 2>/dev/null < "$dir/environ" | grep -qx "DISCO_FAULT_TEST_TOKEN=$token" &&
+        echo "$pid $(tr "\0" " " 2>/dev/null < "$dir/cmdline")"
+    done
+    true' 2>/dev/null
+}
 echo "+ $*"
 start_ms=$(( $(date +%s%N) / 1000000 ))
 timeout -s KILL $((timeout_s + 5)) "$@" >"$out" 2>&1
@@ -37,6 +50,16 @@ if (( elapsed_ms > timeout_s * 1000 )); then
 fi
 if [[ -n $pattern ]] && ! grep -Eq -- "$pattern" "$out"; then
   echo "FAIL: output does not match: $pattern"; fail=1
+fi
+left=$(stragglers)
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  [[ -z $left ]] && break
+  sleep 0.5
+  left=$(stragglers)
+done
+if [[ -n $left ]]; then
+  echo "FAIL: processes of the job are still running 5 s after it ended:"; echo "$left"; fail=1
+  kill -9 $(awk '{print $1}' <<<"$left") 2>/dev/null || true
 fi
 [[ $fail -eq 0 ]] && echo "PASS"
 exit $fail
