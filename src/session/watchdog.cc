@@ -42,7 +42,6 @@ struct State {
   std::atomic<uint64_t> next{0};  // records written so far
   std::atomic<bool> busy{false};
   std::atomic<int64_t> start_ns{0};
-  std::atomic<uint64_t> seq{0};
   std::atomic<int> waiting_for{-1};
   std::atomic<bool> dump_requested{false};
   char prefix[96] = {0};
@@ -59,9 +58,9 @@ State& S() {
   return *s;
 }
 
-void CopyTruncated(char* dst, size_t cap, const std::string& src) {
-  size_t n = std::min(cap - 1, src.size());
-  std::memcpy(dst, src.data(), n);
+void CopyTruncated(char* dst, size_t cap, const char* src, size_t len) {
+  size_t n = std::min(cap - 1, len);
+  std::memcpy(dst, src, n);
   dst[n] = '\0';
 }
 
@@ -198,8 +197,8 @@ void Begin(uint64_t seq, const char* action, const std::string& function) {
   const uint64_t next = s.next.load(std::memory_order_relaxed);
   Record& r = s.records[next % kFlightRecords];
   r.seq = seq;
-  CopyTruncated(r.action, sizeof r.action, action);
-  CopyTruncated(r.function, sizeof r.function, function);
+  CopyTruncated(r.action, sizeof r.action, action, std::strlen(action));
+  CopyTruncated(r.function, sizeof r.function, function.data(), function.size());
   r.start_ns = now;
   r.duration_ns = -1;
   s.next.store(next + 1, std::memory_order_release);
