@@ -97,9 +97,12 @@ void OnTerminate(int sig) {
     PutInt(line, sizeof line, &at, static_cast<int64_t>(r.seq));
     PutStr(line, sizeof line, &at, " (");
     PutStr(line, sizeof line, &at, r.action);
-    PutStr(line, sizeof line, &at, " '");
-    PutStr(line, sizeof line, &at, r.function);
-    PutStr(line, sizeof line, &at, "')");
+    if (r.function[0] != '\0') {
+      PutStr(line, sizeof line, &at, " '");
+      PutStr(line, sizeof line, &at, r.function);
+      PutStr(line, sizeof line, &at, "'");
+    }
+    PutStr(line, sizeof line, &at, ")");
     if (busy) {
       int64_t ms = (NowNs() - s.start_ns.load()) / 1000000;
       PutStr(line, sizeof line, &at, " for ");

@@ -1,8 +1,9 @@
 // The watchdog and the flight recorder of one rank (DESIGN.md §4, DISCO_TIMEOUT).
 //
 // Every function a rank runs for a command (Worker::CallPacked, on workers and on worker 0 in the
-// controller's process) is bracketed by Begin/End. The flight recorder keeps the last
-// kFlightRecords of them: sequence number, action, function, duration. A watchdog thread checks
+// controller's process) is bracketed by Begin/End, and so is every other command a worker runs
+// (but parking and shutdown, which are waits). The flight recorder keeps the last kFlightRecords
+// of them: sequence number, action, function, duration. A watchdog thread checks
 // the running command every 50 ms: past DISCO_TIMEOUT seconds it prints one line (the command,
 // its sequence number, the elapsed time, and the peer a collective is waiting for when the
 // transport knows it), dumps the flight recorder, waits a second so that the other stuck ranks

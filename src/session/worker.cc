@@ -330,7 +330,14 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
         << "the command sequence";
     ++expected_seq;
     if (!cmd.kills.empty()) worker.KillRegs(cmd.kills.data(), cmd.kills.size());
-    switch (cmd.action()) {
+    // The flight recorder and the watchdog see every command; call_packed records itself (with
+    // its function's name), and parking and shutdown are waits, not work.
+    const protocol::Action action = cmd.action();
+    const bool recorded = action != protocol::Action::kCallPacked &&
+                          action != protocol::Action::kPark &&
+                          action != protocol::Action::kShutdown;
+    if (recorded) watchdog::Begin(header.seq, protocol::ActionName(action), "");
+    switch (action) {
       case protocol::Action::kShutdown: {
         ccl::Reset();
         transport->GatherU64(worker.errors_reported(), nullptr);
@@ -395,6 +402,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
         break;
       }
     }
+    if (recorded) watchdog::End();
     transport->ProgressSends(/*wait=*/false);
   }
 }
