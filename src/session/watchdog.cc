@@ -227,7 +227,7 @@ void Dump(const std::string& why) {
   const uint64_t next = s.next.load(std::memory_order_acquire);
   const uint64_t n = std::min<uint64_t>(next, kFlightRecords);
   os << "flight recorder (" << why << "): the last " << n << " of " << next
-     << " functions this rank ran, oldest first";
+     << " commands this rank ran, oldest first";
   const int64_t now = NowNs();
   for (uint64_t i = next - n; i < next; ++i) {
     const Record& r = s.records[i % kFlightRecords];
