@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ccl/builtins.h"
+#include "core/process_info.h"
 #include "io/h5.h"
 
 namespace disco {
@@ -26,6 +27,15 @@ void RegisterAll() {
   });
   Registry::Register("disco.device", true).set_body_typed([]() -> DLDevice {
     return ThisWorker().device;
+  });
+  // This worker's memory: Shape{resident KiB, peak resident KiB} (-1 where unknown), and a reset
+  // of the peak (false when the kernel cannot), for measuring what one command costs.
+  Registry::Register("disco.memory_kib", true).set_body_typed([]() {
+    MemoryUse use = GetMemoryUse();
+    return Shape{use.rss_kib, use.peak_kib};
+  });
+  Registry::Register("disco.reset_peak_memory", true).set_body_typed([]() {
+    return ResetPeakMemory();
   });
   Registry::Register("disco.empty", true)
       .set_body_typed(

@@ -6,15 +6,14 @@
 // file-access settings (MPI-IO with parallel HDF5), allocates its shard, selects its hyperslab and
 // calls H5Dread (collective transfer), then closes; time is the maximum over ranks. Disco: the
 // controller times one disco.h5.load command and SyncAll. Sides alternate, repeats give medians.
-// Peak memory: each rank resets its peak RSS (/proc/self/clear_refs) before the disco load and
-// reads VmHWM after it; peak_MiB is that peak minus the RSS before, which includes the shard
-// itself, and bound_MiB = shard + 32 MiB is what the HDF5 issue allows.
+// Peak memory: each rank resets its peak RSS (disco.reset_peak_memory) before the disco load and
+// reads it after (disco.memory_kib); peak_MiB is that peak minus the RSS before, which includes the
+// shard itself, and bound_MiB = shard + 32 MiB is what the HDF5 issue allows.
 #include <disco/config.h>
 #include <disco/h5.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "session/mpi_util.h"
@@ -29,22 +28,6 @@ namespace bench {
 namespace {
 
 constexpr int64_t kCols = 1536;  // divisible by 1, 2, 3, 4, 6, 8, 12, ...
-
-// A /proc/self/status field in KiB.
-int64_t StatusKiB(const char* field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::string(field).size()));
-  }
-  return -1;
-}
-
-// Resets this rank's peak RSS to its current RSS; returns the RSS in KiB.
-DISCO_REGISTER_GLOBAL("bench.load_rss_reset").set_body_typed([]() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-  return StatusKiB("VmRSS:");
-});
-DISCO_REGISTER_GLOBAL("bench.load_rss_peak").set_body_typed([]() { return StatusKiB("VmHWM:"); });
 
 // This rank's shard along `axis` of a (rows, kCols) float32 tensor: element (i, j) = i * kCols + j
 // (mod 2^24, exact in float32).
@@ -155,23 +138,25 @@ int RunLoadBench(Session& s, const Options& opts) {
   }
   DRef load = s.GetGlobalFunc("disco.h5.load");
   DRef raw = s.GetGlobalFunc("bench.load_raw");
-  DRef reset = s.GetGlobalFunc("bench.load_rss_reset");
-  DRef peak = s.GetGlobalFunc("bench.load_rss_peak");
+  DRef reset = s.GetGlobalFunc("disco.reset_peak_memory");
+  DRef memory = s.GetGlobalFunc("disco.memory_kib");
   std::vector<double> raw_t, disco_t;
   std::vector<int64_t> peak_kib(n, 0);
   int64_t wrong = 0;
   for (int r = 0; r < repeats + 1; ++r) {  // the first round warms up
     double rt = s.CallPacked(raw, path, "w", rows, axis).DebugGetFromRemote(0).cast<double>();
-    DRef before = s.CallPacked(reset);
+    s.CallPacked(reset);
+    DRef before = s.CallPacked(memory);
     s.SyncAll();
     double t0 = NowUs();
     DRef t = s.CallPacked(load, path, "w", axis, false);
     s.SyncAll();
     double dt = NowUs() - t0;
-    DRef after = s.CallPacked(peak);
+    DRef after = s.CallPacked(memory);
     for (int w = 0; w < n; ++w) {
-      int64_t grew = after.DebugGetFromRemote(w).cast<int64_t>() -
-                     before.DebugGetFromRemote(w).cast<int64_t>();
+      // The peak after the load, above the resident set before it.
+      int64_t grew = after.DebugGetFromRemote(w).cast<Shape>()[1] -
+                     before.DebugGetFromRemote(w).cast<Shape>()[0];
       peak_kib[w] = std::max(peak_kib[w], grew);
     }
     if (r == 0) {

@@ -10,9 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 
 #include "ccl/reduce.h"
+#include "core/process_info.h"
 #include "io/h5.h"
 
 #if DISCO_DEMO_CUDA
@@ -310,14 +310,6 @@ DISCO_REGISTER_GLOBAL("demo.layer_local")
                                beta.cast<Tensor>(), false));
     });
 
-int64_t PeakRssKiB() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
 // A loaded shard must have the shape the model needs: a checkpoint of another size names itself.
 DISCO_REGISTER_GLOBAL("demo.check_shard")
     .set_body_typed([](Tensor shard, std::string name, Shape want, std::string dtype) {
@@ -335,7 +327,7 @@ DISCO_REGISTER_GLOBAL("demo.reset_stats").set_body_typed([]() { WorkerStats() = 
 DISCO_REGISTER_GLOBAL("demo.stats").set_body_typed([]() {
   const Stats& s = WorkerStats();
   return Shape{static_cast<int64_t>(s.compute_ms * 1000),
-               static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, PeakRssKiB()};
+               static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, GetMemoryUse().peak_kib};
 });
 
 // ---- The controller ----------------------------------------------------------------------------

@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "mpi/mpi_test_env.h"
@@ -102,26 +101,6 @@ DISCO_REGISTER_GLOBAL("test.h5.make_shard")
 DISCO_REGISTER_GLOBAL("test.h5.set_independent").set_body_typed([](bool on) {
   setenv("DISCO_H5_INDEPENDENT", on ? "1" : "0", 1);
 });
-
-// A /proc/self/status field in KiB (-1 when missing).
-int64_t StatusKiB(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(field.size()));
-  }
-  return -1;
-}
-
-// Resets this worker's peak RSS (false when the kernel does not support it).
-DISCO_REGISTER_GLOBAL("test.h5.reset_peak_rss").set_body_typed([]() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-  clear.flush();
-  return static_cast<bool>(clear) && StatusKiB("VmHWM:") >= 0;
-});
-// This worker's RSS and peak RSS in KiB.
-DISCO_REGISTER_GLOBAL("test.h5.rss_kib").set_body_typed([]() { return StatusKiB("VmRSS:"); });
-DISCO_REGISTER_GLOBAL("test.h5.peak_kib").set_body_typed([]() { return StatusKiB("VmHWM:"); });
 
 std::string ShapeArg(const std::vector<int64_t>& dims) {
   std::string s;
@@ -268,15 +247,15 @@ TEST_F(H5Test, PeakMemoryOfALoadStaysWithinTheShardPlus32MiB) {
     Check("save big");
   }  // the shards are freed
   for (int64_t axis : {0, 1}) {
-    DRef supported = s().CallPacked(F("test.h5.reset_peak_rss"));
+    DRef supported = s().CallPacked(F("disco.reset_peak_memory"));
     if (!supported.DebugGetFromRemote(0).cast<bool>()) GTEST_SKIP() << "no /proc/self/clear_refs";
-    DRef before = s().CallPacked(F("test.h5.rss_kib"));
+    DRef before = s().CallPacked(F("disco.memory_kib"));
     DRef t = LoadOne(file, "w", axis, false);
-    DRef peak = s().CallPacked(F("test.h5.peak_kib"));
+    DRef after = s().CallPacked(F("disco.memory_kib"));
     const double shard_mib = 96.0 / n;
     for (int w = 0; w < n; ++w) {
-      double grew = (peak.DebugGetFromRemote(w).cast<int64_t>() -
-                     before.DebugGetFromRemote(w).cast<int64_t>()) /
+      double grew = (after.DebugGetFromRemote(w).cast<Shape>()[1] -
+                     before.DebugGetFromRemote(w).cast<Shape>()[0]) /
                     1024.0;
       EXPECT_LE(grew, shard_mib + 32) << "worker " << w << ", axis " << axis;
     }

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "mpi/mpi_test_env.h"
@@ -405,13 +404,6 @@ DISCO_REGISTER_GLOBAL("test.soak.make").set_body_typed([](int64_t n) {
   std::fill(t.data_as<float>(), t.data_as<float>() + n, 1.0f);
   return t;
 });
-DISCO_REGISTER_GLOBAL("test.soak.rss_kib").set_body_typed([]() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return static_cast<int64_t>(std::stoll(line.substr(6)));
-  }
-  return int64_t{-1};
-});
 
 TEST_F(SessionTest, DISABLED_SoakAMillionCallsThatAllocateAndFreeKeepRssFlat) {
   DRef make = F("test.soak.make");
@@ -422,15 +414,15 @@ TEST_F(SessionTest, DISABLED_SoakAMillionCallsThatAllocateAndFreeKeepRssFlat) {
     s().SyncAll();
   };
   calls(100000);  // warm-up: allocator pools, register file and buffers reach their size
-  DRef before = s().CallPacked(F("test.soak.rss_kib"));
+  DRef before = s().CallPacked(F("disco.memory_kib"));
   std::vector<int64_t> rss0;
-  for (int w = 0; w < n(); ++w) rss0.push_back(before.DebugGetFromRemote(w).cast<int64_t>());
+  for (int w = 0; w < n(); ++w) rss0.push_back(before.DebugGetFromRemote(w).cast<Shape>()[0]);
   calls(900000);
-  DRef after = s().CallPacked(F("test.soak.rss_kib"));
+  DRef after = s().CallPacked(F("disco.memory_kib"));
   DRef live = s().CallPacked(F("test.live_registers"));
   DRef cap = s().CallPacked(F("test.register_capacity"));
   for (int w = 0; w < n(); ++w) {
-    int64_t rss1 = after.DebugGetFromRemote(w).cast<int64_t>();
+    int64_t rss1 = after.DebugGetFromRemote(w).cast<Shape>()[0];
     std::printf("soak: worker %d RSS %lld KiB after 100k calls, %lld KiB after 1M (%+.2f%%)\n", w,
                 static_cast<long long>(rss0[w]), static_cast<long long>(rss1),
                 100.0 * (rss1 - rss0[w]) / rss0[w]);
