@@ -217,6 +217,13 @@ void ShmChannel::Exchange() {
   }
 }
 
+template <typename Source>
+void ShmChannel::ReduceInRankOrder(char* dst, Source source, int64_t count, DLDataType t,
+                                   ReduceOp op) const {
+  Reduce(dst, source(0), source(1), count, t, op);
+  for (int r = 2; r < size_; ++r) Reduce(dst, dst, source(r), count, t, op);
+}
+
 void ShmChannel::AllReduce(const char* send, char* recv, int64_t n, DLDataType t, ReduceOp op) {
   const size_t elem = DataTypeBytes(t);
   const int64_t per_step = static_cast<int64_t>(kSlotBytes / elem);
@@ -227,9 +234,8 @@ void ShmChannel::AllReduce(const char* send, char* recv, int64_t n, DLDataType t
       const uint64_t s = NextRound();
       std::memcpy(Slot(rank_, s), send + off * elem, c * elem);
       Exchange();
-      char* dst = recv + off * elem;
-      Reduce(dst, Slot(0, s), Slot(1, s), c, t, op);
-      for (int r = 2; r < size_; ++r) Reduce(dst, dst, Slot(r, s), c, t, op);
+      ReduceInRankOrder(
+          recv + off * elem, [&](int r) { return Slot(r, s); }, c, t, op);
     }
     return;
   }
@@ -251,9 +257,8 @@ void ShmChannel::AllReduce(const char* send, char* recv, int64_t n, DLDataType t
     }
     Exchange();
     const int64_t at = part_at(rank_), count = part_bytes(rank_) / elem;
-    auto source = [&](int r) { return r == rank_ ? in + at : Slot(r, s) + at; };
-    Reduce(mine + at, source(0), source(1), count, t, op);
-    for (int r = 2; r < size_; ++r) Reduce(mine + at, mine + at, source(r), count, t, op);
+    ReduceInRankOrder(
+        mine + at, [&](int r) { return r == rank_ ? in + at : Slot(r, s) + at; }, count, t, op);
     Exchange();
     char* out = recv + off * elem;
     for (int p = 0; p < size_; ++p) {
@@ -296,8 +301,8 @@ void ShmChannel::ReduceScatter(const char* send, char* recv, int64_t m, DLDataTy
     Exchange();
     const size_t at = static_cast<size_t>(rank_) * c * elem;
     char* dst = recv + off * elem;
-    Reduce(dst, Slot(0, s) + at, Slot(1, s) + at, c, t, op);
-    for (int r = 2; r < size_; ++r) Reduce(dst, dst, Slot(r, s) + at, c, t, op);
+    ReduceInRankOrder(
+        dst, [&](int r) { return Slot(r, s) + at; }, c, t, op);
   }
 }
 

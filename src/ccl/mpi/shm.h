@@ -78,6 +78,10 @@ class ShmChannel {
   uint64_t NextRound();
   /// Publishes this rank's next step and waits for every peer to publish it.
   void Exchange();
+  /// dst = source(0) op source(1) op ... op source(size - 1), combined in rank order on every
+  /// rank (the same bits everywhere); `source(r)` points at rank r's `count` elements.
+  template <typename Source>
+  void ReduceInRankOrder(char* dst, Source source, int64_t count, DLDataType t, ReduceOp op) const;
 
   char* base_;
   size_t mapped_;
