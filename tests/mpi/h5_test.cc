@@ -44,56 +44,59 @@ std::pair<int, int> RankAndSize(bool in_group) {
   return {w.worker_id - w.group_id * gs, gs};
 }
 
+// The shape of this worker's shard of a tensor of `full` shape split along `axis` (-1: the whole
+// tensor).
+std::vector<int64_t> ShardDims(const Shape& full, int64_t axis, bool in_group) {
+  std::vector<int64_t> dims(full.begin(), full.end());
+  if (axis >= 0) dims[axis] /= RankAndSize(in_group).second;
+  return dims;
+}
+
+// Calls visit(i, flat) for each element i (C order) of this worker's shard and its index `flat`
+// in the whole tensor.
+template <typename Visit>
+void ForEachShardElement(const Shape& full, int64_t axis, bool in_group, Visit visit) {
+  const int rank = RankAndSize(in_group).first;
+  const std::vector<int64_t> dims = ShardDims(full, axis, in_group);
+  const int nd = full.ndim();
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t flat = 0;
+    for (int d = 0; d < nd; ++d) flat = flat * full[d] + idx[d] + (d == axis ? rank * dims[d] : 0);
+    visit(i, flat);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 // Checks that `shard` is this worker's part of a tensor of `full` shape split along `axis` (-1:
 // the whole tensor), every element equal to the formula at its global index.
 DISCO_REGISTER_GLOBAL("test.h5.expect_shard")
     .set_body_typed([](Tensor shard, Shape full, int64_t axis, bool in_group, std::string dtype) {
       DISCO_CHECK(shard.dtype() == DataType(dtype), ValueError)
           << "dtype " << DataTypeToString(shard.dtype()) << ", expected " << dtype;
-      auto [rank, n] = RankAndSize(in_group);
-      std::vector<int64_t> want(full.begin(), full.end());
-      if (axis >= 0) want[axis] /= n;
+      std::vector<int64_t> want = ShardDims(full, axis, in_group);
       DISCO_CHECK(std::vector<int64_t>(shard.shape().begin(), shard.shape().end()) == want,
                   ValueError)
           << "worker " << ThisWorker().worker_id << ": shard shape " << shard.shape().ToString();
-      const int nd = full.ndim();
-      std::vector<int64_t> idx(nd, 0);
-      for (int64_t i = 0; i < shard.numel(); ++i) {
-        int64_t flat = 0;
-        for (int d = 0; d < nd; ++d) {
-          int64_t g = idx[d] + (d == axis ? rank * want[d] : 0);
-          flat = flat * full[d] + g;
-        }
+      ForEachShardElement(full, axis, in_group, [&](int64_t i, int64_t flat) {
         double got = Load(shard, i), expected = Formula(shard.dtype(), flat);
         DISCO_CHECK(got == expected, ValueError)
             << "worker " << ThisWorker().worker_id << ": element " << i << " (global " << flat
             << ") is " << got << ", expected " << expected;
-        for (int d = nd - 1; d >= 0; --d) {
-          if (++idx[d] < want[d]) break;
-          idx[d] = 0;
-        }
-      }
+      });
     });
 
 // This worker's shard of a tensor of `full` shape along `axis`, filled by the formula.
 DISCO_REGISTER_GLOBAL("test.h5.make_shard")
     .set_body_typed([](Shape full, int64_t axis, bool in_group, std::string dtype) {
-      auto [rank, n] = RankAndSize(in_group);
-      std::vector<int64_t> dims(full.begin(), full.end());
-      if (axis >= 0) dims[axis] /= n;
-      Tensor t = Tensor::Empty(Shape(dims), DataType(dtype));
-      const int nd = full.ndim();
-      std::vector<int64_t> idx(nd, 0);
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        int64_t flat = 0;
-        for (int d = 0; d < nd; ++d)
-          flat = flat * full[d] + idx[d] + (d == axis ? rank * dims[d] : 0);
-        Store(t, i, Formula(t.dtype(), flat));
-        for (int d = nd - 1; d >= 0; --d) {
-          if (++idx[d] < dims[d]) break;
-          idx[d] = 0;
-        }
-      }
+      Tensor t = Tensor::Empty(Shape(ShardDims(full, axis, in_group)), DataType(dtype));
+      ForEachShardElement(full, axis, in_group,
+                          [&](int64_t i, int64_t flat) { Store(t, i, Formula(t.dtype(), flat)); });
       return t;
     });
 
