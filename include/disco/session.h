@@ -109,6 +109,7 @@ class Session {
   void Shutdown();
 
   /// `disco.empty` on every worker (or on worker 0 / each group's first worker only).
+  /// `ThisWorkerGpu()` as the device allocates on each worker's own GPU (after InitCCL).
   DRef Empty(const Shape& shape, DLDataType dtype, DLDevice device = CPU(),
              bool worker0_only = false, bool in_group = false);
 
@@ -123,6 +124,9 @@ class Session {
   DRef RecvFromWorker0(const DRef& buffer);
   DRef SendToNextGroup(const DRef& buffer);
   DRef RecvFromPrevGroup(const DRef& buffer);
+  /// Every group sends `send` to the next group and receives `recv` from the previous one, as one
+  /// operation (the first group receives nothing, the last sends nothing).
+  DRef ShiftToNextGroup(const DRef& send, const DRef& recv);
   DRef SendToWorker(const DRef& buffer, int peer);
   DRef RecvFromWorker(const DRef& buffer, int peer);
   DRef Barrier(bool in_group = false);

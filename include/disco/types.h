@@ -28,6 +28,9 @@ size_t DataTypeBytes(DLDataType dtype);
 DLDevice CPU();
 /// CUDA device `index` as numbered inside this process (after CUDA_VISIBLE_DEVICES).
 DLDevice CUDA(int index = 0);
+/// CUDA(-1): to `disco.empty` and `Session::Empty`, each worker's own GPU (the one InitCCL bound it
+/// to), as TVM's Disco allocates on each worker's default device. CUDA(0) is GPU 0 everywhere.
+DLDevice ThisWorkerGpu();
 /// "cpu", "cuda:1".
 std::string DeviceToString(DLDevice device);
 

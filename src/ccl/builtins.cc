@@ -26,12 +26,22 @@ namespace disco {
 namespace ccl {
 namespace {
 
+// The communicator of the backend InitCCL chose; its ranks agree on every collective.
 Communicator& Comm(bool in_group, const char* fn) {
   Context* ctx = CurrentContext();
   DISCO_CHECK(ctx != nullptr, ValueError)
       << fn << ": collectives need Session::InitCCL first (no communicator on worker "
       << ThisWorker().worker_id << ")";
   return in_group ? *ctx->group : *ctx->world;
+}
+
+// The communicator that moves `t`: the backend's, or under InitCCL("auto") with NCCL, the MPI
+// one when `t` is in host memory. The ranks agree on the choice (Extent::location).
+Communicator& DataComm(bool in_group, const char* fn, const Tensor& t) {
+  Communicator& c = Comm(in_group, fn);
+  Context* ctx = CurrentContext();
+  Communicator* host = in_group ? ctx->host_group.get() : ctx->host_world.get();
+  return host != nullptr && t.defined() && memory::IsHost(t.device()) ? *host : c;
 }
 
 // Tensor arguments arrive as Any and are converted here, not by the typed wrapper: a register that
@@ -50,6 +60,9 @@ void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const c
       << fn << ": argument '" << arg << "' has dtype " << DataTypeToString(t.dtype())
       << ", which collectives do not support (int8..int64, uint8..uint64, float16, bfloat16, "
          "float32, float64)";
+  DISCO_CHECK(c.SupportsDType(t.dtype()), TypeError)
+      << fn << ": argument '" << arg << "' has dtype " << DataTypeToString(t.dtype())
+      << ", which the " << c.backend() << " backend cannot move (int16 and uint16 need mpi)";
   DLDevice want = c.device();
   bool ok = c.device().device_type == kDLCPU ? memory::IsHost(t.device()) : t.device() == want;
   DISCO_CHECK(ok, ValueError) << fn << ": argument '" << arg << "' is a " << t.ToString()
@@ -58,17 +71,19 @@ void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const c
                                                              : DeviceToString(want) + " tensors");
 }
 
-// What the ranks agree on about the tensor that sizes the transfer: its element count and its
-// dtype (-1 for a missing tensor). Equal counts of different dtypes would move different byte
-// counts, which no backend can recover from.
+// What the ranks agree on about the tensor that sizes the transfer: its element count, its dtype
+// (-1 for a missing tensor) and the backend that moves it. Equal counts of different dtypes would
+// move different byte counts, and two backends would never meet: no backend can recover from it.
 struct Extent {
   int64_t count = -1;
   int64_t dtype = -1;
+  int64_t location = -1;
 };
-Extent ExtentOf(const Tensor& t) {
+Extent ExtentOf(const Tensor& t, const Communicator& data) {
   if (!t.defined()) return {};
   DLDataType d = t.dtype();
-  return {t.numel(), (int64_t{d.code} << 24) | (int64_t{d.bits} << 16) | d.lanes};
+  return {t.numel(), (int64_t{d.code} << 24) | (int64_t{d.bits} << 16) | d.lanes,
+          static_cast<int64_t>(data.device().device_type)};
 }
 
 void CheckSameDType(const Tensor& a, const char* an, const Tensor& b, const char* bn,
@@ -132,11 +147,12 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
   return key;
 }
 
-// Runs the checks; the ranks of `c` then agree. Every rank throws when any rank failed: the
-// failing ranks their own error, the others one that points at them. A collective whose key
-// already passed skips both (its tensors' metadata cannot have changed since).
-void CheckAndAgree(Communicator& c, const char* fn, const Tensor& sizing, const Agreement& a,
-                   int64_t extra, const std::function<void()>& checks) {
+// Runs the checks; the ranks of `c` then agree (`data` is the communicator that will move the
+// tensors). Every rank throws when any rank failed: the failing ranks their own error, the others
+// one that points at them. A collective whose key already passed skips both (its tensors'
+// metadata cannot have changed since).
+void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, const Tensor& sizing,
+                   const Agreement& a, int64_t extra, const std::function<void()>& checks) {
   Context* ctx = CurrentContext();
   AgreedKey key = MakeKey(a, extra);
   if (key.valid && ctx->agreed.count(key) != 0) return;
@@ -146,9 +162,9 @@ void CheckAndAgree(Communicator& c, const char* fn, const Tensor& sizing, const 
   } catch (const Error&) {
     local = std::current_exception();
   }
-  const Extent e = ExtentOf(sizing);
-  int64_t all[5] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype};
-  c.HostMax(all, 5);
+  const Extent e = ExtentOf(sizing, data);
+  int64_t all[7] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype, e.location, -e.location};
+  c.HostMax(all, 7);
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(all[0] == 0, ValueError)
       << fn << ": another worker of this collective rejected its arguments (its error says why); "
@@ -159,6 +175,9 @@ void CheckAndAgree(Communicator& c, const char* fn, const Tensor& sizing, const 
   DISCO_CHECK(all[3] == -all[4], TypeError)
       << fn << ": the workers of this collective disagree on the dtype (this worker has "
       << DataTypeToString(sizing.dtype()) << "); nothing was sent";
+  DISCO_CHECK(all[5] == -all[6], ValueError)
+      << fn << ": some workers of this collective hold host tensors and others device tensors "
+      << "(this worker: " << sizing.ToString() << "); nothing was sent";
   if (key.valid) {
     if (ctx->agreed.size() >= 4096) ctx->agreed.clear();
     ctx->agreed.insert(key);
@@ -188,9 +207,10 @@ void RegisterFromRoot(const char* fn, bool scatter) {
         return [agreement, fn, scatter](Any send_arg, bool in_group, Any recv_arg) {
           std::optional<Tensor> send = OptionalTensorOf(send_arg);
           Tensor recv = TensorOf(recv_arg);
-          Communicator& c = Comm(in_group, fn);
+          Communicator& agree = Comm(in_group, fn);
+          Communicator& c = DataComm(in_group, fn, recv);
           bool root = c.rank() == Root(in_group);
-          CheckAndAgree(c, fn, recv, *agreement, in_group, [&] {
+          CheckAndAgree(agree, c, fn, recv, *agreement, in_group, [&] {
             CheckTensor(recv, c, fn, "recv");
             if (root) CheckRootTensor(send, "send", recv, "recv", scatter ? c.size() : 1, c, fn);
           });
@@ -208,26 +228,29 @@ void RegisterAll() {
       .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
                       {"ccl", "device_ids"});
 
-  RegisterCollective(
-      "disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
-      [](const Agreement* agreement) {
-        return [agreement](Any send_arg, std::string op_name, bool in_group, Any recv_arg) {
-          Tensor send = TensorOf(send_arg);
-          Tensor recv = TensorOf(recv_arg);
-          const char* fn = "disco.allreduce";
-          Communicator& c = Comm(in_group, fn);
-          // The op name is the same on every worker: a bad one fails everywhere
-          // alike.
-          ReduceOp op = ParseReduceOp(op_name);
-          CheckAndAgree(c, fn, send, *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
-            CheckSendRecv(send, recv, c, fn);
-            DISCO_CHECK(send.numel() == recv.numel(), ValueError)
-                << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
-            CheckOp(op, send.dtype(), fn);
-          });
-          c.AllReduce(send, recv, op);
-        };
-      });
+  RegisterCollective("disco.allreduce", {0, 3}, {"send", "op", "in_group", "recv"},
+                     [](const Agreement* agreement) {
+                       return [agreement](Any send_arg, std::string op_name, bool in_group,
+                                          Any recv_arg) {
+                         Tensor send = TensorOf(send_arg);
+                         Tensor recv = TensorOf(recv_arg);
+                         const char* fn = "disco.allreduce";
+                         Communicator& agree = Comm(in_group, fn);
+                         Communicator& c = DataComm(in_group, fn, send);
+                         // The op name is the same on every worker: a bad one fails everywhere
+                         // alike.
+                         ReduceOp op = ParseReduceOp(op_name);
+                         CheckAndAgree(agree, c, fn, send, *agreement,
+                                       static_cast<int64_t>(op) * 2 + in_group, [&] {
+                                         CheckSendRecv(send, recv, c, fn);
+                                         DISCO_CHECK(send.numel() == recv.numel(), ValueError)
+                                             << fn << ": 'send' has " << send.numel()
+                                             << " elements, 'recv' " << recv.numel();
+                                         CheckOp(op, send.dtype(), fn);
+                                       });
+                         c.AllReduce(send, recv, op);
+                       };
+                     });
 
   RegisterCollective(
       "disco.allgather", {0, 2}, {"send", "in_group", "recv"}, [](const Agreement* agreement) {
@@ -235,8 +258,9 @@ void RegisterAll() {
           Tensor send = TensorOf(send_arg);
           Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.allgather";
-          Communicator& c = Comm(in_group, fn);
-          CheckAndAgree(c, fn, send, *agreement, in_group, [&] {
+          Communicator& agree = Comm(in_group, fn);
+          Communicator& c = DataComm(in_group, fn, send);
+          CheckAndAgree(agree, c, fn, send, *agreement, in_group, [&] {
             CheckSendRecv(send, recv, c, fn);
             DISCO_CHECK(recv.numel() == send.numel() * c.size(), ValueError)
                 << fn << ": 'recv' has " << recv.numel() << " elements; it needs " << c.size()
@@ -253,19 +277,21 @@ void RegisterAll() {
           Tensor send = TensorOf(send_arg);
           Tensor recv = TensorOf(recv_arg);
           const char* fn = "disco.reduce_scatter";
-          Communicator& c = Comm(in_group, fn);
+          Communicator& agree = Comm(in_group, fn);
+          Communicator& c = DataComm(in_group, fn, send);
           // The op name is the same on every worker: a bad one fails everywhere alike.
           ReduceOp op = ParseReduceOp(op_name);
-          CheckAndAgree(c, fn, send, *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
-            CheckSendRecv(send, recv, c, fn);
-            DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
-                << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
-                << " workers cannot share equally";
-            DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
-                << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
-                << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
-            CheckOp(op, send.dtype(), fn);
-          });
+          CheckAndAgree(
+              agree, c, fn, send, *agreement, static_cast<int64_t>(op) * 2 + in_group, [&] {
+                CheckSendRecv(send, recv, c, fn);
+                DISCO_CHECK(send.numel() % c.size() == 0, ValueError)
+                    << fn << ": 'send' has " << send.numel() << " elements, which the " << c.size()
+                    << " workers cannot share equally";
+                DISCO_CHECK(recv.numel() == send.numel() / c.size(), ValueError)
+                    << fn << ": 'recv' has " << recv.numel() << " elements; it needs "
+                    << send.numel() / c.size() << " (" << send.numel() << " / " << c.size() << ")";
+                CheckOp(op, send.dtype(), fn);
+              });
           c.ReduceScatter(send, recv, op);
         };
       });
@@ -279,9 +305,10 @@ void RegisterAll() {
                          Tensor send = TensorOf(send_arg);
                          std::optional<Tensor> recv = OptionalTensorOf(recv_arg);
                          const char* fn = "disco.gather_to_worker0";
-                         Communicator& c = Comm(in_group, fn);
+                         Communicator& agree = Comm(in_group, fn);
+                         Communicator& c = DataComm(in_group, fn, send);
                          bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(c, fn, send, *agreement, in_group, [&] {
+                         CheckAndAgree(agree, c, fn, send, *agreement, in_group, [&] {
                            CheckTensor(send, c, fn, "send");
                            if (root) CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
                          });
@@ -293,8 +320,10 @@ void RegisterAll() {
     return [agreement](Any buffer_arg) {
       Tensor buffer = TensorOf(buffer_arg);
       const char* fn = "disco.recv_from_worker0";
-      Communicator& c = Comm(false, fn);
-      CheckAndAgree(c, fn, buffer, *agreement, 0, [&] { CheckTensor(buffer, c, fn, "buffer"); });
+      Communicator& agree = Comm(false, fn);
+      Communicator& c = DataComm(false, fn, buffer);
+      CheckAndAgree(agree, c, fn, buffer, *agreement, 0,
+                    [&] { CheckTensor(buffer, c, fn, "buffer"); });
       c.Broadcast(buffer, buffer, 0);
     };
   });
@@ -304,21 +333,28 @@ void RegisterAll() {
                       {"in_group"})
       .mark_collective();
 
-  // Point to point: global worker ids on the world communicator. Sends return at once (the data
-  // is copied), so a send and the matching receive may be separate commands.
-  auto check_peer = [](const char* fn, int64_t peer) {
+  // Point to point: global worker ids on the world communicator. A send returns without waiting
+  // for its receiver, so a send and the matching receive may be separate commands; the sends are
+  // marked collective so that worker 0 runs one only once the controller's next frame (which
+  // normally carries the matching receive) is out: NCCL's send may block the host until the
+  // receiver posts its receive, and that frame must not wait for worker 0. A function that both
+  // sends and receives uses disco.sendrecv or disco.shift_to_next_group (one operation), never a
+  // send then a receive.
+  auto check_peer = [](const char* fn, int64_t peer, bool may_skip) {
     const WorkerInfo& w = ThisWorker();
+    if (may_skip && peer == -1) return;
     DISCO_CHECK(peer >= 0 && peer < w.num_workers, ValueError)
-        << fn << ": peer " << peer << " is out of range [0, " << w.num_workers << ")";
+        << fn << ": peer " << peer << " is out of range [0, " << w.num_workers << ")"
+        << (may_skip ? " (-1: none)" : "");
     DISCO_CHECK(peer != w.worker_id, ValueError)
         << fn << ": worker " << w.worker_id << " cannot exchange with itself";
   };
   for (bool is_send : {true, false}) {
     const char* fn = is_send ? "disco.send_to_worker" : "disco.recv_from_worker";
-    Registry::Register(fn, true).set_body_typed(
+    Registry& entry = Registry::Register(fn, true).set_body_typed(
         [check_peer, fn, is_send](Tensor buffer, int64_t peer) {
-          Communicator& c = Comm(false, fn);
-          check_peer(fn, peer);
+          Communicator& c = DataComm(false, fn, buffer);
+          check_peer(fn, peer, false);
           CheckTensor(buffer, c, fn, "buffer");
           if (is_send) {
             c.Send(buffer, static_cast<int>(peer));
@@ -327,29 +363,61 @@ void RegisterAll() {
           }
         },
         {"buffer", "peer"});
+    if (is_send) entry.mark_collective();
   }
   Registry::Register("disco.send_to_next_group", true)
       .set_body_typed(
           [](Tensor buffer) {
             const char* fn = "disco.send_to_next_group";
-            Communicator& c = Comm(false, fn);
+            Communicator& c = DataComm(false, fn, buffer);
             CheckTensor(buffer, c, fn, "buffer");
             const WorkerInfo& w = ThisWorker();
             int group_size = w.num_workers / w.num_groups;
             if (w.group_id + 1 < w.num_groups) c.Send(buffer, w.worker_id + group_size);
           },
-          {"buffer"});
+          {"buffer"})
+      .mark_collective();
   Registry::Register("disco.recv_from_prev_group", true)
       .set_body_typed(
           [](Tensor buffer) {
             const char* fn = "disco.recv_from_prev_group";
-            Communicator& c = Comm(false, fn);
+            Communicator& c = DataComm(false, fn, buffer);
             CheckTensor(buffer, c, fn, "buffer");
             const WorkerInfo& w = ThisWorker();
             int group_size = w.num_workers / w.num_groups;
             if (w.group_id > 0) c.Recv(buffer, w.worker_id - group_size);
           },
           {"buffer"});
+  // Both halves at once; `send` is read only when dest >= 0, `recv` written only when source >= 0.
+  auto send_recv = [](const char* fn, const Any& send_arg, int dest, const Any& recv_arg,
+                      int source) {
+    Tensor send = TensorOf(send_arg), recv = TensorOf(recv_arg);
+    Communicator& c = DataComm(false, fn, dest >= 0 ? send : recv);
+    if (dest >= 0) CheckTensor(send, c, fn, "send");
+    if (source >= 0) CheckTensor(recv, c, fn, "recv");
+    c.SendRecv(send, dest, recv, source);
+  };
+  Registry::Register("disco.sendrecv", true)
+      .set_body_typed(
+          [check_peer, send_recv](Any send, int64_t dest, Any recv, int64_t source) {
+            const char* fn = "disco.sendrecv";
+            check_peer(fn, dest, true);
+            check_peer(fn, source, true);
+            send_recv(fn, send, static_cast<int>(dest), recv, static_cast<int>(source));
+          },
+          {"send", "dest", "recv", "source"})
+      .mark_collective();
+  Registry::Register("disco.shift_to_next_group", true)
+      .set_body_typed(
+          [send_recv](Any send, Any recv) {
+            const WorkerInfo& w = ThisWorker();
+            int group_size = w.num_workers / w.num_groups;
+            int dest = w.group_id + 1 < w.num_groups ? w.worker_id + group_size : -1;
+            int source = w.group_id > 0 ? w.worker_id - group_size : -1;
+            send_recv("disco.shift_to_next_group", send, dest, recv, source);
+          },
+          {"send", "recv"})
+      .mark_collective();
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ class Communicator {
   virtual int size() const = 0;
   /// The device tensors must live on (CPU for MPI, the bound GPU for NCCL).
   virtual DLDevice device() const = 0;
+  /// Whether collectives of this backend move `dtype` (NCCL lacks int16 and uint16).
+  virtual bool SupportsDType(DLDataType dtype) const { return true; }
 
   virtual void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
   /// recv holds size() blocks of send's element count, in rank order.
@@ -39,10 +41,20 @@ class Communicator {
   virtual void Scatter(const Tensor& send, const Tensor& recv, int root) = 0;
   /// Every rank's send is concatenated into `root`'s recv (undefined elsewhere).
   virtual void Gather(const Tensor& send, const Tensor& recv, int root) = 0;
-  /// Starts sending a copy of `buffer` to `peer` and returns without waiting for the receiver.
+  /// Starts sending `buffer` to `peer` and returns without waiting for the receiver, so the
+  /// matching Recv may come in a later command. MPI sends a copy: the buffer is free at once
+  /// (unless DISCO_CCL_SYNC_SEND=1: then the send waits for the receiver, without a copy). NCCL
+  /// queues the send on its stream: the GPU reads `buffer` only once the receiver has posted the
+  /// matching receive, so the buffer stays busy until then (do not write or free it), and later
+  /// operations of the same communicator on this rank run after it. Post the matching receive
+  /// before the next collective that involves both peers.
   virtual void Send(const Tensor& buffer, int peer) = 0;
   /// Receives from `peer` into `buffer`.
   virtual void Recv(const Tensor& buffer, int peer) = 0;
+  /// Sends `send` to `dest` and receives `recv` from `source` at once, as one operation (one NCCL
+  /// group, MPI_Sendrecv), so a ring or a shift between groups never waits on itself. A peer of
+  /// -1 skips that half.
+  virtual void SendRecv(const Tensor& send, int dest, const Tensor& recv, int source) = 0;
   virtual void Barrier() = 0;
   /// An MPI communicator over the same ranks, in the same order, for host-side agreement.
   virtual MPI_Comm host_comm() const = 0;

@@ -25,8 +25,10 @@ Context* CurrentContext() { return Storage().get(); }
 
 void Reset() {
   if (Storage()) {
-    if (Storage()->group) Storage()->group.reset();
+    Storage()->group.reset();
     Storage()->world.reset();
+    Storage()->host_group.reset();
+    Storage()->host_world.reset();
     Storage().reset();
   }
   WorkerInfo info = ThisWorker();
@@ -48,10 +50,19 @@ void Init(const std::string& requested, const std::vector<int64_t>& device_ids) 
   Reset();  // a second InitCCL replaces the first, freeing its communicators
   WorkerInfo info = ThisWorker();
   const int group_size = info.num_workers / info.num_groups;
-  // Every rank must pick the same backend: "auto" is NCCL only when every rank can use it.
+  // Every rank must pick the same backend: "auto" is NCCL only when every rank has a GPU of its
+  // own (not two ranks on one GPU, which NCCL does not support).
   int usable = NcclUsable() ? 1 : 0, all_usable = 0;
   DISCO_MPI_CALL(MPI_Allreduce(&usable, &all_usable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  std::string backend = requested == "auto" ? (all_usable ? "nccl" : "mpi") : requested;
+  std::string backend = requested;
+  if (requested == "auto") {
+    backend = "mpi";
+#if DISCO_HAVE_NCCL
+    if (all_usable && EveryRankHasItsOwnGpu(MPI_COMM_WORLD, info.local_rank, device_ids)) {
+      backend = "nccl";
+    }
+#endif
+  }
   if (backend == "nccl") {
 #if DISCO_HAVE_NCCL
     DISCO_CHECK(all_usable, ValueError)
@@ -65,22 +76,33 @@ void Init(const std::string& requested, const std::vector<int64_t>& device_ids) 
   auto ctx = std::make_unique<Context>();
   ctx->backend = backend;
   ctx->group_size = group_size;
-  if (backend == "mpi") {
-    ctx->world = MakeMpiCommunicator(MPI_COMM_WORLD, 0, info.worker_id);
-    ctx->group = MakeMpiCommunicator(MPI_COMM_WORLD, info.group_id, info.worker_id);
-  } else {
+  if (backend == "mpi" || requested == "auto") {
+    // Under "auto" with NCCL, host tensors still have collectives: over MPI.
+    std::unique_ptr<Communicator> world = MakeMpiCommunicator(MPI_COMM_WORLD, 0, info.worker_id);
+    std::unique_ptr<Communicator> group =
+        MakeMpiCommunicator(MPI_COMM_WORLD, info.group_id, info.worker_id);
+    if (backend == "mpi") {
+      ctx->world = std::move(world);
+      ctx->group = std::move(group);
+    } else {
+      ctx->host_world = std::move(world);
+      ctx->host_group = std::move(group);
+    }
+  }
+  if (backend == "nccl") {
 #if DISCO_HAVE_NCCL
     auto comms = MakeNcclCommunicators(MPI_COMM_WORLD, info.local_rank, device_ids, info.group_id,
-                                       info.worker_id);
+                                       info.worker_id, group_size);
     ctx->world = std::move(comms[0]);
     ctx->group = std::move(comms[1]);
 #endif
   }
   info.device = ctx->world->device();
   detail::SetThisWorker(info);
-  DISCO_LOG(INFO) << "InitCCL: backend " << backend << ", device " << DeviceToString(info.device)
-                  << ", group " << info.group_id << " of " << info.num_groups << " (" << group_size
-                  << " workers)";
+  DISCO_LOG(INFO) << "InitCCL: backend " << backend
+                  << (ctx->host_world ? " (host tensors: mpi)" : "") << ", device "
+                  << DeviceToString(info.device) << ", group " << info.group_id << " of "
+                  << info.num_groups << " (" << group_size << " workers)";
   Storage() = std::move(ctx);
 }
 

@@ -40,6 +40,10 @@ struct Context {
   std::string backend;  // "mpi" or "nccl"
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> group;
+  // InitCCL("auto") that chose NCCL: MPI communicators for collectives on host tensors (null
+  // otherwise; an explicit "nccl" takes device tensors only).
+  std::unique_ptr<Communicator> host_world;
+  std::unique_ptr<Communicator> host_group;
   int group_size = 1;
   // Collectives whose arguments (named by register and version, the same on every worker) the
   // workers already agreed on: repeating one skips the agreement round. Cleared when full, which
@@ -51,7 +55,8 @@ struct Context {
 Context* CurrentContext();
 /// Creates the communicators on this worker (every worker calls it in the same command): `ccl` is
 /// "mpi", "nccl" or "auto"; `device_ids` maps node-local ranks to GPUs (empty: local rank modulo
-/// the visible GPUs). Replaces (and frees) a previous context.
+/// the visible GPUs). "auto" is NCCL when every rank has a GPU of its own (with MPI for host
+/// tensors beside it), MPI otherwise. Replaces (and frees) a previous context.
 void Init(const std::string& ccl, const std::vector<int64_t>& device_ids);
 /// Frees the communicators (at shutdown).
 void Reset();

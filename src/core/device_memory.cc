@@ -4,6 +4,8 @@
 #include <disco/error.h>
 #include <disco/types.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,6 +42,39 @@ namespace {
 }
 }  // namespace
 
+#if DISCO_HAVE_CUDA
+namespace {
+// Device tensors come from the device's default memory pool, in the order of stream 0
+// (cudaMallocAsync / cudaFreeAsync): a free does not wait for the device, as cudaFree does, and
+// the pool keeps freed memory for the next allocation instead of returning it at every
+// synchronization. Devices without memory pools use cudaMalloc / cudaFree. Per device, decided
+// once.
+constexpr int kMaxDevices = 64;
+bool UsesMemoryPool(int device) {
+  static std::atomic<int> state[kMaxDevices];  // 0 unknown, 1 pool, 2 plain
+  if (device < 0 || device >= kMaxDevices) return false;
+  int s = state[device].load(std::memory_order_acquire);
+  if (s == 0) {
+    int supported = 0;
+    s = 2;
+    if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) ==
+            cudaSuccess &&
+        supported != 0) {
+      cudaMemPool_t pool;
+      uint64_t keep = UINT64_MAX;
+      if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+          cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
+        s = 1;
+      }
+    }
+    cudaGetLastError();
+    state[device].store(s, std::memory_order_release);
+  }
+  return s == 1;
+}
+}  // namespace
+#endif
+
 void* Alloc(DLDevice device, size_t nbytes) {
   if (device.device_type == kDLCPU) {
     size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
@@ -53,7 +88,22 @@ void* Alloc(DLDevice device, size_t nbytes) {
   if (device.device_type == kDLCUDA) {
     CudaDeviceGuard guard(device.device_id);
     void* ptr = nullptr;
-    DISCO_CUDA_CALL(cudaMalloc(&ptr, nbytes == 0 ? 1 : nbytes));
+    const size_t n = nbytes == 0 ? 1 : nbytes;
+    if (!UsesMemoryPool(device.device_id)) {
+      DISCO_CUDA_CALL(cudaMalloc(&ptr, n));
+      return ptr;
+    }
+    cudaError_t st = cudaMallocAsync(&ptr, n, cudaStreamLegacy);
+    if (st == cudaErrorMemoryAllocation) {
+      // The pool keeps freed memory: hand it back to the device, then try once more.
+      cudaGetLastError();
+      cudaMemPool_t pool;
+      DISCO_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device.device_id));
+      DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+      DISCO_CUDA_CALL(cudaMemPoolTrimTo(pool, 0));
+      st = cudaMallocAsync(&ptr, n, cudaStreamLegacy);
+    }
+    DISCO_CUDA_CALL(st);
     return ptr;
   }
   if (device.device_type == kDLCUDAHost) {
@@ -74,7 +124,14 @@ void Free(DLDevice device, void* ptr) {
 #if DISCO_HAVE_CUDA
   // Errors are ignored: a free during teardown after a CUDA failure must not throw.
   if (device.device_type == kDLCUDA) {
-    cudaFree(ptr);
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    bool switched = previous != device.device_id && cudaSetDevice(device.device_id) == cudaSuccess;
+    // A failed free leaves its error for nobody: clear it, or the next launch check would see it.
+    cudaError_t st =
+        UsesMemoryPool(device.device_id) ? cudaFreeAsync(ptr, cudaStreamLegacy) : cudaFree(ptr);
+    if (st != cudaSuccess) cudaGetLastError();
+    if (switched && previous >= 0) cudaSetDevice(previous);
     return;
   }
   if (device.device_type == kDLCUDAHost) {
@@ -94,7 +151,10 @@ void Copy(void* dst, DLDevice dst_device, const void* src, DLDevice src_device, 
   if (dst_device.device_type == kDLCUDA || src_device.device_type == kDLCUDA) {
     int device = dst_device.device_type == kDLCUDA ? dst_device.device_id : src_device.device_id;
     CudaDeviceGuard guard(device);
-    DISCO_CUDA_CALL(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+    // cudaMemcpy returns before a device-to-device or pageable host-to-device copy has landed;
+    // the stream synchronization makes this copy (and stream 0's earlier work) complete.
+    DISCO_CUDA_CALL(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cudaStreamLegacy));
+    DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
     return;
   }
 #endif

@@ -1,5 +1,11 @@
 // Raw memory on the host and on CUDA devices, and copies between any pair of them. The only place
 // that calls cudaMalloc/cudaMemcpy for tensors.
+//
+// Stream order: every device operation here runs on CUDA's legacy default stream (stream 0), the
+// stream that user kernels launched without a stream, cuBLAS without cublasSetStream, and
+// cudaMemcpy use. The NCCL backend orders each of its operations after the work queued on that
+// stream (an event it waits for), so a kernel or copy that writes a buffer on stream 0 is complete
+// before NCCL reads it. Work on other user streams must be synchronized by its owner first.
 #ifndef DISCO_CORE_DEVICE_MEMORY_H_
 #define DISCO_CORE_DEVICE_MEMORY_H_
 
@@ -13,10 +19,19 @@ namespace memory {
 /// Host alignment of tensor buffers.
 constexpr size_t kHostAlignment = 64;
 
-/// Allocates `nbytes` on `device` (host: 64-byte aligned; nbytes 0 gives a valid pointer).
+/// Allocates `nbytes` on `device` (host: 64-byte aligned; nbytes 0 gives a valid pointer). CUDA
+/// memory comes from the device's memory pool in stream 0's order (cudaMallocAsync), ready for
+/// any work queued on stream 0 after this call and for the NCCL backend.
 void* Alloc(DLDevice device, size_t nbytes);
+/// Frees on the device that owns `ptr` (made current for the call, whichever device the calling
+/// thread had); never throws, so that destructors may call it. CUDA memory goes back to the pool
+/// in stream 0's order (cudaFreeAsync, no wait for the device): work queued on stream 0 before the
+/// free still reads valid memory. (The NCCL backend keeps the tensors of its unmatched sends alive
+/// itself.)
 void Free(DLDevice device, void* ptr);
-/// Copies `nbytes` between two buffers on any pair of host/CUDA devices, synchronously.
+/// Copies `nbytes` between two buffers on any pair of host/CUDA devices. Synchronous: when it
+/// returns, the bytes are in `dst` (device to device and pageable host to device included, where a
+/// plain cudaMemcpy may return earlier), and the work queued on stream 0 before it has finished.
 void Copy(void* dst, DLDevice dst_device, const void* src, DLDevice src_device, size_t nbytes);
 /// True for kDLCPU and kDLCUDAHost.
 bool IsHost(DLDevice device);

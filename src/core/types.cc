@@ -124,6 +124,8 @@ DLDevice CUDA(int index) {
   return DLDevice{kDLCUDA, index};
 }
 
+DLDevice ThisWorkerGpu() { return DLDevice{kDLCUDA, -1}; }
+
 std::string DeviceToString(DLDevice device) {
   switch (device.device_type) {
     case kDLCPU:

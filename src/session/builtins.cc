@@ -46,6 +46,13 @@ void RegisterAll() {
               bool mine = in_group ? IsFirstOfGroup(w) : w.worker_id == 0;
               if (!mine) return Any();
             }
+            if (device == ThisWorkerGpu()) {
+              DISCO_CHECK(w.device.device_type == kDLCUDA, ValueError)
+                  << "disco.empty: " << DeviceToString(device) << " means this worker's GPU, but "
+                  << "worker " << w.worker_id << " is bound to none (" << DeviceToString(w.device)
+                  << "); InitCCL('nccl') binds one";
+              device = w.device;
+            }
             return Any(Tensor::Empty(shape, dtype, device));
           },
           {"shape", "dtype", "device", "worker0_only", "in_group"});

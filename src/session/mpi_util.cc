@@ -1,5 +1,9 @@
 #include "session/mpi_util.h"
 
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
 namespace disco {
 namespace mpi {
 
@@ -74,6 +78,83 @@ void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what) {
   DISCO_MPI_CALL(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm));
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(any == 0, RuntimeError) << what << " failed on another rank (its error says why)";
+}
+
+void AgreeOnPolledStep(MPI_Comm comm, const std::function<StepState()>& poll,
+                       const std::function<void()>& abandon, const std::string& what) {
+  constexpr int kFailureTag = 7301;
+  int rank = 0, size = 1;
+  DISCO_MPI_CALL(MPI_Comm_rank(comm, &rank));
+  DISCO_MPI_CALL(MPI_Comm_size(comm, &size));
+  // A failing rank tells every other one at once (its rank id), so that nobody waits for it.
+  int notice = -1;
+  std::vector<int> failed_ranks;
+  MPI_Request incoming = MPI_REQUEST_NULL;
+  DISCO_MPI_CALL(MPI_Irecv(&notice, 1, MPI_INT, MPI_ANY_SOURCE, kFailureTag, comm, &incoming));
+  std::exception_ptr local;
+  for (;;) {
+    StepState state = StepState::kPending;
+    try {
+      state = poll();
+    } catch (const std::exception&) {
+      local = std::current_exception();
+      state = StepState::kFailed;
+    }
+    if (state == StepState::kFailed && !local) {
+      try {
+        DISCO_THROW(RuntimeError) << what << " failed";
+      } catch (const Error&) {
+        local = std::current_exception();
+      }
+    }
+    if (state != StepState::kPending) break;
+    int arrived = 0;
+    DISCO_MPI_CALL(MPI_Test(&incoming, &arrived, MPI_STATUS_IGNORE));
+    if (arrived) {
+      failed_ranks.push_back(notice);
+      break;
+    }
+    std::this_thread::yield();
+  }
+  std::vector<int> me(static_cast<size_t>(size), rank);
+  std::vector<MPI_Request> outgoing;
+  if (local) {
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      outgoing.emplace_back();
+      DISCO_MPI_CALL(MPI_Isend(&me[r], 1, MPI_INT, r, kFailureTag, comm, &outgoing.back()));
+    }
+  }
+  int failed = local ? 1 : 0, total = 0;
+  DISCO_MPI_CALL(MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, comm));
+  // Take every notice sent to this rank (one per other failed rank), so none is left behind.
+  const int expected = total - failed;
+  if (failed_ranks.empty()) {
+    if (expected > 0) {
+      DISCO_MPI_CALL(MPI_Wait(&incoming, MPI_STATUS_IGNORE));
+      failed_ranks.push_back(notice);
+    } else {
+      DISCO_MPI_CALL(MPI_Cancel(&incoming));
+      DISCO_MPI_CALL(MPI_Wait(&incoming, MPI_STATUS_IGNORE));
+    }
+  }
+  while (static_cast<int>(failed_ranks.size()) < expected) {
+    DISCO_MPI_CALL(
+        MPI_Recv(&notice, 1, MPI_INT, MPI_ANY_SOURCE, kFailureTag, comm, MPI_STATUS_IGNORE));
+    failed_ranks.push_back(notice);
+  }
+  if (!outgoing.empty()) {
+    DISCO_MPI_CALL(
+        MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE));
+  }
+  if (total == 0) return;
+  abandon();
+  if (local) std::rethrow_exception(local);
+  std::ostringstream names;
+  std::sort(failed_ranks.begin(), failed_ranks.end());
+  for (size_t i = 0; i < failed_ranks.size(); ++i) names << (i ? ", " : "") << failed_ranks[i];
+  DISCO_THROW(RuntimeError) << what << " failed on rank" << (failed_ranks.size() > 1 ? "s " : " ")
+                            << names.str() << " (its error says why); abandoned here too";
 }
 
 CopiedSends::~CopiedSends() {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <list>
 #include <string>
 #include <vector>
@@ -90,6 +91,20 @@ int NodeLocalRank(MPI_Comm comm);
 /// null): a failed rank rethrows its own error, the others throw one naming `what`. Call it
 /// between local checks and the next collective step, so that no rank waits for one that left.
 void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what);
+
+/// What a step that runs on its own says when polled.
+enum class StepState { kPending, kDone, kFailed };
+
+/// Waits for a local step that a failure on another rank would leave waiting forever (an NCCL
+/// init or split waits for every rank of the new communicator). `poll` is called until it says
+/// done or failed (a throw counts as failed, with its error); meanwhile, a failure announced by
+/// another rank ends the wait. Every rank of `comm` then reaches the same verdict within
+/// milliseconds of the first failure: when any rank failed, every rank calls `abandon` (abort
+/// what the step made), the failing ranks rethrow their own error and the others throw one that
+/// names `what` and the ranks that failed. `comm` must carry no other traffic meanwhile (a
+/// duplicate of its own).
+void AgreeOnPolledStep(MPI_Comm comm, const std::function<StepState()>& poll,
+                       const std::function<void()>& abandon, const std::string& what);
 
 }  // namespace mpi
 }  // namespace disco

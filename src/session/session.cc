@@ -229,7 +229,6 @@ void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
 
 DRef SessionImpl::GetGlobalFunc(const std::string& name) {
   CheckLive("GetGlobalFunc");
-  FlushWorker0();
   int64_t reg = AllocateReg();
   Any head[2] = {Any(reg), Any(name)};
   uint64_t seq;
@@ -238,6 +237,13 @@ DRef SessionImpl::GetGlobalFunc(const std::string& name) {
   } catch (...) {
     free_regs_.push_back(reg);
     throw;
+  }
+  // A lookup does not need worker 0's deferred call, which stays deferred: a send deferred there
+  // may wait for the receive that the command after this lookup carries (the first use of a
+  // builtin looks it up first). Unless the register comes back from a kill that worker 0 applies
+  // only after the deferred call.
+  if (std::find(worker0_kills_.begin(), worker0_kills_.end(), reg) != worker0_kills_.end()) {
+    FlushWorker0();
   }
   worker0_.GetGlobalFunc(seq, reg, name);
   return MakeDRef(reg);
@@ -544,6 +550,9 @@ DRef Session::SendToNextGroup(const DRef& buffer) {
 }
 DRef Session::RecvFromPrevGroup(const DRef& buffer) {
   return CallPacked(impl_->Builtin("disco.recv_from_prev_group"), buffer);
+}
+DRef Session::ShiftToNextGroup(const DRef& send, const DRef& recv) {
+  return CallPacked(impl_->Builtin("disco.shift_to_next_group"), send, recv);
 }
 DRef Session::SendToWorker(const DRef& buffer, int peer) {
   return CallPacked(impl_->Builtin("disco.send_to_worker"), buffer, peer);

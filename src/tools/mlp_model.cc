@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "ccl/reduce.h"
 #include "core/process_info.h"
@@ -178,37 +181,43 @@ void DownProjection(const float* h, const float* w2, int64_t tokens, int64_t f, 
 }
 
 #if DISCO_DEMO_CUDA
-// One cuBLAS handle per process, made on first use (after InitCCL bound the device).
-class Cublas {
- public:
-  Cublas() {
-    cublasStatus_t st = cublasCreate(&handle_);
-    DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
-        << "cublasCreate failed: " << cublasGetStatusString(st);
-  }
-  ~Cublas() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
-  }
-  Cublas(const Cublas&) = delete;
-  Cublas& operator=(const Cublas&) = delete;
-  cublasHandle_t get() const { return handle_; }
+// One cuBLAS handle per device, made on first use on that device (after InitCCL bound it), its
+// work on stream 0 (set explicitly), where the kernels and disco's copies run and after which the
+// NCCL backend orders its collectives. The handles live until the process ends (never destroyed
+// after main, when the CUDA runtime may already be gone).
+cublasHandle_t CublasHandle(int device) {
+  static std::mutex mu;
+  static auto* handles = new std::map<int, cublasHandle_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasHandle_t handle = nullptr;
+  cublasStatus_t st = cublasCreate(&handle);
+  DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
+      << "cublasCreate on cuda:" << device << " failed: " << cublasGetStatusString(st);
+  st = cublasSetStream(handle, cudaStreamLegacy);
+  DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
+      << "cublasSetStream failed: " << cublasGetStatusString(st);
+  handles->emplace(device, handle);
+  return handle;
+}
 
- private:
-  cublasHandle_t handle_ = nullptr;
-};
-cublasHandle_t CublasHandle() {
-  static Cublas handle;
-  return handle.get();
+// cuBLAS takes int sizes: larger ones are an error, not a wrap.
+int GemmDim(int64_t v, const char* what) {
+  DISCO_CHECK(v >= 0 && v <= INT32_MAX, ValueError)
+      << "demo.layer: " << what << " = " << v << " exceeds cuBLAS's int range";
+  return static_cast<int>(v);
 }
 
 // Row-major c (m, n) = a (m, k) b (k, n): column-major c^T = b^T a^T, accumulated in float32.
-void Gemm(const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k, bool bf16) {
+void Gemm(int device, const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k,
+          bool bf16) {
   const float one = 1.0f, zero = 0.0f;
   const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  cublasStatus_t st = cublasGemmEx(CublasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
-                                   static_cast<int>(m), static_cast<int>(k), &one, b, t,
-                                   static_cast<int>(n), a, t, static_cast<int>(k), &zero, c, t,
-                                   static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const int mi = GemmDim(m, "rows"), ni = GemmDim(n, "columns"), ki = GemmDim(k, "inner size");
+  cublasStatus_t st =
+      cublasGemmEx(CublasHandle(device), CUBLAS_OP_N, CUBLAS_OP_N, ni, mi, ki, &one, b, t, ni, a, t,
+                   ki, &zero, c, t, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   DISCO_CHECK(st == CUBLAS_STATUS_SUCCESS, RuntimeError)
       << "demo.layer: cublasGemmEx failed: " << cublasGetStatusString(st);
 }
@@ -218,37 +227,79 @@ void CheckKernels(const char* what) {
   DISCO_CHECK(err[0] == '\0', RuntimeError) << "demo.layer: " << what << " kernel: " << err;
 }
 
-// The layer on CUDA tensors: cuBLAS products and the kernels of mlp_cuda.cu on the default
-// stream, which is synchronized before the allreduce (NCCL runs on a stream of its own).
+// Timing without synchronizing: four events per layer call on stream 0 (start, products done,
+// allreduce done, layer done), read when the statistics are asked for. Events are reused.
+struct LayerEvents {
+  cudaEvent_t e[4];
+};
+struct DeviceTimes {
+  std::vector<LayerEvents> pool;
+  size_t used = 0;
+  cudaEvent_t Next(int i) {
+    if (used == pool.size()) {
+      LayerEvents le;
+      for (cudaEvent_t& ev : le.e) DISCO_CUDA_CALL(cudaEventCreate(&ev));
+      pool.push_back(le);
+    }
+    return pool[used].e[i];
+  }
+};
+DeviceTimes& WorkerDeviceTimes() {
+  static auto* t = new DeviceTimes();  // events live as long as the process
+  return *t;
+}
+// Adds the layer calls recorded since the last reset to the statistics (waits for them).
+void CollectDeviceTimes(Stats* st);
+void Record(int i) {
+  // A long run without statistics folds its events in now and then, so that the pool stays small.
+  if (i == 0 && WorkerDeviceTimes().used >= 1024) CollectDeviceTimes(&WorkerStats());
+  DISCO_CUDA_CALL(cudaEventRecord(WorkerDeviceTimes().Next(i), cudaStreamLegacy));
+}
+
+void CollectDeviceTimes(Stats* st) {
+  DeviceTimes& t = WorkerDeviceTimes();
+  for (size_t i = 0; i < t.used; ++i) {
+    const LayerEvents& le = t.pool[i];
+    DISCO_CUDA_CALL(cudaEventSynchronize(le.e[3]));
+    float ms[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) DISCO_CUDA_CALL(cudaEventElapsedTime(&ms[k], le.e[k], le.e[k + 1]));
+    st->compute_ms += ms[0] + ms[2];
+    st->allreduce_ms += ms[1];
+  }
+  t.used = 0;
+}
+
+// The layer on CUDA tensors: cuBLAS products and the kernels of mlp_cuda.cu on stream 0, the
+// allreduce through the NCCL backend (ordered after stream 0 by the backend itself). Nothing here
+// allocates with cudaMalloc (tensors come from the device's memory pool) or synchronizes.
 Tensor LayerOnDevice(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
                      const Tensor& b2, const Tensor& g, const Tensor& beta, bool reduce) {
-  double t0 = NowMs();
   const int64_t tokens = x.shape()[0], hidden = x.shape()[1], f = w1.shape()[1];
   const bool bf16 = IsBf16(x);
+  const int device = x.device().device_id;
   for (const Tensor* t : {&w1, &b1, &w2, &b2, &g, &beta}) {
     DISCO_CHECK(t->device() == x.device() && t->dtype() == x.dtype(), ValueError)
         << "demo.layer: every tensor must be a " << DataTypeToString(x.dtype()) << " on "
         << DeviceToString(x.device()) << "; got " << t->ToString();
   }
+  CudaDeviceGuard guard(device);
+  Record(0);
   Tensor h = Tensor::Empty(Shape{tokens, f}, x.dtype(), x.device());
-  Gemm(x.data(), w1.data(), h.data(), tokens, f, hidden, bf16);
+  Gemm(device, x.data(), w1.data(), h.data(), tokens, f, hidden, bf16);
   cuda::BiasGelu(h.data(), b1.data(), tokens, f, bf16);
   CheckKernels("bias + gelu");
   Tensor partial = Tensor::Empty(Shape{tokens, hidden}, x.dtype(), x.device());
-  Gemm(h.data(), w2.data(), partial.data(), tokens, hidden, f, bf16);
-  DISCO_CUDA_CALL(cudaStreamSynchronize(0));
-  double t1 = NowMs();
+  Gemm(device, h.data(), w2.data(), partial.data(), tokens, hidden, f, bf16);
+  Record(1);
   if (reduce) Registry::Get("disco.allreduce")(partial, std::string("sum"), false, partial);
-  double t2 = NowMs();
+  Record(2);
   Tensor result = Tensor::Empty(Shape{tokens, hidden}, x.dtype(), x.device());
   cuda::ResidualLayerNorm(x.data(), partial.data(), b2.data(), g.data(), beta.data(), tokens,
                           hidden, result.data(), bf16);
   CheckKernels("residual + layer norm");
-  DISCO_CUDA_CALL(cudaStreamSynchronize(0));
-  Stats& st = WorkerStats();
-  st.compute_ms += (t1 - t0) + (NowMs() - t2);
-  st.allreduce_ms += t2 - t1;
-  st.calls += 1;
+  Record(3);
+  ++WorkerDeviceTimes().used;
+  WorkerStats().calls += 1;
   return result;
 }
 #endif
@@ -322,9 +373,17 @@ DISCO_REGISTER_GLOBAL("demo.check_shard")
           << "; the model runs in " << dtype << " (--dtype)";
     });
 
-DISCO_REGISTER_GLOBAL("demo.reset_stats").set_body_typed([]() { WorkerStats() = Stats(); });
+DISCO_REGISTER_GLOBAL("demo.reset_stats").set_body_typed([]() {
+  WorkerStats() = Stats();
+#if DISCO_DEMO_CUDA
+  WorkerDeviceTimes().used = 0;
+#endif
+});
 // compute ms, allreduce ms (x1000, as integers), calls, peak RSS KiB.
 DISCO_REGISTER_GLOBAL("demo.stats").set_body_typed([]() {
+#if DISCO_DEMO_CUDA
+  CollectDeviceTimes(&WorkerStats());
+#endif
   const Stats& s = WorkerStats();
   return Shape{static_cast<int64_t>(s.compute_ms * 1000),
                static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, GetMemoryUse().peak_kib};

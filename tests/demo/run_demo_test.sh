@@ -4,7 +4,8 @@
 # fail with a message naming the dataset, and nothing hangs.
 #   run_demo_test.sh MPIEXEC DEMO NP DTYPE [mpiexec flags...] [-- demo flags...]
 #   run_demo_test.sh MPIEXEC DEMO bad [mpiexec flags...]
-# With "--device cuda" among the demo flags and no GPU, it exits 77 (CTest's skip) with the reason.
+# With "--device cuda" among the demo flags and fewer GPUs than ranks, it exits 77 (CTest's skip)
+# with the reason.
 set -euo pipefail
 mpiexec=$1 demo=$2 mode=$3
 shift 3
@@ -18,9 +19,13 @@ if [[ $mode != bad ]]; then
   flags=() extra=()
   while [[ $# -gt 0 && $1 != -- ]]; do flags+=("$1"); shift; done
   [[ $# -gt 0 ]] && shift && extra=("$@")
-  if [[ " ${extra[*]} " == *" --device cuda "* ]] && ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "SKIP: --device cuda needs a GPU, and this machine has none (nvidia-smi -L failed)"
-    exit 77
+  if [[ " ${extra[*]} " == *" --device cuda "* ]]; then
+    # One GPU per rank (NCCL does not support two ranks on one GPU); MIG instances do not count.
+    gpus=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | grep -c '^[0-9]')
+    if (( gpus < mode )); then
+      echo "SKIP: --device cuda at $mode rank(s) needs a GPU per rank; this machine has $gpus"
+      exit 77
+    fi
   fi
   out=$("$mpiexec" -n "$mode" "${flags[@]}" "$demo" "${small[@]}" --dtype "$dtype" \
     --checkpoint "$dir/ckpt.h5" "${extra[@]}" 2>&1) || { echo "$out"; echo "FAIL: disco-demo exited non-zero"; exit 1; }

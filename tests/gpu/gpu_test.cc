@@ -1,11 +1,17 @@
-// The collective checks of tests/mpi/ccl_test.cc on CUDA tensors through NCCL. Every test skips,
-// with the reason, when this build has no NCCL or the machine no GPU.
+// The collective checks of tests/mpi/ccl_test.cc on CUDA tensors through NCCL, the point-to-point
+// builtins, "auto" with host and device tensors side by side, and the stream-order cases (copies
+// and kernels on stream 0 right before a collective). Every test skips, with the reason, when
+// this build has no NCCL, or when the ranks do not each have a GPU of their own (NCCL does not
+// support two ranks on one GPU): on a one-GPU machine the np=2 run skips, it does not fail.
 #include <disco/disco.h>
 #include <gtest/gtest.h>
 
 #include "ccl/context.h"
 #include "core/device_memory.h"
 #include "mpi/mpi_test_env.h"
+#if DISCO_HAVE_NCCL
+#include "ccl/nccl/communicator.h"
+#endif
 
 namespace disco {
 namespace {
@@ -17,7 +23,26 @@ DISCO_REGISTER_GLOBAL("test.gpu.empty").set_body_typed([](Shape shape, DLDataTyp
   return Tensor::Empty(shape, dtype, ThisWorker().device);
 });
 
-DISCO_REGISTER_GLOBAL("test.gpu.usable").set_body_typed([]() { return ccl::NcclUsable(); });
+// Whether every rank gets a GPU of its own (collective: every worker runs it in one command).
+DISCO_REGISTER_GLOBAL("test.gpu.own_gpu").set_body_typed([]() {
+#if DISCO_HAVE_NCCL
+  int usable = ccl::NcclUsable() ? 1 : 0, all = 0;
+  MPI_Allreduce(&usable, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all != 0 && ccl::EveryRankHasItsOwnGpu(MPI_COMM_WORLD, ThisWorker().local_rank,
+                                                std::vector<int64_t>());
+#else
+  return false;
+#endif
+});
+
+// A device-to-device copy of `src` into a new tensor on the same GPU, then the tensor.
+DISCO_REGISTER_GLOBAL("test.gpu.copy_on_device").set_body_typed([](Tensor src) {
+  Tensor d = Tensor::Empty(src.shape(), src.dtype(), src.device());
+  d.CopyFrom(src);
+  return d;
+});
+
+DISCO_REGISTER_GLOBAL("test.gpu.device_of").set_body_typed([](Tensor t) { return t.device(); });
 
 class GpuCclTest : public ::testing::Test {
  protected:
@@ -25,12 +50,12 @@ class GpuCclTest : public ::testing::Test {
 #if !DISCO_HAVE_NCCL
     GTEST_SKIP() << "this build has no NCCL (CUDA toolkit or NCCL not found at configure time)";
 #endif
-    if (memory::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible on rank 0";
-    DRef usable = s().CallPacked(s().GetGlobalFunc("test.gpu.usable"));
-    for (int w = 0; w < s().num_workers(); ++w) {
-      if (!usable.DebugGetFromRemote(w).cast<bool>()) {
-        GTEST_SKIP() << "worker " << w << " sees no CUDA device";
-      }
+    int gpus = memory::CudaDeviceCount();
+    // Every rank asks (the verdict is collective), also when rank 0 sees no GPU.
+    DRef own = s().CallPacked(s().GetGlobalFunc("test.gpu.own_gpu"));
+    if (!own.DebugGetFromRemote(0).cast<bool>()) {
+      GTEST_SKIP() << "the " << n() << " rank(s) do not each have a GPU of their own (rank 0 "
+                   << "sees " << gpus << "); NCCL needs one GPU per rank";
     }
     s().InitCCL("nccl");
   }
@@ -79,10 +104,70 @@ TEST_F(GpuCclTest, EveryCollectiveOnCudaTensors) {
         s().CallPacked(F("test.ccl.fill"), gathered, "data", 0);
         s().Scatter(gathered, in_group, part);
         s().CallPacked(F("test.ccl.expect_scatter"), part, in_group);
+        DRef collected = s().Empty(Shape{count * g}, DataType(dtype), ThisWorkerGpu(),
+                                   /*worker0_only=*/true, in_group);
+        s().Gather(send, in_group, collected);
+        s().CallPacked(F("test.ccl.expect_gathered_on_root"), collected, in_group, count);
         Check(std::string("nccl ") + dtype + " count " + std::to_string(count) +
               (in_group ? " in group" : ""));
       }
     }
+  }
+}
+
+// Stream order: a pageable host-to-device copy, then a device-to-device copy, each followed at
+// once by a collective that reads its result (NCCL's stream must wait for stream 0), many times.
+TEST_F(GpuCclTest, CopiesLandBeforeTheCollectiveReadsThem) {
+  const int64_t count = (1 << 22) + 1;  // 16 MiB of float32
+  for (int round = 0; round < 8; ++round) {
+    // Alternating contents: a collective that read the previous round's bytes (the memory pool
+    // hands the same memory back) would not match.
+    std::string op = round % 2 == 0 ? "sum" : "max";
+    DRef src = Gpu(count, "float32");
+    s().CallPacked(F("test.ccl.fill"), src, testing::FillKindFor(op), 0);
+    DRef copy = s().CallPacked(F("test.gpu.copy_on_device"), src);
+    DRef out = Gpu(count, "float32");
+    s().AllReduce(copy, op, false, out);
+    s().CallPacked(F("test.ccl.expect_allreduce"), out, op, false);
+  }
+  Check("copies before collectives");
+}
+
+TEST_F(GpuCclTest, PointToPointOnCudaTensors) {
+  const int64_t count = (1 << 20) + 3;
+  DRef buf = Gpu(count, "float32");
+  s().CallPacked(F("test.ccl.fill"), buf, "data", 0);
+  if (n() > 1) {
+    DRef recv = Gpu(count, "float32");
+    s().CallPacked(F("test.ccl.ring_exchange"), buf, recv);
+  }
+  for (int round = 0; round < 3; ++round) {
+    DRef prev = Gpu(count, "float32");
+    s().CallPacked(F("test.ccl.fill_sentinel"), prev);
+    s().SendToNextGroup(buf);
+    s().RecvFromPrevGroup(prev);
+    s().CallPacked(F("test.ccl.expect_from_prev_group"), prev);
+    DRef shifted = Gpu(count, "float32");
+    s().CallPacked(F("test.ccl.fill_sentinel"), shifted);
+    s().ShiftToNextGroup(buf, shifted);
+    s().CallPacked(F("test.ccl.expect_from_prev_group"), shifted);
+  }
+  DRef from0 = Gpu(count, "float32");
+  s().CallPacked(F("test.ccl.fill"), from0, "data", 0);
+  s().RecvFromWorker0(from0);
+  s().CallPacked(F("test.ccl.expect_root_data"), from0, false, 0, "recv_from_worker0");
+  s().Barrier(false);
+  Check("nccl point to point");
+}
+
+TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {
+  DRef t = s().Empty(Shape{16}, DataType("float32"), ThisWorkerGpu());
+  DRef where = s().CallPacked(F("test.gpu.device_of"), t);
+  DRef bound = s().CallPacked(F("disco.device"));
+  for (int w = 0; w < n(); ++w) {
+    DLDevice d = where.DebugGetFromRemote(w).cast<DLDevice>();
+    EXPECT_EQ(d.device_type, kDLCUDA) << "worker " << w;
+    EXPECT_EQ(d, bound.DebugGetFromRemote(w).cast<DLDevice>()) << "worker " << w;
   }
 }
 
@@ -91,6 +176,30 @@ TEST_F(GpuCclTest, HostTensorGivenToNcclIsARemoteError) {
   s().AllReduce(host, "sum", false, host);
   std::string msg = testing::RemoteErrorOf([&] { s().SyncAll(); });
   EXPECT_NE(msg.find("the nccl backend works on cuda:"), std::string::npos) << msg;
+}
+
+TEST_F(GpuCclTest, Int16IsRejectedBeforeAnythingMoves) {
+  DRef t = Gpu(8, "int16");
+  s().AllReduce(t, "sum", false, t);
+  std::string msg = testing::RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("int16 and uint16 need mpi"), std::string::npos) << msg;
+  DRef ok = Gpu(8, "int32");
+  s().CallPacked(F("test.ccl.fill"), ok, "sum", 0);
+  s().AllReduce(ok, "sum", false, ok);
+  s().CallPacked(F("test.ccl.expect_allreduce"), ok, "sum", false);
+  Check("allreduce after the refusal");
+}
+
+// "auto" with a GPU per rank: NCCL for device tensors and MPI for host tensors, in one session.
+TEST_F(GpuCclTest, AutoMovesHostTensorsOverMpiAndDeviceTensorsOverNccl) {
+  s().InitCCL("auto");
+  DRef dev = Gpu(1000, "float32"), host = s().Empty(Shape{1000}, DataType("float32"));
+  for (DRef t : {dev, host}) {
+    s().CallPacked(F("test.ccl.fill"), t, "sum", 0);
+    s().AllReduce(t, "sum", false, t);
+    s().CallPacked(F("test.ccl.expect_allreduce"), t, "sum", false);
+  }
+  Check("auto with host and device tensors");
 }
 
 }  // namespace

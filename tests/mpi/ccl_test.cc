@@ -15,8 +15,10 @@
 #include <functional>
 #include <sstream>
 
+#include "ccl/context.h"
 #include "ccl/reduce.h"
 #include "mpi/mpi_test_env.h"
+#include "session/mpi_util.h"
 #include "session/session_impl.h"
 
 namespace disco {
@@ -166,12 +168,12 @@ DISCO_REGISTER_GLOBAL("test.ccl.expect_scatter").set_body_typed([](Tensor recv, 
       r * recv.numel(), "scatter");
 });
 
-// Sends to the next worker and receives from the previous one, through the builtins.
+// Sends to the next worker and receives from the previous one, in one disco.sendrecv (a send then
+// a receive would wait on itself under NCCL, or with DISCO_CCL_SYNC_SEND=1).
 DISCO_REGISTER_GLOBAL("test.ccl.ring_exchange").set_body_typed([](Tensor send, Tensor recv) {
   const WorkerInfo& w = ThisWorker();
   int n = w.num_workers;
-  Registry::Get("disco.send_to_worker")(send, (w.worker_id + 1) % n);
-  Registry::Get("disco.recv_from_worker")(recv, (w.worker_id + n - 1) % n);
+  Registry::Get("disco.sendrecv")(send, (w.worker_id + 1) % n, recv, (w.worker_id + n - 1) % n);
   int prev = (w.worker_id + n - 1) % n;
   ExpectPattern(
       recv, 0, recv.numel(), [prev](int64_t i) { return ValueFor("data", prev, i); }, 0,
@@ -333,6 +335,98 @@ DISCO_REGISTER_GLOBAL("test.ccl.expect_gathered_on_root")
       Registry::Get("test.ccl.expect_allgather")(*recv, in_group, block);
     });
 
+DISCO_REGISTER_GLOBAL("test.ccl.backend").set_body_typed([]() {
+  return ccl::CurrentContext() != nullptr ? ccl::CurrentContext()->backend : std::string("none");
+});
+
+// The pipeline between groups, and a shift in one operation. With DISCO_CCL_SYNC_SEND=1 (ctest
+// mpi.ccl.sync_send.np2) a send returns only once its receiver has the data, as NCCL's may: worker
+// 0's send must then run after the controller broadcast the frame that receives, or the job hangs
+// until the watchdog ends it.
+TEST_F(CclTest, PipelineSendsRunAfterTheReceivingFrame) {
+  const int64_t count = (1 << 20) + 5;  // 4 MiB of float32: above every eager limit
+  for (int round = 0; round < 3; ++round) {
+    DRef buf = Filled(count, "float32", "data");
+    DRef prev = s().Empty(Shape{count}, DataType("float32"));
+    s().CallPacked(F("test.ccl.fill_sentinel"), prev);
+    s().SendToNextGroup(buf);
+    s().RecvFromPrevGroup(prev);
+    s().CallPacked(F("test.ccl.expect_from_prev_group"), prev);
+    DRef shifted = s().Empty(Shape{count}, DataType("float32"));
+    s().CallPacked(F("test.ccl.fill_sentinel"), shifted);
+    s().ShiftToNextGroup(buf, shifted);
+    s().CallPacked(F("test.ccl.expect_from_prev_group"), shifted);
+    if (n() > 1) {
+      DRef recv = s().Empty(Shape{count}, DataType("float32"));
+      s().CallPacked(F("test.ccl.ring_exchange"), buf, recv);
+    }
+    Check("pipeline round " + std::to_string(round));
+  }
+}
+
+// A step that only `failing` can end (it fails after a few polls; the others would poll forever,
+// as ranks in an NCCL init wait for a rank that failed): every rank must leave within seconds.
+// Returns the number of times this rank's abandon ran (1 expected everywhere).
+DISCO_REGISTER_GLOBAL("test.ccl.polled_step").set_body_typed([](int64_t failing) {
+  mpi::Comm comm = mpi::Comm::Dup(MPI_COMM_WORLD);
+  const bool fails = comm.rank() == failing;
+  int polls = 0, abandoned = 0;
+  try {
+    mpi::AgreeOnPolledStep(
+        comm.get(),
+        [&] {
+          if (fails && ++polls > 50) DISCO_THROW(RuntimeError) << "planted init failure";
+          return mpi::StepState::kPending;
+        },
+        [&] { ++abandoned; }, "test step");
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    bool named = fails ? msg.find("planted init failure") != std::string::npos
+                       : msg.find("test step failed on rank " + std::to_string(failing)) !=
+                             std::string::npos;
+    DISCO_CHECK(named, InternalError) << "unexpected message: " << msg;
+    return static_cast<int64_t>(abandoned);
+  }
+  DISCO_THROW(InternalError) << "the polled step did not fail";
+});
+
+// Every rank succeeds: nobody abandons, nothing is left to receive (the next round would see it).
+DISCO_REGISTER_GLOBAL("test.ccl.polled_step_ok").set_body_typed([]() {
+  mpi::Comm comm = mpi::Comm::Dup(MPI_COMM_WORLD);
+  int abandoned = 0;
+  for (int round = 0; round < 3; ++round) {
+    int polls = 0;
+    mpi::AgreeOnPolledStep(
+        comm.get(), [&] { return ++polls > 3 ? mpi::StepState::kDone : mpi::StepState::kPending; },
+        [&] { ++abandoned; }, "test step");
+  }
+  return static_cast<int64_t>(abandoned);
+});
+
+TEST_F(CclTest, AFailureInAPolledInitStepEndsItOnEveryRank) {
+  for (int64_t failing : {int64_t{0}, static_cast<int64_t>(n() - 1)}) {
+    DRef abandoned = s().CallPacked(F("test.ccl.polled_step"), failing);
+    for (int w = 0; w < n(); ++w) {
+      EXPECT_EQ(abandoned.DebugGetFromRemote(w).cast<int64_t>(), 1) << "worker " << w;
+    }
+  }
+  DRef none = s().CallPacked(F("test.ccl.polled_step_ok"));
+  for (int w = 0; w < n(); ++w) EXPECT_EQ(none.DebugGetFromRemote(w).cast<int64_t>(), 0);
+  Check("polled steps");
+}
+
+TEST_F(CclTest, SendRecvRejectsBadPeers) {
+  DRef buf = Filled(4, "float32", "data");
+  DRef sendrecv = F("disco.sendrecv");
+  s().CallPacked(sendrecv, buf, static_cast<int64_t>(n()), buf, int64_t{-1});
+  std::string msg = testing::RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("disco.sendrecv: peer " + std::to_string(n()) + " is out of range"),
+            std::string::npos)
+      << msg;
+  s().CallPacked(sendrecv, buf, int64_t{-1}, buf, int64_t{-1});  // nothing to do: fine
+  Check("sendrecv with no peers");
+}
+
 TEST_F(CclTest, PointToPointAndWorker0) {
   for (const char* dtype : kDTypes) {
     for (int64_t count : kCounts) {
@@ -474,9 +568,16 @@ TEST_F(CclTest, ParkingRightAfterACollectiveRunsItFirstAndWakingResumes) {
 }
 
 TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {
-  for (int i = 0; i < 3; ++i) s().InitCCL("auto");  // auto is mpi without GPUs
+  for (int i = 0; i < 3; ++i) s().InitCCL("auto");
+  // Auto is mpi without GPUs; with a GPU per rank it is nccl, with MPI beside it for host tensors.
   DRef dev = s().CallPacked(F("disco.device"));
-  EXPECT_EQ(dev.DebugGetFromRemote(n() - 1).cast<DLDevice>(), CPU());
+  DLDevice last = dev.DebugGetFromRemote(n() - 1).cast<DLDevice>();
+  if (!ccl::NcclUsable()) {
+    EXPECT_EQ(last, CPU());
+  }
+  DRef backend = s().CallPacked(F("test.ccl.backend"));
+  EXPECT_EQ(backend.DebugGetFromRemote(n() - 1).cast<std::string>(),
+            last.device_type == kDLCUDA ? "nccl" : "mpi");
   EXPECT_THROW(s().InitCCL("gloo"), ValueError);
   // Each InitCCL freed the shared memory of the one before: one channel for the world and one for
   // the group (none for a single worker), and no name left in /dev/shm.

@@ -22,7 +22,13 @@ using testing::Load;
 using testing::RemoteErrorOf;
 using testing::Store;
 
-const std::string kScript = DISCO_TEST_SOURCE_DIR "/mpi/h5_fixtures.py";
+// The fixture script; DISCO_TEST_SOURCE_DIR in the environment overrides where the tests live
+// (the offline GPU bundle carries the script beside its programs).
+const std::string kScript = [] {
+  const char* dir = std::getenv("DISCO_TEST_SOURCE_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : DISCO_TEST_SOURCE_DIR) +
+         "/mpi/h5_fixtures.py";
+}();
 const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",   "uint8",  "uint16",
                          "uint32", "uint64", "float16", "float32", "float64"};
 const char* kBFloat16Variants[] = {"bf16/uint16_attr", "bf16/opaque", "bf16/float8exp"};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -113,6 +114,7 @@ class MpiCommunicator final : public Communicator {
     // The same value on every rank (mpirun passes one environment), so all or none create it.
     if (size_ > 1 && env::GetInt("DISCO_CCL_SHM", 0, 1) == 1)
       shm_ = ShmChannel::Create(comm_.get());
+    sync_sends_ = env::GetInt("DISCO_CCL_SYNC_SEND", 0, 1) == 1;
   }
 
   const char* backend() const override { return "mpi"; }
@@ -221,8 +223,30 @@ class MpiCommunicator final : public Communicator {
 
   void Send(const Tensor& buffer, int peer) override {
     sends_.Progress(/*wait=*/false);
-    // A copy: the caller may reuse the tensor at once, as with NCCL's stream-ordered sends.
-    sends_.Send(buffer.data(), CheckedCount(buffer.nbytes(), "send"), peer, kP2PTag, comm_.get());
+    int count = CheckedCount(buffer.nbytes(), "send");
+    if (sync_sends_) {
+      // As NCCL's send may: return only once the receiver has the data.
+      DISCO_MPI_CALL(MPI_Ssend(buffer.data(), count, MPI_BYTE, peer, kP2PTag, comm_.get()));
+      return;
+    }
+    // A copy: the caller may reuse the tensor at once.
+    sends_.Send(buffer.data(), count, peer, kP2PTag, comm_.get());
+  }
+
+  void SendRecv(const Tensor& send, int dest, const Tensor& recv, int source) override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (dest >= 0) {
+      DISCO_MPI_CALL(MPI_Isend(send.data(), CheckedCount(send.nbytes(), "sendrecv"), MPI_BYTE, dest,
+                               kP2PTag, comm_.get(), &request));
+    }
+    std::exception_ptr failure;
+    try {
+      if (source >= 0) Recv(recv, source);
+    } catch (const Error&) {
+      failure = std::current_exception();  // the send still completes: its peer receives it
+    }
+    DISCO_MPI_CALL(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    if (failure) std::rethrow_exception(failure);
   }
 
   void Recv(const Tensor& buffer, int peer) override {
@@ -363,6 +387,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   std::unique_ptr<ShmChannel> shm_;  // null: ranks on several nodes, or DISCO_CCL_SHM=0
   mpi::CopiedSends sends_;
+  bool sync_sends_ = false;  // DISCO_CCL_SYNC_SEND=1
   protocol::ByteBuffer staging_[3];
   std::vector<MPI_Request> requests_;
 };

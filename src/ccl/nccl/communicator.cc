@@ -1,3 +1,20 @@
+// The NCCL backend. Rules it keeps (NCCL 2.28 and CUDA 13 documentation):
+//
+// - Stream order. NCCL runs on a non-blocking stream of each communicator, which does not wait for
+//   the legacy default stream (stream 0) by itself. Before every operation the stream waits for an
+//   event recorded on stream 0, where device copies (core/device_memory.cc), cuBLAS and kernels
+//   launched without a stream run, so what they wrote is what NCCL reads. Every operation but Send
+//   waits for its stream before returning, so the controller, MPI and host copies see finished
+//   results.
+// - Communicators are non-blocking (ncclConfig_t::blocking = 0): init and split are polled, so a
+//   rank that fails there tells the others at once (mpi::AgreeOnPolledStep) instead of leaving
+//   them in NCCL's bootstrap; any call that answers ncclInProgress is waited for before the next.
+// - Errors. A failed operation aborts the communicator once (NcclComm::Abort frees it and forgets
+//   it); later calls say so instead of touching freed memory. A group is always closed, also when
+//   a call inside it throws.
+// - Point to point. Peers that talk (next group, ring neighbours; every pair in small worlds) are
+//   connected at init, so a later ncclSend only queues work: NCCL's first send to a peer blocks the
+//   host until that peer receives, which would stall the control plane.
 #include "ccl/nccl/communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -5,110 +22,111 @@
 #include <disco/log.h>
 #include <nccl.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <string>
 #include <thread>
 
+#include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
 #include "core/process_info.h"
 #include "session/mpi_util.h"
-
-/// Evaluates an NCCL call once; throws RuntimeError with ncclGetErrorString when it fails.
-#define DISCO_NCCL_CALL(expr)                                                                     \
-  do {                                                                                            \
-    ncclResult_t disco_nccl_status_ = (expr);                                                     \
-    if (disco_nccl_status_ != ncclSuccess && disco_nccl_status_ != ncclInProgress) {              \
-      DISCO_THROW(RuntimeError) << #expr << " failed: " << ncclGetErrorString(disco_nccl_status_) \
-                                << " (" << ncclGetLastError(nullptr) << ")";                      \
-    }                                                                                             \
-  } while (0)
 
 namespace disco {
 namespace ccl {
 namespace {
 
-ncclDataType_t ToNcclType(DLDataType t) {
-  switch (t.code) {
-    case kDLInt:
-      if (t.bits == 8) return ncclInt8;
-      if (t.bits == 32) return ncclInt32;
-      if (t.bits == 64) return ncclInt64;
-      break;
-    case kDLUInt:
-      if (t.bits == 8) return ncclUint8;
-      if (t.bits == 32) return ncclUint32;
-      if (t.bits == 64) return ncclUint64;
-      break;
-    case kDLFloat:
-      if (t.bits == 16) return ncclFloat16;
-      if (t.bits == 32) return ncclFloat32;
-      if (t.bits == 64) return ncclFloat64;
-      break;
-    case kDLBfloat:
-      return ncclBfloat16;
-  }
-  DISCO_THROW(ValueError) << "NCCL has no type for " << DataTypeToString(t)
-                          << " (int16 and uint16 collectives need the mpi backend)";
+std::string NcclErrorText(ncclResult_t r, ncclComm_t comm) {
+  std::string text = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
+  return text;
 }
 
-ncclRedOp_t ToNcclOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kProd:
-      return ncclProd;
-    case ReduceOp::kMin:
-      return ncclMin;
-    case ReduceOp::kMax:
-      return ncclMax;
-    case ReduceOp::kAvg:
-      return ncclAvg;
-  }
-  return ncclSum;
-}
-
-/// Owns an NCCL communicator; aborts it instead of destroying it after an error.
+/// Owns an NCCL communicator. Abort() frees it after an error and forgets it, so that nothing
+/// aborts or uses it twice.
 class NcclComm {
  public:
   NcclComm() = default;
   explicit NcclComm(ncclComm_t comm) : comm_(comm) {}
-  ~NcclComm() { Reset(); }
+  ~NcclComm() { Destroy(); }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
-  ncclComm_t get() const { return comm_; }
-  void MarkFailed() { failed_ = true; }
-  void Reset() {
+
+  /// The communicator; throws when an earlier error aborted it.
+  ncclComm_t get(const char* what) const {
+    DISCO_CHECK(comm_ != nullptr, RuntimeError)
+        << "NCCL " << what << ": this communicator was aborted after an earlier NCCL error; call "
+        << "InitCCL again to make new ones";
+    return comm_;
+  }
+  void Abort() {
     if (comm_ == nullptr) return;
-    if (failed_) {
-      ncclCommAbort(comm_);
-    } else {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  /// Waits while the communicator answers ncclInProgress; aborts it and throws on an error.
+  void Settle(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) {
+      do {
+        std::this_thread::yield();
+        if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+      } while (r == ncclInProgress);
+      if (r == ncclSuccess) return;
+    }
+    std::string text = NcclErrorText(r, comm_);
+    Abort();
+    DISCO_THROW(RuntimeError) << "NCCL " << what << " failed: " << text
+                              << "; the communicator was aborted";
+  }
+
+ private:
+  void Destroy() {
+    if (comm_ == nullptr) return;
+    // A non-blocking communicator finalizes asynchronously; destroy once that ended.
+    ncclResult_t r = ncclCommFinalize(comm_);
+    while (r == ncclInProgress) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (r == ncclSuccess) {
       ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
     }
     comm_ = nullptr;
   }
 
- private:
   ncclComm_t comm_ = nullptr;
-  bool failed_ = false;
 };
 
-/// Owns a CUDA stream.
+/// A CUDA stream and the event that orders it after the legacy default stream.
 class CudaStream {
  public:
   explicit CudaStream(int device) {
     CudaDeviceGuard guard(device);
     DISCO_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DISCO_CUDA_CALL(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
   }
   ~CudaStream() {
+    if (after_ != nullptr) cudaEventDestroy(after_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
   cudaStream_t get() const { return stream_; }
+  /// Makes later work on this stream wait for the work queued on stream 0 so far.
+  void AfterLegacyStream() {
+    DISCO_CUDA_CALL(cudaEventRecord(after_, cudaStreamLegacy));
+    DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_, 0));
+  }
 
  private:
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t after_ = nullptr;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -118,119 +136,223 @@ class NcclCommunicator final : public Communicator {
     rank_ = host_.rank();
     size_ = host_.size();
   }
+  ~NcclCommunicator() override {
+    // Sends whose receivers never came would keep NCCL's finalize waiting: abort instead.
+    if (cudaStreamQuery(stream_.get()) == cudaErrorNotReady) {
+      DISCO_LOG(WARN) << "NCCL: " << in_flight_.size()
+                      << " send(s) were never received; aborting the communicator";
+      comm_.Abort();
+      cudaStreamSynchronize(stream_.get());
+    }
+    cudaGetLastError();
+    in_flight_.clear();
+  }
 
   const char* backend() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   DLDevice device() const override { return CUDA(device_); }
   MPI_Comm host_comm() const override { return host_.get(); }
-  ncclComm_t nccl() const { return comm_.get(); }
+  bool SupportsDType(DLDataType t) const override { return NcclTypeOf(t).has_value(); }
+  ncclComm_t nccl() const { return comm_.get("communicator"); }
 
   void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     if (send.numel() == 0) return;
-    DISCO_NCCL_CALL(ncclAllReduce(send.data(), recv.data(), send.numel(), ToNcclType(send.dtype()),
-                                  ToNcclOp(op), comm_.get(), stream_.get()));
+    ncclComm_t c = Begin("allreduce");
+    Settle(ncclAllReduce(send.data(), recv.data(), send.numel(), Type(send), ToNcclOp(op), c,
+                         stream_.get()),
+           "allreduce");
     Wait("allreduce");
   }
   void AllGather(const Tensor& send, const Tensor& recv) override {
     if (send.numel() == 0) return;
-    DISCO_NCCL_CALL(ncclAllGather(send.data(), recv.data(), send.numel(), ToNcclType(send.dtype()),
-                                  comm_.get(), stream_.get()));
+    ncclComm_t c = Begin("allgather");
+    Settle(ncclAllGather(send.data(), recv.data(), send.numel(), Type(send), c, stream_.get()),
+           "allgather");
     Wait("allgather");
   }
   void ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     if (recv.numel() == 0) return;
-    DISCO_NCCL_CALL(ncclReduceScatter(send.data(), recv.data(), recv.numel(),
-                                      ToNcclType(recv.dtype()), ToNcclOp(op), comm_.get(),
-                                      stream_.get()));
+    ncclComm_t c = Begin("reduce_scatter");
+    Settle(ncclReduceScatter(send.data(), recv.data(), recv.numel(), Type(recv), ToNcclOp(op), c,
+                             stream_.get()),
+           "reduce_scatter");
     Wait("reduce_scatter");
   }
   void Broadcast(const Tensor& send, const Tensor& recv, int root) override {
     if (recv.numel() == 0) return;
+    ncclComm_t c = Begin("broadcast");
     const void* src = rank_ == root && send.defined() ? send.data() : recv.data();
-    DISCO_NCCL_CALL(ncclBroadcast(src, recv.data(), recv.numel(), ToNcclType(recv.dtype()), root,
-                                  comm_.get(), stream_.get()));
+    Settle(ncclBroadcast(src, recv.data(), recv.numel(), Type(recv), root, c, stream_.get()),
+           "broadcast");
     Wait("broadcast");
   }
   void Scatter(const Tensor& send, const Tensor& recv, int root) override {
     size_t count = static_cast<size_t>(recv.numel());
     if (count == 0) return;
-    ncclDataType_t type = ToNcclType(recv.dtype());
+    ncclComm_t c = Begin("scatter");
+    ncclDataType_t type = Type(recv);
     size_t bytes = recv.nbytes();
-    DISCO_NCCL_CALL(ncclGroupStart());
+    auto chunk = [&](int r) { return static_cast<const char*>(send.data()) + r * bytes; };
+    if (rank_ == root) {  // the root's own block, before the group: nothing in it can throw
+      DISCO_CUDA_CALL(cudaMemcpyAsync(recv.data(), chunk(root), bytes, cudaMemcpyDeviceToDevice,
+                                      stream_.get()));
+    }
+    Group group(this, "scatter");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
-        const char* chunk = static_cast<const char*>(send.data()) + r * bytes;
-        if (r == root) {
-          DISCO_CUDA_CALL(
-              cudaMemcpyAsync(recv.data(), chunk, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
-        } else {
-          DISCO_NCCL_CALL(ncclSend(chunk, count, type, r, comm_.get(), stream_.get()));
-        }
+        if (r != root) group.Add(ncclSend(chunk(r), count, type, r, c, stream_.get()));
       }
     } else {
-      DISCO_NCCL_CALL(ncclRecv(recv.data(), count, type, root, comm_.get(), stream_.get()));
+      group.Add(ncclRecv(recv.data(), count, type, root, c, stream_.get()));
     }
-    DISCO_NCCL_CALL(ncclGroupEnd());
+    group.End();
     Wait("scatter");
   }
   void Gather(const Tensor& send, const Tensor& recv, int root) override {
     size_t count = static_cast<size_t>(send.numel());
     if (count == 0) return;
-    ncclDataType_t type = ToNcclType(send.dtype());
+    ncclComm_t c = Begin("gather");
+    ncclDataType_t type = Type(send);
     size_t bytes = send.nbytes();
-    DISCO_NCCL_CALL(ncclGroupStart());
+    auto chunk = [&](int r) { return static_cast<char*>(recv.data()) + r * bytes; };
+    if (rank_ == root) {
+      DISCO_CUDA_CALL(cudaMemcpyAsync(chunk(root), send.data(), bytes, cudaMemcpyDeviceToDevice,
+                                      stream_.get()));
+    }
+    Group group(this, "gather");
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
-        char* chunk = static_cast<char*>(recv.data()) + r * bytes;
-        if (r == root) {
-          DISCO_CUDA_CALL(
-              cudaMemcpyAsync(chunk, send.data(), bytes, cudaMemcpyDeviceToDevice, stream_.get()));
-        } else {
-          DISCO_NCCL_CALL(ncclRecv(chunk, count, type, r, comm_.get(), stream_.get()));
-        }
+        if (r != root) group.Add(ncclRecv(chunk(r), count, type, r, c, stream_.get()));
       }
     } else {
-      DISCO_NCCL_CALL(ncclSend(send.data(), count, type, root, comm_.get(), stream_.get()));
+      group.Add(ncclSend(send.data(), count, type, root, c, stream_.get()));
     }
-    DISCO_NCCL_CALL(ncclGroupEnd());
+    group.End();
     Wait("gather");
   }
   void Send(const Tensor& buffer, int peer) override {
     if (buffer.numel() == 0) return;
-    // Stream-ordered and not waited for, so the matching receive may come in a later command.
-    DISCO_NCCL_CALL(ncclSend(buffer.data(), buffer.numel(), ToNcclType(buffer.dtype()), peer,
-                             comm_.get(), stream_.get()));
+    ncclComm_t c = Begin("send");
+    // Queued, not waited for: the matching receive may come in a later command. The GPU reads
+    // `buffer` when the receiver has posted it (see Communicator::Send).
+    Settle(ncclSend(buffer.data(), buffer.numel(), Type(buffer), peer, c, stream_.get()), "send");
+    in_flight_.push_back(buffer);  // alive (not freed, not reused) until the stream passed it
   }
   void Recv(const Tensor& buffer, int peer) override {
     if (buffer.numel() == 0) return;
-    DISCO_NCCL_CALL(ncclRecv(buffer.data(), buffer.numel(), ToNcclType(buffer.dtype()), peer,
-                             comm_.get(), stream_.get()));
+    ncclComm_t c = Begin("recv");
+    Settle(ncclRecv(buffer.data(), buffer.numel(), Type(buffer), peer, c, stream_.get()), "recv");
     Wait("recv");
   }
+  void SendRecv(const Tensor& send, int dest, const Tensor& recv, int source) override {
+    bool sends = dest >= 0 && send.numel() > 0, receives = source >= 0 && recv.numel() > 0;
+    if (!sends && !receives) return;
+    ncclComm_t c = Begin("sendrecv");
+    Group group(this, "sendrecv");
+    if (sends) group.Add(ncclSend(send.data(), send.numel(), Type(send), dest, c, stream_.get()));
+    if (receives) {
+      group.Add(ncclRecv(recv.data(), recv.numel(), Type(recv), source, c, stream_.get()));
+    }
+    group.End();
+    Wait("sendrecv");
+  }
   void Barrier() override {
-    Wait("barrier");
+    // Every operation but Send has finished already; a pending send waits for its receiver, which
+    // may come after this barrier, so the barrier does not wait for the stream.
+    comm_.get("barrier");
     DISCO_MPI_CALL(MPI_Barrier(host_.get()));
   }
 
+  /// Connects this rank with `peers` (both ways) in one group of 1-byte exchanges, so that later
+  /// sends to them never block the host on connection setup.
+  void Connect(const std::set<int>& peers) {
+    if (peers.empty()) return;
+    ncclComm_t c = Begin("connect");
+    CudaDeviceGuard guard(device_);
+    void* scratch = nullptr;
+    DISCO_CUDA_CALL(cudaMalloc(&scratch, peers.size() + 1));
+    struct Free {
+      void* p;
+      ~Free() { cudaFree(p); }
+    } free_scratch{scratch};
+    char* bytes = static_cast<char*>(scratch);
+    {
+      Group group(this, "connect");
+      size_t i = 1;
+      for (int peer : peers) {
+        group.Add(ncclSend(bytes, 1, ncclInt8, peer, c, stream_.get()));
+        group.Add(ncclRecv(bytes + i++, 1, ncclInt8, peer, c, stream_.get()));
+      }
+      group.End();
+    }
+    Wait("connect");
+  }
+
  private:
+  // An NCCL group that is closed on every path. A failed call inside it aborts the communicator
+  // only after the group is closed (NCCL then drops the group's tasks), never while it is open.
+  class Group {
+   public:
+    Group(NcclCommunicator* owner, const char* what) : owner_(owner), what_(what) {
+      owner_->Settle(ncclGroupStart(), what);
+    }
+    ~Group() {
+      if (open_) ncclGroupEnd();
+    }
+    Group(const Group&) = delete;
+    Group& operator=(const Group&) = delete;
+    void Add(ncclResult_t r) {
+      if (first_error_ == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first_error_ = r;
+    }
+    void End() {
+      open_ = false;
+      ncclResult_t r = ncclGroupEnd();
+      owner_->Settle(first_error_ != ncclSuccess ? first_error_ : r, what_);
+    }
+
+   private:
+    NcclCommunicator* owner_;
+    const char* what_;
+    bool open_ = true;
+    ncclResult_t first_error_ = ncclSuccess;
+  };
+
+  // The communicator for one operation, its stream ordered after stream 0.
+  ncclComm_t Begin(const char* what) {
+    ncclComm_t c = comm_.get(what);
+    stream_.AfterLegacyStream();
+    return c;
+  }
+  void Settle(ncclResult_t r, const char* what) { comm_.Settle(r, what); }
+  ncclDataType_t Type(const Tensor& t) const {
+    std::optional<ncclDataType_t> type = NcclTypeOf(t.dtype());
+    DISCO_CHECK(type.has_value(), TypeError)
+        << "NCCL has no type for " << DataTypeToString(t.dtype())
+        << " (int16 and uint16 collectives need the mpi backend)";
+    return *type;
+  }
+
   // Waits for the stream while polling NCCL's asynchronous error: a failed peer aborts the
   // communicator and raises, instead of spinning forever in cudaStreamSynchronize.
   void Wait(const char* what) {
     for (;;) {
       cudaError_t st = cudaStreamQuery(stream_.get());
-      if (st == cudaSuccess) return;
+      if (st == cudaSuccess) {
+        in_flight_.clear();  // every send queued before has completed
+        return;
+      }
       if (st != cudaErrorNotReady) {
-        comm_.MarkFailed();
+        comm_.Abort();
         DISCO_CUDA_CALL(st);
       }
       ncclResult_t async = ncclSuccess;
-      DISCO_NCCL_CALL(ncclCommGetAsyncError(comm_.get(), &async));
+      ncclComm_t c = comm_.get(what);
+      if (ncclCommGetAsyncError(c, &async) != ncclSuccess) async = ncclInternalError;
       if (async != ncclSuccess && async != ncclInProgress) {
-        comm_.MarkFailed();
-        ncclCommAbort(comm_.get());
-        DISCO_THROW(RuntimeError) << "NCCL " << what
-                                  << " failed asynchronously: " << ncclGetErrorString(async)
+        std::string text = NcclErrorText(async, c);
+        comm_.Abort();
+        DISCO_THROW(RuntimeError) << "NCCL " << what << " failed asynchronously: " << text
                                   << "; the communicator was aborted";
       }
       std::this_thread::yield();
@@ -243,7 +365,32 @@ class NcclCommunicator final : public Communicator {
   CudaStream stream_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<Tensor> in_flight_;  // buffers of sends that may not have completed
 };
+
+// The GPU of this rank: device_ids[local_rank] when given, else local rank modulo the visible
+// GPUs. Throws ValueError naming what does not fit.
+int ChooseGpu(int local_rank, int node_size, const std::vector<int64_t>& device_ids) {
+  int visible = 0;
+  DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
+  if (!device_ids.empty()) {
+    DISCO_CHECK(local_rank < static_cast<int>(device_ids.size()), ValueError)
+        << "InitCCL: device_ids has " << device_ids.size()
+        << " entries, but this is node-local rank " << local_rank
+        << "; give one device per rank on the node";
+    int device = static_cast<int>(device_ids[local_rank]);
+    DISCO_CHECK(device >= 0 && device < visible, ValueError)
+        << "InitCCL: device_ids[" << local_rank << "] = " << device << ", but this process sees "
+        << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
+    return device;
+  }
+  // More ranks on this node than GPUs would put two ranks on one GPU. Under Slurm's
+  // --gpus-per-task each rank sees one GPU (its own), which CheckDistinctGpus confirms.
+  DISCO_CHECK(visible >= node_size || visible == 1, ValueError)
+      << "InitCCL('nccl'): " << node_size << " ranks run on " << GetProcessInfo().host
+      << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
+  return local_rank % visible;
+}
 
 // Two ranks of one node on the same GPU would serialize (or deadlock in NCCL): refuse, naming them.
 // Collective over `node`: every rank of it reaches the same verdict.
@@ -273,69 +420,159 @@ void CheckDistinctGpus(int device, MPI_Comm node) {
   }
 }
 
-}  // namespace
-
-std::vector<std::unique_ptr<Communicator>> MakeNcclCommunicators(
-    MPI_Comm world, int local_rank, const std::vector<int64_t>& device_ids, int group_color,
-    int group_key) {
-  // Phase 1: each rank picks and checks its GPU; all ranks agree before any bootstrap step, so a
-  // rank that fails here cannot leave the others waiting in a collective.
-  MPI_Comm node_raw = MPI_COMM_NULL;
-  DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
-  mpi::Comm node(node_raw);
+// Chooses and checks this rank's GPU and binds it (cudaSetDevice before anything else touches
+// CUDA). Collective over `world`: a rank that fails makes every rank throw.
+int BindGpu(MPI_Comm world, MPI_Comm node, int local_rank, const std::vector<int64_t>& device_ids) {
+  int node_size = 0;
+  DISCO_MPI_CALL(MPI_Comm_size(node, &node_size));
   int device = -1;
   std::exception_ptr failure;
   try {
-    int visible = 0;
-    DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
-    if (!device_ids.empty()) {
-      DISCO_CHECK(local_rank < static_cast<int>(device_ids.size()), ValueError)
-          << "InitCCL: device_ids has " << device_ids.size()
-          << " entries, but this is node-local rank " << local_rank
-          << "; give one device per rank on the node";
-      device = static_cast<int>(device_ids[local_rank]);
-      DISCO_CHECK(device >= 0 && device < visible, ValueError)
-          << "InitCCL: device_ids[" << local_rank << "] = " << device << ", but this process sees "
-          << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
-    } else {
-      // More ranks on this node than GPUs would put two ranks on one GPU. Under Slurm's
-      // --gpus-per-task each rank sees one GPU (its own), which is fine.
-      DISCO_CHECK(visible >= node.size() || visible == 1, ValueError)
-          << "InitCCL('nccl'): " << node.size() << " ranks run on " << GetProcessInfo().host
-          << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
-      device = local_rank % visible;
-    }
-    DISCO_CUDA_CALL(cudaSetDevice(device));  // before anything else touches CUDA on this rank
+    device = ChooseGpu(local_rank, node_size, device_ids);
+    DISCO_CUDA_CALL(cudaSetDevice(device));
   } catch (const std::exception&) {
     failure = std::current_exception();
   }
   mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): choosing a GPU");
   try {
-    CheckDistinctGpus(device, node.get());
+    CheckDistinctGpus(device, node);
   } catch (const std::exception&) {
     failure = std::current_exception();
   }
   mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): one GPU per rank");
+  return device;
+}
+
+// Polls a non-blocking communicator that init or split is making; see mpi::AgreeOnPolledStep.
+mpi::StepState PollNewComm(ncclResult_t started, ncclComm_t comm, const char* what) {
+  ncclResult_t r = started;
+  if (r == ncclSuccess || r == ncclInProgress) {
+    DISCO_CHECK(comm != nullptr, RuntimeError) << "NCCL " << what << " returned no communicator";
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
+  }
+  if (r == ncclInProgress) return mpi::StepState::kPending;
+  DISCO_CHECK(r == ncclSuccess, RuntimeError)
+      << "NCCL " << what << " failed: " << NcclErrorText(r, comm);
+  return mpi::StepState::kDone;
+}
+
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// The peers this rank exchanges with point to point: the next and previous group, the ring
+// neighbours, and, in worlds of at most kConnectAllMax ranks, everyone.
+constexpr int kConnectAllMax = 8;
+std::set<int> TalkingPeers(int rank, int size, int group_size) {
+  std::set<int> peers;
+  if (size <= 1) return peers;
+  if (size <= kConnectAllMax) {
+    for (int r = 0; r < size; ++r) peers.insert(r);
+  } else {
+    peers.insert((rank + 1) % size);
+    peers.insert((rank + size - 1) % size);
+    if (rank + group_size < size) peers.insert(rank + group_size);
+    if (rank - group_size >= 0) peers.insert(rank - group_size);
+  }
+  peers.erase(rank);
+  return peers;
+}
+
+}  // namespace
+
+bool EveryRankHasItsOwnGpu(MPI_Comm world, int local_rank, const std::vector<int64_t>& device_ids) {
+  MPI_Comm node_raw = MPI_COMM_NULL;
+  DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
+  mpi::Comm node(node_raw);
+  int device = -1, ok = 1, all_ok = 0;
+  try {
+    device = ChooseGpu(local_rank, node.size(), device_ids);
+  } catch (const std::exception&) {
+    ok = 0;
+  }
+  DISCO_MPI_CALL(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world));
+  if (!all_ok) return false;
+  try {
+    CheckDistinctGpus(device, node.get());
+  } catch (const std::exception&) {
+    ok = 0;
+  }
+  DISCO_MPI_CALL(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world));
+  return all_ok != 0;
+}
+
+std::vector<std::unique_ptr<Communicator>> MakeNcclCommunicators(
+    MPI_Comm world, int local_rank, const std::vector<int64_t>& device_ids, int group_color,
+    int group_key, int group_size) {
+  // Phase 1: each rank picks and checks its GPU; all ranks agree before any bootstrap step, so a
+  // rank that fails here cannot leave the others waiting in a collective.
+  MPI_Comm node_raw = MPI_COMM_NULL;
+  DISCO_MPI_CALL(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
+  mpi::Comm node(node_raw);
+  const int device = BindGpu(world, node.get(), local_rank, device_ids);
   char bus[32] = {0};
   DISCO_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
-  DISCO_LOG(INFO) << "NCCL " << NCCL_MAJOR << "." << NCCL_MINOR << "." << NCCL_PATCH
-                  << ": node-local rank " << local_rank << " on cuda:" << device << " (PCI " << bus
-                  << ")";
+  int version = 0;
+  ncclGetVersion(&version);
+  DISCO_LOG(INFO) << "NCCL " << version / 10000 << "." << version / 100 % 100 << "."
+                  << version % 100 << " (built against " << NCCL_MAJOR << "." << NCCL_MINOR << "."
+                  << NCCL_PATCH << "): node-local rank " << local_rank << " on cuda:" << device
+                  << " (PCI " << bus << ")";
 
+  // Phase 2: the world communicator; its init is polled, and a failure on one rank ends it on all.
   mpi::Comm host_world = mpi::Comm::Dup(world);
+  mpi::Comm agreement = mpi::Comm::Dup(world);
   int rank = host_world.rank(), size = host_world.size();
   ncclUniqueId id;
-  if (rank == 0) DISCO_NCCL_CALL(ncclGetUniqueId(&id));
+  std::exception_ptr failure;
+  try {
+    if (rank == 0) {
+      ncclResult_t r = ncclGetUniqueId(&id);
+      DISCO_CHECK(r == ncclSuccess, RuntimeError)
+          << "ncclGetUniqueId failed: " << NcclErrorText(r, nullptr);
+    }
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): ncclGetUniqueId on rank 0");
   DISCO_MPI_CALL(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_world.get()));
   DISCO_MPI_CALL(MPI_Barrier(host_world.get()));  // avoids a known hang in ncclCommInitRank
+  ncclConfig_t config = NonBlockingConfig();
   ncclComm_t world_comm = nullptr;
-  DISCO_NCCL_CALL(ncclCommInitRank(&world_comm, size, id, rank));
+  ncclResult_t started = ncclCommInitRankConfig(&world_comm, size, id, rank, &config);
+  mpi::AgreeOnPolledStep(
+      agreement.get(), [&] { return PollNewComm(started, world_comm, "ncclCommInitRankConfig"); },
+      [&] {
+        if (world_comm != nullptr) ncclCommAbort(world_comm);
+        world_comm = nullptr;
+      },
+      "InitCCL('nccl'): ncclCommInitRankConfig");
   auto world_ccl = std::make_unique<NcclCommunicator>(world_comm, std::move(host_world), device);
 
+  // Phase 3: the group communicator, split from the world one (polled the same way).
   ncclComm_t group_comm = nullptr;
-  DISCO_NCCL_CALL(ncclCommSplit(world_ccl->nccl(), group_color, group_key, &group_comm, nullptr));
+  ncclConfig_t split_config = NonBlockingConfig();
+  started = ncclCommSplit(world_ccl->nccl(), group_color, group_key, &group_comm, &split_config);
+  mpi::AgreeOnPolledStep(
+      agreement.get(), [&] { return PollNewComm(started, group_comm, "ncclCommSplit"); },
+      [&] {
+        if (group_comm != nullptr) ncclCommAbort(group_comm);
+        group_comm = nullptr;
+      },
+      "InitCCL('nccl'): ncclCommSplit");
   mpi::Comm host_group = mpi::Comm::Split(world, group_color, group_key);
   auto group_ccl = std::make_unique<NcclCommunicator>(group_comm, std::move(host_group), device);
+
+  // Phase 4: point-to-point connections, while every rank is here to answer.
+  failure = nullptr;
+  try {
+    world_ccl->Connect(TalkingPeers(rank, size, group_size));
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): connecting point-to-point peers");
 
   std::vector<std::unique_ptr<Communicator>> out;
   out.push_back(std::move(world_ccl));

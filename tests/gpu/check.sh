@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The GPU check: disco's whole GPU path in one command, one summary line per step with its time.
+#
+#   tests/gpu/check.sh [--bundle FILE.tar.xz] [--cpu-only]
+#
+# Two modes:
+# - From a bundle (--bundle, made on a CPU machine by tests/gpu/make-bundle.sh): for an offline
+#   node with no package registry and possibly no Open MPI or HDF5. The bundle brings its programs
+#   and libraries; the node brings the driver, the CUDA runtime, cuBLAS and NCCL (system,
+#   toolkit or the nvidia-nccl Python wheel). One rank runs as an MPI singleton; the multi-rank
+#   steps use the bundle's own mpirun.
+# - From source (no --bundle): installs what is missing (as root, with a package registry), builds
+#   with CUDA and NCCL for this node's GPU architecture, and runs the same steps with mpirun.
+#
+# Steps: the unit suite (CUDA tensors included), every builtin through NCCL at one rank (twice, to
+# catch stream-order races), the MPI suite at one rank on the GPU machine, disco-demo on CUDA in
+# float32 and bfloat16 against its CPU reference, a larger demo, compute-sanitizer memcheck (when
+# present), two ranks on one GPU (they must skip, not fail), and with two GPUs or more the
+# multi-rank suites and demo. A step that skips on a node with a GPU counts as failed. Without a
+# GPU, --cpu-only runs the steps a CPU can (CI does, so the bundle cannot rot); otherwise no GPU is
+# an error. Logs and summary.txt go to $OUT (default ./gpu-check-out). Exit code: failed steps.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bundle="" cpu_only=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bundle) bundle=$2; shift 2 ;;
+    --cpu-only) cpu_only=1; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d'; exit 0 ;;
+    *) echo "check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+: > "$out/summary.txt"
+failed=0
+started=$SECONDS
+
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+# step NAME SECONDS CMD...: runs CMD with a time limit, its output in NAME.log. With NO_SKIPS set
+# (a test name prefix), a googletest case of that name that skipped fails the step: on a GPU node
+# a GPU test must run.
+step() {
+  local name=$1 limit=$2 rc=0 t0=$SECONDS skipped
+  shift 2
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+  local verdict=PASS
+  if ((rc == 124 || rc == 137)); then verdict="FAIL (timed out after ${limit} s)"
+  elif ((rc != 0)); then verdict="FAIL (exit $rc)"; fi
+  if [[ $verdict == PASS && -n ${NO_SKIPS:-} ]] &&
+    skipped=$(grep -a -m1 -o "SKIPPED \] .*${NO_SKIPS}[A-Za-z0-9_.]*" "$out/$name.log"); then
+    verdict="FAIL (${skipped#SKIPPED ] } skipped on a GPU node)"
+  fi
+  printf '%-22s %-60s %5d s\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$out/summary.txt"
+  if [[ $verdict != PASS ]]; then
+    failed=$((failed + 1))
+    tail -15 "$out/$name.log" | sed 's/^/    | /'
+  fi
+}
+skip() { printf '%-22s %-60s %5s\n' "$1" "SKIP ($2)" - | tee -a "$out/summary.txt"; }
+
+# ---- The node --------------------------------------------------------------------------------
+export PATH=/usr/local/cuda/bin:$PATH
+gpus=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | grep -c '^[0-9]')
+{
+  echo "== node: $(hostname), $(nproc) cores, $gpus GPU(s)"
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv 2>/dev/null
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  command -v compute-sanitizer >/dev/null && echo "compute-sanitizer: $(command -v compute-sanitizer)"
+} 2>&1 | tee "$out/node.txt"
+if ((gpus == 0 && !cpu_only)); then
+  say "check.sh: no GPU on this node (nvidia-smi lists none); --cpu-only runs the CPU steps alone"
+  exit 1
+fi
+export DISCO_TIMEOUT=${DISCO_TIMEOUT:-120} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+if [[ $(id -u) -eq 0 ]]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# ---- Programs: from the bundle, or built here ------------------------------------------------
+if [[ -n $bundle ]]; then
+  [[ -f $bundle ]] || { say "check.sh: bundle '$bundle' not found"; exit 1; }
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  step unpack 60 tar -C "$work" -xJf "$bundle"
+  B=$work/disco-gpu-bundle
+  [[ -d $B ]] || { say "check.sh: $bundle holds no disco-gpu-bundle/"; exit 1; }
+  cat "$B/MANIFEST" >>"$out/node.txt"
+  # The node's CUDA libraries: the toolkit, the system, and NVIDIA's Python wheels.
+  cuda_libs=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
+    [[ -d $d ]] && cuda_libs+=":$d"
+  done
+  export LD_LIBRARY_PATH="$B/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$B/bin:$PATH" OPAL_PREFIX=$B
+  export OMPI_MCA_mca_base_component_path=$B/lib/openmpi PMIX_MCA_mca_base_component_path=$B/lib/pmix
+  export OMPI_MCA_ess_singleton_isolated=1 DISCO_TEST_SOURCE_DIR=$B/tests
+  bin=$B/bin demo=$B/bin/disco-demo demo_test=$B/tests/demo/run_demo_test.sh
+  one=$B/bin/singleton-exec
+  mpirun_cmd=$B/bin/mpirun
+  if LD_LIBRARY_PATH=$LD_LIBRARY_PATH ldd "$bin/disco_gpu_tests" | grep 'not found' >"$out/ldd.log"; then
+    say "check.sh: libraries missing on this node:"; cat "$out/ldd.log" | tee -a "$out/summary.txt"
+    exit 1
+  fi
+else
+  build=${DISCO_BUILD_DIR:-$root/build-gpu}
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+  step packages 600 bash -c "source '$root/launch/common.sh' && disco_ensure_packages python3-h5py"
+  step configure 300 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDISCO_ENABLE_CUDA=ON -DDISCO_ENABLE_NCCL=ON -DDISCO_WERROR=ON -DDISCO_BUILD_BENCHMARKS=OFF \
+    ${arch:+-DDISCO_CUDA_ARCHITECTURES=$arch}
+  grep -q 'with the CUDA path' "$out/configure.log" ||
+    { say "configure: disco-demo has no CUDA path (cuBLAS or nvcc missing)"; failed=$((failed + 1)); }
+  step build 900 cmake --build "$build" -j"$(nproc)" --target disco_unit_tests disco_gpu_tests \
+    disco_mpi_tests disco-demo
+  bin=$build/tests demo=$build/src/tools/disco-demo demo_test=$root/tests/demo/run_demo_test.sh
+  one=mpirun mpirun_cmd=mpirun
+fi
+
+# ---- Steps -------------------------------------------------------------------------------------
+unit=$bin/disco_unit_tests gpu_tests=$bin/disco_gpu_tests mpi_tests=$bin/disco_mpi_tests
+if ((gpus > 0)); then
+  NO_SKIPS=TensorTest.Cuda step unit 120 "$unit"
+  NO_SKIPS=Gpu step nccl-np1 300 "$one" -n 1 "$gpu_tests" --gtest_filter='Gpu*' --gtest_repeat=2
+  for dtype in float32 bfloat16; do
+    step demo-cuda-$dtype 180 "$demo_test" "$one" "$demo" 1 "$dtype" -- --device cuda
+  done
+  step demo-cuda-large 300 "$one" -n 1 "$demo" --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
+    --steps 5 --warmup 2 --dtype bfloat16 --device cuda --checkpoint "$out/large.h5"
+  if command -v compute-sanitizer >/dev/null; then
+    step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --hidden 128 \
+      --ffn 256 --tokens 16 --layers 2 --steps 1 --warmup 0 --dtype bfloat16 --device cuda \
+      --checkpoint "$out/memcheck.h5"
+  else
+    skip memcheck "compute-sanitizer is not on this node"
+  fi
+else
+  step unit 120 "$unit"
+  skip nccl-np1 "no GPU"
+  for dtype in float32 bfloat16; do skip demo-cuda-$dtype "no GPU"; done
+fi
+# The MPI suite on this node, one rank (auto picks NCCL where there is a GPU): unchanged results.
+step mpi-np1 300 "$one" -n 1 "$mpi_tests"
+step demo-cpu 120 "$demo_test" "$one" "$demo" 1 float32
+if [[ -x $mpirun_cmd || -n $(command -v "$mpirun_cmd") ]] && "$mpirun_cmd" --version >/dev/null 2>&1; then
+  if ((gpus >= 2)); then
+    np=$((gpus < 4 ? gpus : 4))
+    NO_SKIPS=Gpu step nccl-np$np 300 "$mpirun_cmd" -n "$np" "$gpu_tests" --gtest_filter='Gpu*'
+    step demo-cuda-np$np 180 "$demo_test" "$mpirun_cmd" "$demo" "$np" bfloat16 -- --device cuda
+    step mpi-np$np 300 "$mpirun_cmd" -n "$np" "$mpi_tests"
+  else
+    # More ranks than GPUs: every GPU test skips (one GPU per rank), nothing fails or hangs.
+    step np2-one-gpu 120 "$mpirun_cmd" -n 2 "$gpu_tests" --gtest_filter='Gpu*'
+    skip multi-rank "$gpus GPU(s): the multi-rank NCCL steps need two"
+  fi
+else
+  skip multi-rank "no working mpirun"
+fi
+
+say "== $failed step(s) failed, $((SECONDS - started)) s in all (logs in $out)"
+exit $((failed > 125 ? 125 : failed))
