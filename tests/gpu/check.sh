@@ -32,6 +32,8 @@ while [[ $# -gt 0 ]]; do
 done
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
+scratch=$(mktemp -d)  # checkpoints and the unpacked bundle: large, and not logs
+trap 'rm -rf "$scratch"' EXIT
 : > "$out/summary.txt"
 failed=0
 started=$SECONDS
@@ -72,7 +74,7 @@ if ((gpus == 0 && !cpu_only)); then
   say "check.sh: no GPU on this node (nvidia-smi lists none); --cpu-only runs the CPU steps alone"
   exit 1
 fi
-export DISCO_TIMEOUT=${DISCO_TIMEOUT:-120} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export DISCO_TIMEOUT=${DISCO_TIMEOUT:-90} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -81,10 +83,8 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # ---- Programs: from the bundle, or built here ------------------------------------------------
 if [[ -n $bundle ]]; then
   [[ -f $bundle ]] || { say "check.sh: bundle '$bundle' not found"; exit 1; }
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  step unpack 60 tar -C "$work" -xJf "$bundle"
-  B=$work/disco-gpu-bundle
+  step unpack 60 tar -C "$scratch" -xJf "$bundle"
+  B=$scratch/disco-gpu-bundle
   [[ -d $B ]] || { say "check.sh: $bundle holds no disco-gpu-bundle/"; exit 1; }
   cat "$B/MANIFEST" >>"$out/node.txt"
   # The node's CUDA libraries: the toolkit, the system, and NVIDIA's Python wheels.
@@ -123,16 +123,16 @@ fi
 unit=$bin/disco_unit_tests gpu_tests=$bin/disco_gpu_tests mpi_tests=$bin/disco_mpi_tests
 if ((gpus > 0)); then
   NO_SKIPS=TensorTest.Cuda step unit 120 "$unit"
-  NO_SKIPS=Gpu step nccl-np1 300 "$one" -n 1 "$gpu_tests" --gtest_filter='Gpu*' --gtest_repeat=2
+  NO_SKIPS=Gpu step nccl-np1 240 "$one" -n 1 "$gpu_tests" --gtest_filter='Gpu*' --gtest_repeat=2
   for dtype in float32 bfloat16; do
     step demo-cuda-$dtype 180 "$demo_test" "$one" "$demo" 1 "$dtype" -- --device cuda
   done
-  step demo-cuda-large 300 "$one" -n 1 "$demo" --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
-    --steps 5 --warmup 2 --dtype bfloat16 --device cuda --checkpoint "$out/large.h5"
+  step demo-cuda-large 180 "$one" -n 1 "$demo" --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
+    --steps 5 --warmup 2 --dtype bfloat16 --device cuda --checkpoint "$scratch/large.h5"
   if command -v compute-sanitizer >/dev/null; then
-    step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --hidden 128 \
+    step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --hidden 128 \
       --ffn 256 --tokens 16 --layers 2 --steps 1 --warmup 0 --dtype bfloat16 --device cuda \
-      --checkpoint "$out/memcheck.h5"
+      --checkpoint "$scratch/memcheck.h5"
   else
     skip memcheck "compute-sanitizer is not on this node"
   fi
@@ -142,7 +142,7 @@ else
   for dtype in float32 bfloat16; do skip demo-cuda-$dtype "no GPU"; done
 fi
 # The MPI suite on this node, one rank (auto picks NCCL where there is a GPU): unchanged results.
-step mpi-np1 300 "$one" -n 1 "$mpi_tests"
+step mpi-np1 240 "$one" -n 1 "$mpi_tests"
 step demo-cpu 120 "$demo_test" "$one" "$demo" 1 float32
 if [[ -x $mpirun_cmd || -n $(command -v "$mpirun_cmd") ]] && "$mpirun_cmd" --version >/dev/null 2>&1; then
   if ((gpus >= 2)); then

@@ -20,7 +20,7 @@ grep -q '^#define DISCO_HAVE_NCCL 1' "$build/include/disco/config.h" ||
 programs=("$build/tests/disco_unit_tests" "$build/tests/disco_gpu_tests"
   "$build/tests/disco_mpi_tests" "$build/src/tools/disco-demo")
 for p in "${programs[@]}"; do [[ -x $p ]] || die "$p is missing (build the tests and disco-demo)"; done
-ldd "$build/src/tools/disco-demo" | grep -q libcublas ||
+[[ $(ldd "$build/src/tools/disco-demo") == *libcublas* ]] ||
   die "disco-demo in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
 command -v ompi_info >/dev/null || die "ompi_info not found (Open MPI, Debian's openmpi-bin)"
 
@@ -56,7 +56,7 @@ for dir in "$pkglib" "$pmixlib"; do
   dest=$b/lib/openmpi
   [[ $dir == "$pmixlib" ]] && dest=$b/lib/pmix
   for plugin in "$dir"/*.so; do
-    ldd "$plugin" 2>/dev/null | grep -Eq "$fabric" && continue
+    [[ $(ldd "$plugin" 2>/dev/null) =~ $fabric ]] && continue
     cp -L "$plugin" "$dest/"
   done
 done
@@ -77,7 +77,7 @@ missing=$(LD_LIBRARY_PATH=$b/lib ldd "$b"/bin/disco* | grep 'not found' | grep -
 strip --strip-unneeded "$b"/bin/disco* "$b"/bin/orte* "$b"/lib/*.so* "$b"/lib/*/*.so 2>/dev/null || true
 
 {
-  echo "disco GPU bundle, made $(date -u +%FT%TZ) on $(hostname)"
+  echo "disco GPU bundle, made $(date -u +%FT%TZ) on $(uname -n)"
   echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   grep -E '^(CMAKE_BUILD_TYPE|DISCO_CUDA_ARCHITECTURES|NCCL_LIBRARY|CMAKE_CUDA_COMPILER):' \
     "$build/CMakeCache.txt" || true
