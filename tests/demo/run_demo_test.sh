@@ -21,7 +21,7 @@ if [[ $mode != bad ]]; then
   [[ $# -gt 0 ]] && shift && extra=("$@")
   if [[ " ${extra[*]} " == *" --device cuda "* ]]; then
     # One GPU per rank (NCCL does not support two ranks on one GPU); MIG instances do not count.
-    gpus=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | grep -c '^[0-9]')
+    gpus=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | grep -c '^[0-9]' || true)
     if (( gpus < mode )); then
       echo "SKIP: --device cuda at $mode rank(s) needs a GPU per rank; this machine has $gpus"
       exit 77
