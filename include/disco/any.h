@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include <typeinfo>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace disco {
 
@@ -135,6 +137,39 @@ class Object {
   std::string type_name_;
 };
 
+/// A list of values, held by a register like any value: a worker function returns several
+/// tensors as an Array, and it crosses the wire (frames, replies, remote sessions) element by
+/// element. Copies share the elements (a Tensor element shares its memory, as a Tensor does).
+class Array {
+ public:
+  Array() = default;
+  explicit Array(std::vector<Any> items);
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  const Any& operator[](size_t i) const;
+  const std::vector<Any>& items() const;
+
+ private:
+  std::shared_ptr<const std::vector<Any>> items_;
+};
+
+/// Values by string key (sorted), held by a register like any value; crosses the wire as Array
+/// does.
+class Map {
+ public:
+  Map() = default;
+  explicit Map(std::map<std::string, Any> items);
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  bool contains(const std::string& key) const;
+  /// The value at `key`; throws ValueError naming the key when it is missing.
+  const Any& at(const std::string& key) const;
+  const std::map<std::string, Any>& items() const;
+
+ private:
+  std::shared_ptr<const std::map<std::string, Any>> items_;
+};
+
 /// Type codes of `Any`; their values are also the wire tags (disco/protocol), so never renumber.
 enum class TypeCode : uint8_t {
   kNone = 0,
@@ -150,10 +185,12 @@ enum class TypeCode : uint8_t {
   kDRef = 10,
   kFunction = 11,
   kObject = 12,
+  kArray = 13,
+  kMap = 14,
 };
 
 /// "None", "bool", "int", "float", "string", "bytes", "DataType", "Device", "Shape", "Tensor",
-/// "DRef", "Function", "Object".
+/// "DRef", "Function", "Object", "Array", "Map".
 const char* TypeCodeName(TypeCode code);
 
 namespace detail {
@@ -162,7 +199,7 @@ struct TypeNameOf;
 }  // namespace detail
 
 /// A dynamically typed value: None, bool, int64, double, string, Bytes, DLDataType, DLDevice,
-/// Shape, Tensor, DRef, Function or Object.
+/// Shape, Tensor, DRef, Function, Object, Array or Map.
 class Any {
  public:
   Any() = default;
@@ -183,9 +220,25 @@ class Any {
   Any(DRef v) : v_(std::move(v)) {}             // NOLINT(runtime/explicit)
   Any(Function v) : v_(std::move(v)) {}         // NOLINT(runtime/explicit)
   Any(Object v) : v_(std::move(v)) {}           // NOLINT(runtime/explicit)
+  Any(Array v) : v_(std::move(v)) {}            // NOLINT(runtime/explicit)
+  Any(Map v) : v_(std::move(v)) {}              // NOLINT(runtime/explicit)
   template <typename T>
   Any(std::optional<T> v) {  // NOLINT(runtime/explicit)
     if (v) *this = Any(std::move(*v));
+  }
+  /// A std::vector becomes an Array, a std::map with string keys a Map (elements converted).
+  template <typename T>
+  Any(const std::vector<T>& v) {  // NOLINT(runtime/explicit)
+    std::vector<Any> items;
+    items.reserve(v.size());
+    for (const T& x : v) items.emplace_back(x);
+    v_ = Array(std::move(items));
+  }
+  template <typename T>
+  Any(const std::map<std::string, T>& m) {  // NOLINT(runtime/explicit)
+    std::map<std::string, Any> items;
+    for (const auto& kv : m) items.emplace(kv.first, Any(kv.second));
+    v_ = Map(std::move(items));
   }
 
   TypeCode type_code() const { return static_cast<TypeCode>(v_.index()); }
@@ -194,7 +247,8 @@ class Any {
 
   /// The value as a T, or std::nullopt when the type does not convert. Conversions: bool from
   /// int 0/1, int from bool, integers with a range check, double from int, Bytes from string,
-  /// DLDataType from a string such as "float32", std::optional<T> from None.
+  /// DLDataType from a string such as "float32", std::optional<T> from None, std::vector<T> from
+  /// an Array (and std::map<std::string, T> from a Map) whose every element converts.
   template <typename T>
   std::optional<T> as() const;
   /// The value as a T; throws TypeError "expected <T>, got <actual>" (ValueError when an integer
@@ -206,8 +260,9 @@ class Any {
   std::string ToString() const;
 
   /// Direct access to the storage, for the serializer.
-  using Storage = std::variant<std::monostate, bool, int64_t, double, std::string, Bytes,
-                               DLDataType, DLDevice, Shape, Tensor, DRef, Function, Object>;
+  using Storage =
+      std::variant<std::monostate, bool, int64_t, double, std::string, Bytes, DLDataType, DLDevice,
+                   Shape, Tensor, DRef, Function, Object, Array, Map>;
   const Storage& storage() const { return v_; }
 
  private:
@@ -256,6 +311,8 @@ DISCO_DETAIL_TYPE_NAME(Tensor, "Tensor")
 DISCO_DETAIL_TYPE_NAME(DRef, "DRef")
 DISCO_DETAIL_TYPE_NAME(Function, "Function")
 DISCO_DETAIL_TYPE_NAME(Object, "Object")
+DISCO_DETAIL_TYPE_NAME(Array, "Array")
+DISCO_DETAIL_TYPE_NAME(Map, "Map")
 DISCO_DETAIL_TYPE_NAME(Any, "Any")
 #undef DISCO_DETAIL_TYPE_NAME
 template <typename T>
@@ -264,9 +321,26 @@ struct TypeNameOf<std::optional<T>> {
 };
 
 template <typename T>
+struct TypeNameOf<std::vector<T>> {
+  static constexpr const char* value = "Array";
+};
+template <typename T>
+struct TypeNameOf<std::map<std::string, T>> {
+  static constexpr const char* value = "Map";
+};
+
+template <typename T>
 struct IsOptional : std::false_type {};
 template <typename T>
 struct IsOptional<std::optional<T>> : std::true_type {};
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+template <typename T>
+struct IsStringMap : std::false_type {};
+template <typename T>
+struct IsStringMap<std::map<std::string, T>> : std::true_type {};
 
 DLDataType ParseDataTypeOrThrow(const std::string& s);
 bool TryParseDataType(const std::string& s, DLDataType* out);
@@ -313,6 +387,27 @@ std::optional<T> Any::as() const {
     if (auto* b = std::get_if<Bytes>(&v_)) return *b;
     if (auto* s = std::get_if<std::string>(&v_)) return Bytes(*s);
     return std::nullopt;
+  } else if constexpr (detail::IsVector<T>::value) {
+    const Array* a = std::get_if<Array>(&v_);
+    if (a == nullptr) return std::nullopt;
+    T out;
+    out.reserve(a->size());
+    for (const Any& x : a->items()) {
+      auto e = x.as<typename T::value_type>();
+      if (!e) return std::nullopt;
+      out.push_back(std::move(*e));
+    }
+    return out;
+  } else if constexpr (detail::IsStringMap<T>::value) {
+    const Map* m = std::get_if<Map>(&v_);
+    if (m == nullptr) return std::nullopt;
+    T out;
+    for (const auto& kv : m->items()) {
+      auto e = kv.second.as<typename T::mapped_type>();
+      if (!e) return std::nullopt;
+      out.emplace(kv.first, std::move(*e));
+    }
+    return out;
   } else if constexpr (std::is_same_v<T, DLDataType>) {
     if (auto* d = std::get_if<DLDataType>(&v_)) return *d;
     if (auto* s = std::get_if<std::string>(&v_)) {
@@ -321,11 +416,11 @@ std::optional<T> Any::as() const {
     }
     return std::nullopt;
   } else {
-    static_assert(std::is_same_v<T, std::string> || std::is_same_v<T, DLDevice> ||
-                      std::is_same_v<T, Shape> || std::is_same_v<T, Tensor> ||
-                      std::is_same_v<T, DRef> || std::is_same_v<T, Function> ||
-                      std::is_same_v<T, Object>,
-                  "Any::as<T>: T is not a type Any can hold");
+    static_assert(
+        std::is_same_v<T, std::string> || std::is_same_v<T, DLDevice> || std::is_same_v<T, Shape> ||
+            std::is_same_v<T, Tensor> || std::is_same_v<T, DRef> || std::is_same_v<T, Function> ||
+            std::is_same_v<T, Object> || std::is_same_v<T, Array> || std::is_same_v<T, Map>,
+        "Any::as<T>: T is not a type Any can hold");
     if (auto* p = std::get_if<T>(&v_)) return *p;
     return std::nullopt;
   }
@@ -339,6 +434,33 @@ T Any::cast() const {
     if (auto* i = std::get_if<int64_t>(&v_)) ThrowRangeError(*i, detail::TypeNameOf<T>::value);
   }
   ThrowCastError(detail::TypeNameOf<T>::value);
+}
+
+inline Array::Array(std::vector<Any> items)
+    : items_(std::make_shared<const std::vector<Any>>(std::move(items))) {}
+inline size_t Array::size() const { return items_ ? items_->size() : 0; }
+inline const std::vector<Any>& Array::items() const {
+  static const std::vector<Any> kEmpty;
+  return items_ ? *items_ : kEmpty;
+}
+inline const Any& Array::operator[](size_t i) const {
+  DISCO_CHECK(i < size(), ValueError)
+      << "Array index " << i << " out of range (size " << size() << ")";
+  return (*items_)[i];
+}
+
+inline Map::Map(std::map<std::string, Any> items)
+    : items_(std::make_shared<const std::map<std::string, Any>>(std::move(items))) {}
+inline size_t Map::size() const { return items_ ? items_->size() : 0; }
+inline const std::map<std::string, Any>& Map::items() const {
+  static const std::map<std::string, Any> kEmpty;
+  return items_ ? *items_ : kEmpty;
+}
+inline bool Map::contains(const std::string& key) const { return items().count(key) != 0; }
+inline const Any& Map::at(const std::string& key) const {
+  auto it = items().find(key);
+  DISCO_CHECK(it != items().end(), ValueError) << "Map has no key '" << key << "'";
+  return it->second;
 }
 
 }  // namespace disco

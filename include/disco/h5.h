@@ -45,9 +45,12 @@ struct LoadEntry {
 };
 
 /// Loads every entry of `plan` from `path`: one disco.h5.load command per entry, issued back to
-/// back. Errors surface as RemoteError at the next sync (as for any command).
+/// back. Errors surface as RemoteError at the next sync (as for any command). The shards are in
+/// host memory; with `device` (ThisWorkerGpu(): each worker's own GPU, after InitCCL) they are
+/// then copied there (disco.copy_to), the host copies freed.
 std::map<std::string, DRef> LoadTensors(Session& session, const std::string& path,
-                                        const std::vector<LoadEntry>& plan, bool in_group = false);
+                                        const std::vector<LoadEntry>& plan, bool in_group = false,
+                                        DLDevice device = CPU());
 
 /// One tensor of a save: its dataset name, the register holding each worker's shard, and the axis
 /// the shards are concatenated along (kReplicate: every worker holds the whole tensor; worker 0's

@@ -38,11 +38,16 @@ struct ConnectOptions {
   /// Largest answer accepted (a debug read of a big tensor); the server refuses to send more,
   /// with an error that says so.
   size_t max_reply_bytes = size_t{1} << 30;
+  /// Where to read the key when none is given and DISCO_SERVE_KEY is unset; empty:
+  /// DISCO_SERVE_KEY_FILE, else ~/.disco/serve-PORT.key (written by a server started without a
+  /// key).
+  std::string key_file;
 };
 
-/// Attaches to the session served at host:port with `key` (also the `DISCO_SERVE_KEY` of the
-/// server). Raises RuntimeError when nothing listens or the server refuses (the message names
-/// the reason: wrong key, wrong protocol version, busy with another client).
+/// Attaches to the session served at host:port with `key`; an empty key is taken from
+/// DISCO_SERVE_KEY, else from the key file (ConnectOptions::key_file). Raises RuntimeError when
+/// nothing listens or the server refuses (the message names the reason: wrong key, wrong protocol
+/// version, busy with another client).
 Session Connect(const std::string& host, int port, const std::string& key,
                 const ConnectOptions& options = {});
 
@@ -56,14 +61,20 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   /// 0 picks a free port (see `port_file`).
   int port = 0;
-  /// Clients must present this key; empty: `DISCO_SERVE_KEY`, and if that is unset too, any key
-  /// (loopback only: an empty key on another interface is refused).
+  /// Clients must present this key (at least 16 characters); empty: `DISCO_SERVE_KEY`, and if
+  /// that is unset too, a random 256-bit key is generated and written to `key_file`, readable by
+  /// its owner only (removed when the server ends). A server never accepts clients without a key.
   std::string key;
+  /// Where a generated key goes; empty: ~/.disco/serve-PORT.key, where Connect looks by default.
+  std::string key_file;
   /// When set, the port is written to this file (atomically) once the server listens.
   std::string port_file;
   /// A client silent for this long between requests is disconnected (0: never).
   int idle_timeout_s = 3600;
-  /// Once a request has begun, the rest of it must arrive within this time.
+  /// Once a request has begun, all of it must arrive within this time (however it is paced); a
+  /// handshake must be complete within 5 s of the connection. Handshakes run side by side: slow
+  /// or silent connections cannot keep a client with the key out, and wrong keys are answered
+  /// later with each failure from the same address.
   int request_timeout_ms = 60000;
   /// Largest request packet accepted; longer lengths are refused before anything is allocated.
   size_t max_packet_bytes = size_t{64} << 20;

@@ -86,6 +86,8 @@ class Session {
 
   /// Copies the host tensor `host` into the tensor held by `remote` on worker 0 (in process).
   void CopyToWorker0(const Tensor& host, const DRef& remote);
+  /// Copies the host tensor `host` into a new tensor on worker 0 (None elsewhere) and returns it.
+  DRef CopyToWorker0(const Tensor& host);
   /// Copies the tensor held by `remote` on worker 0 into the host tensor `host` (in process).
   void CopyFromWorker0(const Tensor& host, const DRef& remote);
 
@@ -120,6 +122,12 @@ class Session {
   DRef ReduceScatter(const DRef& send, const std::string& op, bool in_group, const DRef& recv);
   DRef Broadcast(const DRef& send, bool in_group, const DRef& recv);
   DRef Scatter(const DRef& send, bool in_group, const DRef& recv);
+  /// The controller's host tensor `host` on every worker (a new register). With `in_group` the
+  /// result is the same; the group communicators carry it.
+  DRef Broadcast(const Tensor& host, bool in_group = false);
+  /// The controller's host tensor `host` split along its first axis: worker i of the world (of
+  /// its group, with `in_group`) gets part i (a new register). The first extent must divide.
+  DRef Scatter(const Tensor& host, bool in_group = false);
   DRef Gather(const DRef& send, bool in_group, const DRef& recv);
   DRef RecvFromWorker0(const DRef& buffer);
   DRef SendToNextGroup(const DRef& buffer);

@@ -34,6 +34,10 @@ const char* TypeCodeName(TypeCode code) {
       return "Function";
     case TypeCode::kObject:
       return "Object";
+    case TypeCode::kArray:
+      return "Array";
+    case TypeCode::kMap:
+      return "Map";
   }
   return "unknown";
 }
@@ -68,6 +72,23 @@ std::string Any::ToString() const {
       os << "Function(" << (f.defined() && !f.name().empty() ? f.name() : "anonymous") << ")";
     }
     void operator()(const Object& o) { os << "Object(" << o.type_name() << ")"; }
+    void operator()(const Array& a) {
+      os << "[";
+      for (size_t i = 0; i < a.size() && i < 8; ++i) os << (i ? ", " : "") << a[i].ToString();
+      os << (a.size() > 8 ? ", ... (" + std::to_string(a.size()) + " items)]" : "]");
+    }
+    void operator()(const Map& m) {
+      os << "{";
+      size_t i = 0;
+      for (const auto& kv : m.items()) {
+        if (i == 8) {
+          os << ", ... (" << m.size() << " items)";
+          break;
+        }
+        os << (i++ ? ", " : "") << '"' << kv.first << "\": " << kv.second.ToString();
+      }
+      os << "}";
+    }
   };
   std::visit(Visitor{os}, v_);
   return os.str();

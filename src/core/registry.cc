@@ -1,10 +1,13 @@
 #include <disco/function.h>
 
+#include "core/registry_errors.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace disco {
 namespace {
@@ -12,6 +15,9 @@ namespace {
 struct RegistryTable {
   std::mutex mu;
   std::map<std::string, std::unique_ptr<Registry>> entries;
+  // Entries handed out for refused registrations inside a RegistrationErrors scope: never looked
+  // up, kept so that the library's static references to them stay valid.
+  std::vector<std::unique_ptr<Registry>> detached;
 };
 
 RegistryTable& Table() {
@@ -21,7 +27,18 @@ RegistryTable& Table() {
   return *table;
 }
 
+thread_local core::RegistrationErrors* t_collector = nullptr;
+
 }  // namespace
+
+namespace core {
+RegistrationErrors::RegistrationErrors() { t_collector = this; }
+RegistrationErrors::~RegistrationErrors() { t_collector = nullptr; }
+bool CollectingRegistrationErrors() { return t_collector != nullptr; }
+void RecordRegistrationError(const std::string& message) {
+  if (t_collector != nullptr) t_collector->errors_.push_back(message);
+}
+}  // namespace core
 
 namespace detail {
 
@@ -49,6 +66,11 @@ Registry& Registry::Register(const std::string& name, bool can_override) {
   std::lock_guard<std::mutex> lock(table.mu);
   auto it = table.entries.find(name);
   if (it != table.entries.end()) {
+    if (!can_override && core::CollectingRegistrationErrors()) {
+      core::RecordRegistrationError("global function '" + name + "' is already registered");
+      table.detached.push_back(std::unique_ptr<Registry>(new Registry(name)));
+      return *table.detached.back();
+    }
     DISCO_CHECK(can_override, ValueError)
         << "global function '" << name << "' is already registered";
     return *it->second;

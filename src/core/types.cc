@@ -20,10 +20,6 @@ bool TryParseDataType(const std::string& s, DLDataType* out) {
                                      {"uint", kDLUInt},
                                      {"int", kDLInt},
                                      {"complex", kDLComplex}};
-  if (s == "bool") {
-    *out = DLDataType{kDLUInt, 1, 1};
-    return true;
-  }
   for (const Prefix& p : kPrefixes) {
     size_t n = std::string(p.name).size();
     if (s.compare(0, n, p.name) != 0) continue;
@@ -70,6 +66,10 @@ bool TryParseDataType(const std::string& s, DLDataType* out) {
 }
 
 DLDataType ParseDataTypeOrThrow(const std::string& s) {
+  // TVM's "bool" is a 1-bit type: no tensor of it can be addressed by bytes. Say so at once.
+  DISCO_CHECK(s != "bool", ValueError)
+      << "'bool' is not a data type disco tensors hold (1-bit elements are not addressable by "
+         "bytes); use uint8 (or int8) for flags";
   DLDataType out;
   DISCO_CHECK(TryParseDataType(s, &out), ValueError)
       << "'" << s

@@ -11,9 +11,14 @@
 #include <disco/config.h>
 #include <disco/function.h>
 #include <disco/h5.h>
+#include <disco/log.h>
 #include <disco/session.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +27,7 @@
 #include <random>
 #include <sstream>
 
+#include "core/device_memory.h"
 #include "core/env.h"
 #include "session/mpi_util.h"
 
@@ -100,6 +106,12 @@ class Id {
   }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  /// Gives up ownership (the caller closes it).
+  hid_t Release() {
+    hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
   void Reset() {
     if (id_ >= 0 && close_ != nullptr) close_(id_);
     id_ = H5I_INVALID_HID;
@@ -116,18 +128,32 @@ void SilenceHdf5() {
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
 }
 
-// The innermost message on HDF5's error stack (where the failure was found), then clears it.
+// The innermost message on HDF5's error stack (where the failure was found), then clears it. The
+// cause the operating system or MPI gave (an errno, "No space left on device"), when one of the
+// stack's entries carries it, follows in parentheses: "file write failed" alone does not say why.
 std::string Hdf5Message() {
-  std::string msg;
+  struct Found {
+    std::string innermost, cause;
+  } found;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        if (n == 0 && e->desc != nullptr) *static_cast<std::string*>(data) = e->desc;
+        auto* f = static_cast<Found*>(data);
+        if (e->desc == nullptr) return 0;
+        std::string desc = e->desc;
+        if (n == 0) f->innermost = desc;
+        if (f->cause.empty() && (desc.find("errno") != std::string::npos ||
+                                 desc.find("MPI error string") != std::string::npos ||
+                                 desc.find("error message") != std::string::npos)) {
+          f->cause = desc;
+        }
         return 0;
       },
-      &msg);
+      &found);
   H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "HDF5 gave no reason" : msg;
+  if (found.innermost.empty()) return "HDF5 gave no reason";
+  if (found.cause.empty() || found.cause == found.innermost) return found.innermost;
+  return found.innermost + " (" + found.cause + ")";
 }
 
 #define DISCO_H5_CALL(expr, where)                                                           \
@@ -333,20 +359,29 @@ Id OpenReadOnly(const std::string& path, const std::string& where) {
 }
 
 // True when `name` names a dataset in `file`; every group on the way must exist first (H5Lexists
-// fails, rather than answering false, on a missing intermediate group).
-bool HasDataset(hid_t file, const std::string& name) {
+// fails, rather than answering false, on a missing intermediate group). A lookup HDF5 cannot do
+// (a damaged file) is an error that says so, not "no such dataset".
+bool HasDataset(hid_t file, const std::string& name, const std::string& where) {
+  auto exists = [&](const std::string& link) {
+    htri_t e = H5Lexists(file, link.c_str(), H5P_DEFAULT);
+    DISCO_CHECK(e >= 0, ValueError)
+        << where << ": the file is damaged (looking up '" << link << "': " << Hdf5Message() << ")";
+    return e > 0;
+  };
   for (size_t pos = name.find('/', 1); pos != std::string::npos; pos = name.find('/', pos + 1)) {
-    if (H5Lexists(file, name.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+    if (!exists(name.substr(0, pos))) return false;
   }
-  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) return false;
+  if (!exists(name)) return false;
   H5O_info_t info;
-  if (H5Oget_info_by_name(file, name.c_str(), &info, H5P_DEFAULT) < 0) return false;
+  DISCO_CHECK(H5Oget_info_by_name(file, name.c_str(), &info, H5P_DEFAULT) >= 0, ValueError)
+      << where << ": the file is damaged (reading '" << name << "': " << Hdf5Message() << ")";
   return info.type == H5O_TYPE_DATASET;
 }
 
 Id OpenDataset(hid_t file, const std::string& name, const std::string& where) {
   DISCO_CHECK(!name.empty(), ValueError) << where << ": empty dataset name";
-  DISCO_CHECK(HasDataset(file, name), ValueError) << where << ": no such dataset in the file";
+  DISCO_CHECK(HasDataset(file, name, where), ValueError)
+      << where << ": no such dataset in the file";
   Id dset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
   DISCO_CHECK(dset.valid(), ValueError) << where << ": cannot open the dataset: " << Hdf5Message();
   return dset;
@@ -405,13 +440,55 @@ Id Select(hid_t file_space, const Slab& slab, bool none) {
             H5Sclose);
 }
 
+// Which file a path names, and its state: a file replaced (renamed over) or written has another.
+struct FileIdentity {
+  int64_t dev = 0, ino = 0, size = 0, mtime_ns = 0;
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
+  }
+};
+FileIdentity IdentityOf(const std::string& path, const std::string& where) {
+  struct stat st;
+  DISCO_CHECK(stat(path.c_str(), &st) == 0, ValueError)
+      << where << ": cannot read the file: " << std::strerror(errno);
+  return FileIdentity{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+                      static_cast<int64_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
 // ---- disco.h5.load --------------------------------------------------------------------------
 
+// What rank 0 finds in the file and every rank then uses: the ranks never look at the file on
+// their own before they read it together, so a file replaced meanwhile cannot give them different
+// plans (dtype, shape, axis).
 struct LoadPlan {
-  DLDataType dtype{};
-  std::vector<int64_t> dims;
+  int64_t dtype_code = 0;
+  int64_t ndim = 0;
+  int64_t dims[kMaxDims] = {0};
   int64_t axis = -1;
+  FileIdentity identity;
+  DLDataType dtype() const {
+    return DLDataType{static_cast<uint8_t>(dtype_code >> 16),
+                      static_cast<uint8_t>((dtype_code >> 8) & 0xFF), 1};
+  }
+  std::vector<int64_t> shape() const { return std::vector<int64_t>(dims, dims + ndim); }
 };
+
+// The dataset's shard_axis attribute: an integer, or a ValueError (a float 0.9 is no axis).
+int64_t AxisAttribute(hid_t dset, const std::string& where) {
+  int64_t axis = h5::kReplicate;
+  if (H5Aexists(dset, "shard_axis") <= 0) return axis;
+  Id attr(H5Aopen(dset, "shard_axis", H5P_DEFAULT), H5Aclose);
+  Id type(H5Aget_type(attr.get()), H5Tclose);
+  Id space(H5Aget_space(attr.get()), H5Sclose);
+  DISCO_CHECK(type.valid() && H5Tget_class(type.get()) == H5T_INTEGER &&
+                  H5Sget_simple_extent_npoints(space.get()) == 1,
+              ValueError)
+      << where << ": the dataset's shard_axis attribute is not one integer";
+  DISCO_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &axis) >= 0, ValueError)
+      << where << ": cannot read the dataset's shard_axis attribute: " << Hdf5Message();
+  return axis;
+}
 
 Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis, bool in_group) {
   SilenceHdf5();
@@ -422,42 +499,66 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
     DISCO_CHECK(shard_axis >= h5::kAxisFromFile, ValueError)
         << where << ": shard_axis " << shard_axis
         << " is not a dimension, -1 (replicate) or -2 (the dataset's attribute)";
+    if (c.rank != 0) return;
+    plan.identity = IdentityOf(path, where);
     Id file = OpenReadOnly(path, where);
     Id dset = OpenDataset(file.get(), name, where);
     Id type(H5Dget_type(dset.get()), H5Tclose);
-    plan.dtype = DTypeOf(dset.get(), type.get(), where);
-    plan.dims = DimsOf(dset.get(), where);
-    plan.axis = shard_axis;
-    if (shard_axis == h5::kAxisFromFile) {
-      plan.axis = h5::kReplicate;
-      if (H5Aexists(dset.get(), "shard_axis") > 0) {
-        Id attr(H5Aopen(dset.get(), "shard_axis", H5P_DEFAULT), H5Aclose);
-        DISCO_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &plan.axis) >= 0, ValueError)
-            << where << ": the dataset's shard_axis attribute is not an integer";
-      }
-    }
-    const int64_t nd = static_cast<int64_t>(plan.dims.size());
-    DISCO_CHECK(plan.axis >= -1 && plan.axis < nd, ValueError)
+    DLDataType dtype = DTypeOf(dset.get(), type.get(), where);
+    plan.dtype_code = (int64_t{dtype.code} << 16) | (int64_t{dtype.bits} << 8);
+    std::vector<int64_t> dims = DimsOf(dset.get(), where);
+    plan.ndim = static_cast<int64_t>(dims.size());
+    std::copy(dims.begin(), dims.end(), plan.dims);
+    plan.axis = shard_axis == h5::kAxisFromFile ? AxisAttribute(dset.get(), where) : shard_axis;
+    DISCO_CHECK(plan.axis >= -1 && plan.axis < plan.ndim, ValueError)
         << where << ": shard axis " << plan.axis << " is out of range for a dataset of shape "
-        << ShapeString(plan.dims) << " (-1 replicates)";
+        << ShapeString(dims) << " (-1 replicates)";
     if (plan.axis >= 0) {
-      DISCO_CHECK(plan.dims[plan.axis] % c.size == 0, ValueError)
-          << where << ": dimension " << plan.axis << " of shape " << ShapeString(plan.dims) << " ("
-          << plan.dims[plan.axis] << ") cannot be split into " << c.size << " equal shards";
+      DISCO_CHECK(dims[plan.axis] % c.size == 0, ValueError)
+          << where << ": dimension " << plan.axis << " of shape " << ShapeString(dims) << " ("
+          << dims[plan.axis] << ") cannot be split into " << c.size << " equal shards";
     }
+    DISCO_CHECK(IdentityOf(path, where) == plan.identity, RuntimeError)
+        << where << ": the file changed while it was being checked (replaced or written by "
+        << "another program); load it again once it is complete";
   });
+  DISCO_MPI_CALL(MPI_Bcast(&plan, sizeof plan, MPI_BYTE, 0, c.comm));
 
-  int64_t part = plan.axis >= 0 ? plan.dims[plan.axis] / c.size : 0;
-  Slab slab = SlabOf(plan.dims, plan.axis, part * c.rank, part);
+  const std::vector<int64_t> dims = plan.shape();
+  int64_t part = plan.axis >= 0 ? dims[plan.axis] / c.size : 0;
+  Slab slab = SlabOf(dims, plan.axis, part * c.rank, part);
   std::vector<int64_t> shape(slab.count.begin(), slab.count.end());
-  Tensor out = Tensor::Empty(Shape(shape), plan.dtype);
+  Tensor out;
+  // The shard is allocated inside the agreed step: a worker short of memory fails, and says so,
+  // with the others, instead of leaving them in the next collective.
+  Agreed(c.comm, where, [&] { out = Tensor::Empty(Shape(shape), plan.dtype()); });
+  const bool nothing_to_read =
+      std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d == 0; });
+  // The file every rank opens must be the one rank 0 planned from: the same inode, size and
+  // modification time before the open, after it, and after the read. Each step is agreed before
+  // the next collective HDF5 call, and the handles outlive the steps: a rank that finds the file
+  // changed must not close it (collectively) while the others read it (collectively).
+  auto same = [&] { return IdentityOf(path, where) == plan.identity; };
+  const char* changed =
+      ": the file changed since the load began (replaced or written by another program); every "
+      "worker stops, nothing is returned; load it again";
+  Agreed(c.comm, where, [&] { DISCO_CHECK(same(), RuntimeError) << where << changed; });
+  Id fapl = FileAccess(c.comm);
+  Id file, dset, type;
   Agreed(c.comm, where, [&] {
-    Id fapl = FileAccess(c.comm);
-    Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    file = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
     DISCO_CHECK(file.valid(), ValueError) << where << ": cannot open the file: " << Hdf5Message();
-    Id dset = OpenDataset(file.get(), name, where);
-    Id type(H5Dget_type(dset.get()), H5Tclose);
-    Id mem_type = MemoryType(plan.dtype, type.get());
+    DISCO_CHECK(same(), RuntimeError) << where << changed;
+    dset = OpenDataset(file.get(), name, where);
+    type = Id(H5Dget_type(dset.get()), H5Tclose);
+    DISCO_CHECK(
+        DTypeOf(dset.get(), type.get(), where) == plan.dtype() && DimsOf(dset.get(), where) == dims,
+        RuntimeError)
+        << where << changed;
+  });
+  if (nothing_to_read) return out;  // an empty dataset: no I/O at all (MPI-IO warns of 0 bytes)
+  Agreed(c.comm, where, [&] {
+    Id mem_type = MemoryType(plan.dtype(), type.get());
     Id file_space(H5Dget_space(dset.get()), H5Sclose);
     Id mem_space = Select(file_space.get(), slab, false);
     Id dxpl = Transfer();
@@ -465,10 +566,205 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
                           out.data()),
                   where);
   });
+  Agreed(c.comm, where, [&] { DISCO_CHECK(same(), RuntimeError) << where << changed; });
   return out;
 }
 
 // ---- disco.h5.save --------------------------------------------------------------------------
+
+// `path`.partial.PID.N, named by rank 0 of `comm` and the same on every rank: no other save (of
+// this job or another) writes to it.
+std::string UniquePartialName(const std::string& path, MPI_Comm comm) {
+  int rank = 0;
+  DISCO_MPI_CALL(MPI_Comm_rank(comm, &rank));
+  char name[64] = {0};
+  if (rank == 0) {
+    static std::mt19937_64 random{std::random_device{}()};
+    std::snprintf(name, sizeof name, ".partial.%d.%06llu", static_cast<int>(getpid()),
+                  static_cast<unsigned long long>(random() % 1000000));  // NOLINT(runtime/int)
+  }
+  DISCO_MPI_CALL(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm));
+  return path + name;
+}
+
+// Copies `from` to the new file `to` (its permission bits too); on failure `to` is removed and
+// the error names the step and the cause (no space, no permission, a read-only filesystem).
+void CopyFile(const std::string& from, const std::string& to, const std::string& where) {
+  int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  DISCO_CHECK(in >= 0, RuntimeError)
+      << where << ": cannot read '" << from << "' to copy it: " << std::strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } close_in{in};
+  struct stat st;
+  DISCO_CHECK(fstat(in, &st) == 0, RuntimeError)
+      << where << ": cannot stat '" << from << "': " << std::strerror(errno);
+  int out = open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+  DISCO_CHECK(out >= 0, RuntimeError) << where << ": cannot create '" << to
+                                      << "' (the copy a save adds to): " << std::strerror(errno);
+  Closer close_out{out};
+  auto fail = [&](const char* what) {
+    int err = errno;
+    unlink(to.c_str());
+    DISCO_THROW(RuntimeError) << where << ": " << what << " '" << from << "' to '" << to
+                              << "' (the copy a save adds to): " << std::strerror(err);
+  };
+  off_t left = st.st_size;
+  bool plain = false;  // copy_file_range unsupported here: read and write
+  std::vector<char> buf;
+  while (left > 0) {
+    ssize_t n = -1;
+    if (!plain) {
+      n = copy_file_range(in, nullptr, out, nullptr, static_cast<size_t>(left), 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        plain = true;
+        continue;
+      }
+    } else {
+      buf.resize(size_t{1} << 20);
+      n = read(in, buf.data(), std::min<size_t>(buf.size(), static_cast<size_t>(left)));
+      for (ssize_t done = 0; n > 0 && done < n;) {
+        ssize_t w = write(out, buf.data() + done, static_cast<size_t>(n - done));
+        if (w < 0) fail("cannot copy");
+        done += w;
+      }
+    }
+    if (n < 0) fail("cannot copy");
+    if (n == 0) break;  // the file shrank meanwhile: what is there is copied
+    left -= n;
+  }
+  if (close(out) != 0) {
+    close_out.fd = -1;
+    fail("cannot finish copying");
+  }
+  close_out.fd = -1;
+}
+
+// Why a write into `target` may have failed, from the filesystem's side (HDF5's MPI-IO driver
+// reports only "file write failed"): read-only (EROFS), not writable (EACCES), or full (ENOSPC,
+// fewer bytes free than the dataset needs). Empty when none of these holds.
+std::string DiagnoseWriteFailure(const std::string& target, uint64_t needed) {
+  std::string dir =
+      target.find('/') == std::string::npos ? "." : target.substr(0, target.rfind('/'));
+  if (dir.empty()) dir = "/";
+  struct statvfs fs;
+  if (statvfs(dir.c_str(), &fs) != 0) return "";
+  if ((fs.f_flag & ST_RDONLY) != 0) return "the filesystem is read-only (EROFS)";
+  if (access(dir.c_str(), W_OK) != 0) {
+    return std::string("the directory is not writable: ") + std::strerror(errno);
+  }
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes < needed + (uint64_t{1} << 20)) {
+    return "No space left on device (ENOSPC): the filesystem has " + std::to_string(free_bytes) +
+           " bytes free, the dataset needs " + std::to_string(needed);
+  }
+  return "";
+}
+
+// Runs a write step; a failure gets the filesystem's reason added when there is one.
+template <typename F>
+void WriteStep(const std::string& target, uint64_t needed, F step) {
+  try {
+    step();
+  } catch (const Error& e) {
+    std::string why = DiagnoseWriteFailure(target, needed);
+    if (why.empty()) throw;
+    throw RuntimeError(std::string(e.what()) + " (" + why + ")");
+  }
+}
+
+// The file and dataset a save writes; closed on every rank in the same order.
+struct WriteState {
+  Id file;
+  Id dset;
+  // A failed close is an error like a failed write (HDF5 writes metadata when it closes).
+  void Close(const std::string& where) {
+    dset.Reset();
+    hid_t f = file.Release();
+    DISCO_H5_CALL(H5Fclose(f), where);
+  }
+};
+
+Id OpenForWriting(const std::string& target, bool exists, MPI_Comm comm, const std::string& where) {
+  Id fapl = comm != MPI_COMM_NULL ? FileAccess(comm) : Id(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  Id file(exists ? H5Fopen(target.c_str(), H5F_ACC_RDWR, fapl.get())
+                 : H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+          H5Fclose);
+  DISCO_CHECK(file.valid(), RuntimeError)
+      << where << ": cannot open '" << target << "' for writing: " << Hdf5Message();
+  return file;
+}
+
+Id DatasetForWriting(const Id& file, const std::string& name, const std::vector<int64_t>& dims,
+                     const Id& file_type, DLDataType dtype, const std::string& where) {
+  if (HasDataset(file.get(), name, where)) {
+    Id dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    DISCO_CHECK(dset.valid(), RuntimeError)
+        << where << ": cannot open the dataset: " << Hdf5Message();
+    return dset;
+  }
+  std::vector<hsize_t> hdims(dims.begin(), dims.end());
+  Id space(dims.empty() ? H5Screate(H5S_SCALAR)
+                        : H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr),
+           H5Sclose);
+  Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Id dset(H5Dcreate2(file.get(), name.c_str(), file_type.get(), space.get(), lcpl.get(),
+                     H5P_DEFAULT, H5P_DEFAULT),
+          H5Dclose);
+  DISCO_CHECK(dset.valid(), RuntimeError)
+      << where << ": cannot create the dataset: " << Hdf5Message();
+  if (dtype.code == kDLBfloat) {
+    Id str(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(str.get(), 8);
+    Id scalar(H5Screate(H5S_SCALAR), H5Sclose);
+    Id attr(H5Acreate2(dset.get(), "dtype", str.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
+            H5Aclose);
+    DISCO_H5_CALL(H5Awrite(attr.get(), str.get(), "bfloat16"), where);
+  }
+  return dset;
+}
+
+// Writes this rank's part of `dims` ([offset, offset + count) along `axis`; all of it for -1) from
+// `shard`, or takes part selecting nothing.
+void WriteSlab(const Id& dset, const std::vector<int64_t>& dims, int64_t axis, int64_t offset,
+               int64_t count, DLDataType dtype, const Id& file_type, const Tensor& shard,
+               bool select_mine, bool collective, const std::string& where) {
+  Slab slab = SlabOf(dims, axis, offset, count);
+  Id file_space(H5Dget_space(dset.get()), H5Sclose);
+  Id mem_space = Select(file_space.get(), slab, !select_mine);
+  Id mem_type = MemoryType(dtype, file_type.get());
+  Id dxpl = collective ? Transfer() : Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  DISCO_H5_CALL(H5Dwrite(dset.get(), mem_type.get(), mem_space.get(), file_space.get(), dxpl.get(),
+                         shard.data()),
+                where);
+}
+
+// After a failed save, HDF5 may still hold the file open (a close that failed half-way); closing
+// it now, while MPI is up, spares MPI_Finalize a close of a file it can no longer write.
+void CloseFilesLeftOpen(const std::string& target) {
+  ssize_t n = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE);
+  if (n <= 0) return;
+  std::vector<hid_t> ids(static_cast<size_t>(n));
+  n = H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_FILE, ids.size(), ids.data());
+  for (ssize_t i = 0; i < n; ++i) {
+    char name[4096] = {0};
+    if (H5Fget_name(ids[i], name, sizeof name) < 0 || target != name) continue;
+    ssize_t m = H5Fget_obj_count(ids[i], H5F_OBJ_ALL & ~H5F_OBJ_FILE);
+    std::vector<hid_t> objs(static_cast<size_t>(std::max<ssize_t>(m, 0)));
+    if (m > 0) m = H5Fget_obj_ids(ids[i], H5F_OBJ_ALL & ~H5F_OBJ_FILE, objs.size(), objs.data());
+    for (ssize_t j = 0; j < m; ++j) {
+      if (H5Iget_type(objs[j]) == H5I_ATTR) {
+        H5Aclose(objs[j]);
+      } else {
+        H5Oclose(objs[j]);
+      }
+    }
+    H5Fclose(ids[i]);
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
 
 // What each rank tells the others about its shard before anything is written.
 struct ShardInfo {
@@ -479,7 +775,7 @@ struct ShardInfo {
 };
 
 void Save(const std::string& path, const std::string& name, const Any& shard_arg,
-          int64_t shard_axis, bool in_group) {
+          int64_t shard_axis, bool in_group, bool in_place) {
   SilenceHdf5();
   const std::string where = Where("disco.h5.save", path, name);
   CommInfo c = Info(in_group);
@@ -538,112 +834,95 @@ void Save(const std::string& path, const std::string& name, const Any& shard_arg
 
   const DLDataType dtype = shard->dtype();
   Id file_type = FileType(dtype);
-  // An existing file gains (or overwrites) the dataset; a new one is written as .partial and takes
-  // its name only when complete.
+  // Every save writes a file of its own (a name no other save uses), which replaces `path` by a
+  // rename only once it is complete: a new file is written from scratch, an existing one is copied
+  // first and the dataset added to the copy (in_place: `path` is the caller's own partial file,
+  // written directly). A failed or killed save never touches `path`.
   bool exists = access(path.c_str(), F_OK) == 0;
   int any_exists = 0, local_exists = exists ? 1 : 0;
   DISCO_MPI_CALL(MPI_Allreduce(&local_exists, &any_exists, 1, MPI_INT, MPI_MAX, c.comm));
   exists = any_exists != 0;
-  const std::string target = exists ? path : path + ".partial";
-  bool had_dataset = false;
+  const std::string target = in_place ? path : UniquePartialName(path, c.comm);
   Agreed(c.comm, where, [&] {
-    if (!exists) return;
-    Id file = OpenReadOnly(path, where);
-    had_dataset = HasDataset(file.get(), name);
-    if (!had_dataset) return;
-    Id dset = OpenDataset(file.get(), name, where);
-    Id type(H5Dget_type(dset.get()), H5Tclose);
-    DLDataType old = DTypeOf(dset.get(), type.get(), where);
-    std::vector<int64_t> old_dims = DimsOf(dset.get(), where);
-    DISCO_CHECK(old == dtype && old_dims == dims, ValueError)
-        << where << ": the file already holds this dataset as " << DataTypeToString(old) << " "
-        << ShapeString(old_dims) << "; the tensor is " << DataTypeToString(dtype) << " "
-        << ShapeString(dims);
-  });
-
-  auto write = [&](bool collective, bool select_mine) {
-    Id fapl = collective ? FileAccess(c.comm) : Id(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    Id file(exists || !collective
-                ? H5Fopen(target.c_str(), H5F_ACC_RDWR, fapl.get())
-                : H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-            H5Fclose);
-    DISCO_CHECK(file.valid(), RuntimeError)
-        << where << ": cannot open '" << target << "' for writing: " << Hdf5Message();
-    std::vector<hsize_t> hdims(dims.begin(), dims.end());
-    Id dset;
-    if (HasDataset(file.get(), name)) {
-      dset = Id(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-    } else {
-      Id space(dims.empty()
-                   ? H5Screate(H5S_SCALAR)
-                   : H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr),
-               H5Sclose);
-      Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-      H5Pset_create_intermediate_group(lcpl.get(), 1);
-      dset = Id(H5Dcreate2(file.get(), name.c_str(), file_type.get(), space.get(), lcpl.get(),
-                           H5P_DEFAULT, H5P_DEFAULT),
-                H5Dclose);
-      if (dset.valid() && dtype.code == kDLBfloat) {
-        Id str(H5Tcopy(H5T_C_S1), H5Tclose);
-        H5Tset_size(str.get(), 8);
-        Id scalar(H5Screate(H5S_SCALAR), H5Sclose);
-        Id attr(H5Acreate2(dset.get(), "dtype", str.get(), scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
-                H5Aclose);
-        DISCO_H5_CALL(H5Awrite(attr.get(), str.get(), "bfloat16"), where);
+    if (c.rank != 0) return;
+    if (exists) {
+      Id file = OpenReadOnly(path, where);
+      if (HasDataset(file.get(), name, where)) {
+        Id dset = OpenDataset(file.get(), name, where);
+        Id type(H5Dget_type(dset.get()), H5Tclose);
+        DLDataType old = DTypeOf(dset.get(), type.get(), where);
+        std::vector<int64_t> old_dims = DimsOf(dset.get(), where);
+        DISCO_CHECK(old == dtype && old_dims == dims, ValueError)
+            << where << ": the file already holds this dataset as " << DataTypeToString(old) << " "
+            << ShapeString(old_dims) << "; the tensor is " << DataTypeToString(dtype) << " "
+            << ShapeString(dims);
       }
+      if (!in_place) CopyFile(path, target, where);
+    } else if (!UseCollectiveIo() || in_place) {
+      // Independent writes add their hyperslabs to a file rank 0 made.
+      Id file(H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+      DISCO_CHECK(file.valid(), RuntimeError)
+          << where << ": cannot create '" << target << "': " << Hdf5Message();
     }
-    DISCO_CHECK(dset.valid(), RuntimeError)
-        << where << ": cannot create the dataset: " << Hdf5Message();
-    Slab slab = SlabOf(dims, shard_axis, offset, shard_axis >= 0 ? shard->shape()[shard_axis] : 0);
-    Id file_space(H5Dget_space(dset.get()), H5Sclose);
-    Id mem_space = Select(file_space.get(), slab, !select_mine);
-    Id mem_type = MemoryType(dtype, file_type.get());
-    Id dxpl = collective ? Transfer() : Id(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    DISCO_H5_CALL(H5Dwrite(dset.get(), mem_type.get(), mem_space.get(), file_space.get(),
-                           dxpl.get(), shard->data()),
-                  where);
-    DISCO_H5_CALL(H5Fflush(file.get(), H5F_SCOPE_LOCAL), where);
-  };
+  });
+  const bool target_exists = exists || !UseCollectiveIo() || in_place;
+
   // Replicated: worker 0's copy is the one written.
   const bool select_mine = shard_axis >= 0 || c.rank == 0;
+  uint64_t needed = DataTypeBytes(dtype);
+  for (int64_t d : dims) needed *= static_cast<uint64_t>(d);
+  const int64_t my_count = shard_axis >= 0 ? shard->shape()[shard_axis] : 0;
   std::exception_ptr failed;
   try {
     if (UseCollectiveIo()) {
-      Agreed(c.comm, where, [&] { write(true, select_mine); });
+      // Every collective HDF5 call is made by every rank in the same order, each step agreed
+      // before the next: a rank whose write failed must not close the file (a collective call)
+      // while the others flush it (another one).
+      WriteState st;
+      auto step = [&](auto fn) { Agreed(c.comm, where, [&] { WriteStep(target, needed, fn); }); };
+      step([&] { st.file = OpenForWriting(target, target_exists, c.comm, where); });
+      step([&] { st.dset = DatasetForWriting(st.file, name, dims, file_type, dtype, where); });
+      step([&] {
+        WriteSlab(st.dset, dims, shard_axis, offset, my_count, dtype, file_type, *shard,
+                  select_mine, /*collective=*/true, where);
+      });
+      step([&] { DISCO_H5_CALL(H5Fflush(st.file.get(), H5F_SCOPE_LOCAL), where); });
+      step([&] { st.Close(where); });
     } else {
-      // One rank after another: rank 0 creates the file, the others add their hyperslabs.
-      if (!exists && c.rank == 0) {
-        Id file(H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-      }
+      // One rank after another, each adding its hyperslab to the file on its own.
       for (int r = 0; r < c.size; ++r) {
         Agreed(c.comm, where, [&] {
-          if (r == c.rank && select_mine) write(false, true);
+          if (r != c.rank || !select_mine) return;
+          WriteStep(target, needed, [&] {
+            WriteState st;
+            st.file = OpenForWriting(target, true, MPI_COMM_NULL, where);
+            st.dset = DatasetForWriting(st.file, name, dims, file_type, dtype, where);
+            WriteSlab(st.dset, dims, shard_axis, offset, my_count, dtype, file_type, *shard, true,
+                      /*collective=*/false, where);
+            DISCO_H5_CALL(H5Fflush(st.file.get(), H5F_SCOPE_LOCAL), where);
+            st.Close(where);
+          });
         });
       }
+    }
+    if (!in_place) {
+      Agreed(c.comm, where, [&] {
+        if (c.rank != 0) return;
+        DISCO_CHECK(std::rename(target.c_str(), path.c_str()) == 0, RuntimeError)
+            << where << ": cannot rename '" << target << "' to '" << path
+            << "': " << std::strerror(errno);
+      });
     }
   } catch (const Error&) {
     failed = std::current_exception();
   }
-  // Undo a failed save: remove the new file, or the dataset it added to an existing one.
   if (failed) {
-    if (c.rank == 0) {
-      if (!exists) {
-        std::remove(target.c_str());
-      } else if (!had_dataset) {
-        Id file(H5Fopen(target.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
-        if (file.valid()) H5Ldelete(file.get(), name.c_str(), H5P_DEFAULT);
-      }
-    }
+    // The save's own file goes (in_place: the caller removes its partial file); `path` was never
+    // written. The error is the cause's, whatever the clean-up meets.
+    if (c.rank == 0 && !in_place) std::remove(target.c_str());
+    CloseFilesLeftOpen(target);
     DISCO_MPI_CALL(MPI_Barrier(c.comm));
     std::rethrow_exception(failed);
-  }
-  if (!exists) {
-    Agreed(c.comm, where, [&] {
-      if (c.rank == 0) {
-        DISCO_CHECK(std::rename(target.c_str(), path.c_str()) == 0, RuntimeError)
-            << where << ": cannot rename '" << target << "': " << std::strerror(errno);
-      }
-    });
   }
 }
 
@@ -684,22 +963,29 @@ void RegisterAll() {
 #endif
           },
           {"path", "dataset", "shard_axis", "in_group"});
-  Registry::Register("disco.h5.save", true)
-      .set_body_typed(
-          [](std::string path, std::string dataset, Any shard, int64_t shard_axis, bool in_group) {
+  for (bool in_place : {false, true}) {
+    // disco.h5.save_in_place writes `path` directly: for h5::SaveTensors' own partial file.
+    Registry::Register(in_place ? "disco.h5.save_in_place" : "disco.h5.save", true)
+        .set_body_typed(
+            [in_place](std::string path, std::string dataset, Any shard, int64_t shard_axis,
+                       bool in_group) {
 #if DISCO_HAVE_HDF5
-            Save(path, dataset, shard, shard_axis, in_group);
+              Save(path, dataset, shard, shard_axis, in_group, in_place);
 #else
-            DISCO_THROW(ValueError) << "disco.h5.save: this build of disco has no HDF5";
+              DISCO_THROW(ValueError) << "disco.h5.save: this build of disco has no HDF5";
 #endif
-          },
-          {"path", "dataset", "shard", "shard_axis", "in_group"});
+            },
+            {"path", "dataset", "shard", "shard_axis", "in_group"});
+  }
   // Used by h5::SaveTensors: worker 0 renames `from` to `to`, or removes `from` when `to` is "".
   Registry::Register("disco.h5.finish", true)
       .set_body_typed(
           [](std::string from, std::string to) {
             if (ThisWorker().worker_id != 0) return;
             if (to.empty()) {
+              // A file that is not there is removed already (a read-only filesystem answers
+              // EROFS, not ENOENT, for a missing one).
+              if (access(from.c_str(), F_OK) != 0) return;
               DISCO_CHECK(std::remove(from.c_str()) == 0 || errno == ENOENT, RuntimeError)
                   << "disco.h5.finish: cannot remove '" << from << "': " << std::strerror(errno);
               return;
@@ -723,20 +1009,24 @@ void RegisterH5Builtins() {
 namespace h5 {
 
 std::map<std::string, DRef> LoadTensors(Session& session, const std::string& path,
-                                        const std::vector<LoadEntry>& plan, bool in_group) {
+                                        const std::vector<LoadEntry>& plan, bool in_group,
+                                        DLDevice device) {
   DRef load = session.GetGlobalFunc("disco.h5.load");
+  const bool move = !memory::IsHost(device);
+  DRef copy_to = move ? session.GetGlobalFunc("disco.copy_to") : DRef();
   std::map<std::string, DRef> out;
   for (const LoadEntry& e : plan) {
     DISCO_CHECK(out.count(e.name) == 0, ValueError)
         << "h5::LoadTensors: '" << e.name << "' appears twice in the plan";
-    out[e.name] = session.CallPacked(load, path, e.name, e.shard_axis, in_group);
+    DRef shard = session.CallPacked(load, path, e.name, e.shard_axis, in_group);
+    out[e.name] = move ? session.CallPacked(copy_to, shard, device) : shard;
   }
   return out;
 }
 
 void SaveTensors(Session& session, const std::string& path, const std::vector<SaveEntry>& tensors,
                  bool in_group) {
-  DRef save = session.GetGlobalFunc("disco.h5.save");
+  DRef save = session.GetGlobalFunc("disco.h5.save_in_place");
   DRef finish = session.GetGlobalFunc("disco.h5.finish");
   // A name of this save's own: two jobs saving the same path at once do not share a partial file.
   std::random_device random;
@@ -747,13 +1037,19 @@ void SaveTensors(Session& session, const std::string& path, const std::vector<Sa
       session.CallPacked(save, partial, e.name, e.shard, e.shard_axis, in_group);
     }
     session.SyncAll();
-  } catch (const RemoteError&) {
-    session.CallPacked(finish, partial, "");
+    session.CallPacked(finish, partial, path);
     session.SyncAll();
+  } catch (const RemoteError&) {
+    // The partial file goes; the error the caller sees is the save's, whatever the clean-up meets.
+    try {
+      session.CallPacked(finish, partial, "");
+      session.SyncAll();
+    } catch (const Error& cleanup) {
+      DISCO_LOG(WARN) << "h5::SaveTensors: removing '" << partial
+                      << "' after a failed save: " << cleanup.what();
+    }
     throw;
   }
-  session.CallPacked(finish, partial, path);
-  session.SyncAll();
 }
 
 }  // namespace h5

@@ -75,11 +75,20 @@ ByteBuffer& ByteBuffer::operator=(ByteBuffer&& other) noexcept {
   return *this;
 }
 
+void ByteBuffer::ReleaseAbove(size_t keep) {
+  if (capacity_ <= keep) return;
+  std::free(data_);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+}
+
 void ByteBuffer::Reserve(size_t n) {
   if (n <= capacity_) return;
   constexpr size_t kPage = 4096;
   size_t cap = capacity_ == 0 ? kPage : capacity_;
   while (cap < n) cap = cap > (SIZE_MAX / 2) ? n : cap * 2;
+  // Large buffers are freed after use (ReleaseAbove), so they need no room to grow into.
+  if (n > kKeepBufferBytes) cap = n;
   cap = (cap + kPage - 1) / kPage * kPage;
   void* fresh = std::aligned_alloc(kPage, cap);
   DISCO_CHECK(fresh != nullptr, RuntimeError)

@@ -114,6 +114,10 @@ FrameHeader ParseHeader(const uint8_t* data, size_t size, size_t max_payload);
 
 /// A growable byte buffer whose storage is page-aligned and reused: growing keeps the contents,
 /// shrinking never frees. Control frames are built and received in place in one of these.
+/// What a command, reply or request buffer keeps between messages; larger ones are freed after
+/// use (ByteBuffer::ReleaseAbove).
+constexpr size_t kKeepBufferBytes = size_t{16} << 20;
+
 class ByteBuffer {
  public:
   ByteBuffer() = default;
@@ -135,6 +139,9 @@ class ByteBuffer {
     size_ = n;
   }
   void Clear() { size_ = 0; }
+  /// Frees the memory (size and capacity become 0) when the capacity exceeds `keep` bytes: after
+  /// a large message, so that one large transfer does not pin its size for the rest of the job.
+  void ReleaseAbove(size_t keep);
 
  private:
   uint8_t* data_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "core/device_memory.h"
 
@@ -11,13 +12,25 @@ namespace disco {
 namespace protocol {
 namespace {
 
+// The encoders refuse, as ValueErrors on the sending side, every value the decoders below would
+// refuse as malformed: a worker that cannot decode a command ends the job, a sender that cannot
+// encode one sends nothing.
 void EncodeDataType(Writer* w, DLDataType t) {
+  DISCO_CHECK(t.code <= kDLComplex && t.bits != 0 && t.lanes != 0, ValueError)
+      << "invalid data type (code " << int{t.code} << ", bits " << int{t.bits} << ", lanes "
+      << t.lanes << ") cannot be sent";
   w->Put<uint8_t>(t.code);
   w->Put<uint8_t>(t.bits);
   w->Put<uint16_t>(t.lanes);
 }
 
 void EncodeShape(Writer* w, const Shape& s) {
+  DISCO_CHECK(s.size() <= kMaxWireNdim, ValueError)
+      << "a shape of rank " << s.size() << " cannot be sent (limit " << kMaxWireNdim << ")";
+  for (size_t i = 0; i < s.size(); ++i) {
+    DISCO_CHECK(s[i] >= 0, ValueError)
+        << "shape " << s.ToString() << " has the negative extent " << s[i] << " at axis " << i;
+  }
   w->Put<uint32_t>(static_cast<uint32_t>(s.size()));
   w->Append(s.data(), s.size() * sizeof(int64_t));
 }
@@ -56,7 +69,28 @@ Shape DecodeShape(Reader* r) {
 
 }  // namespace
 
+namespace {
+// Arrays and maps nest; deeper values than this are refused on both ends (no stack overflow).
+constexpr int kMaxNesting = 32;
+
+void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min,
+                 int depth);
+Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, int depth);
+}  // namespace
+
 void EncodeAny(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min) {
+  EncodeAnyAt(w, value, bulk, bulk_min, 0);
+}
+
+Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk) {
+  return DecodeAnyAt(r, bulk, max_bulk, 0);
+}
+
+namespace {
+void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min,
+                 int depth) {
+  DISCO_CHECK(depth <= kMaxNesting, ValueError)
+      << "arrays and maps nested more than " << kMaxNesting << " deep cannot be sent";
   const Any::Storage& v = value.storage();
   size_t tag_at = w->size();
   w->Put<uint8_t>(static_cast<uint8_t>(value.type_code()));
@@ -120,7 +154,24 @@ void EncodeAny(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size
     case TypeCode::kDRef: {
       const DRef& ref = std::get<DRef>(v);
       DISCO_CHECK(ref.defined(), ValueError) << "an empty DRef cannot be sent";
+      DISCO_CHECK(ref.reg_id() > 0, ValueError)
+          << "DRef(" << ref.reg_id() << ") names no register (ids are positive)";
       w->Put<int64_t>(ref.reg_id());
+      return;
+    }
+    case TypeCode::kArray: {
+      const Array& a = std::get<Array>(v);
+      w->Put<uint64_t>(a.size());
+      for (const Any& x : a.items()) EncodeAnyAt(w, x, bulk, bulk_min, depth + 1);
+      return;
+    }
+    case TypeCode::kMap: {
+      const Map& m = std::get<Map>(v);
+      w->Put<uint64_t>(m.size());
+      for (const auto& kv : m.items()) {
+        w->PutString(kv.first.data(), kv.first.size());
+        EncodeAnyAt(w, kv.second, bulk, bulk_min, depth + 1);
+      }
       return;
     }
     case TypeCode::kFunction:
@@ -132,8 +183,11 @@ void EncodeAny(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size
                              "in a register and pass its DRef)";
 }
 
-Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk) {
+Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, int depth) {
   size_t at = r->offset();
+  if (depth > kMaxNesting) {
+    r->Fail("arrays and maps nested more than " + std::to_string(kMaxNesting) + " deep", at);
+  }
   uint8_t tag = r->Get<uint8_t>("type tag");
   const bool out_of_line = (tag & kOutOfLine) != 0;
   if (out_of_line) {
@@ -229,12 +283,35 @@ Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk) {
       if (reg <= 0) r->Fail("register id " + std::to_string(reg) + " is not positive", at + 1);
       return Any(DRef::Unowned(reg));
     }
+    case TypeCode::kArray: {
+      // Each element takes at least its tag byte: the count is bounded by the bytes left.
+      uint64_t n = r->GetLength("array length", 1);
+      std::vector<Any> items;
+      items.reserve(static_cast<size_t>(n));
+      for (uint64_t i = 0; i < n; ++i) items.push_back(DecodeAnyAt(r, bulk, max_bulk, depth + 1));
+      return Any(Array(std::move(items)));
+    }
+    case TypeCode::kMap: {
+      // Each entry takes at least a key length and a tag.
+      uint64_t n = r->GetLength("map length", sizeof(uint64_t) + 1);
+      std::map<std::string, Any> items;
+      for (uint64_t i = 0; i < n; ++i) {
+        size_t key_at = r->offset();
+        std::string key = r->GetString("map key length");
+        Any value = DecodeAnyAt(r, bulk, max_bulk, depth + 1);
+        if (!items.emplace(std::move(key), std::move(value)).second) {
+          r->Fail("map key repeated", key_at);
+        }
+      }
+      return Any(Map(std::move(items)));
+    }
     case TypeCode::kFunction:
     case TypeCode::kObject:
       break;
   }
   r->Fail("unknown or unsendable type tag " + std::to_string(tag), at);
 }
+}  // namespace
 
 size_t EncodeCommand(ByteBuffer* buf, Action action, uint64_t seq,
                      const std::vector<int64_t>& kills, const Any* head, size_t num_head,

@@ -10,6 +10,7 @@
 
 #include "core/device_memory.h"
 #include "protocol/serializer.h"
+#include "remote/key.h"
 #include "remote/rpc.h"
 #include "remote/socket.h"
 #include "session/session_backend.h"
@@ -104,6 +105,9 @@ class RemoteSession final : public detail::SessionBackend {
 
   /// Ends the served job (the connection closes with it).
   void ShutdownJob(int exit_code) {
+    DISCO_CHECK(exit_code >= 0 && exit_code <= 255, ValueError)
+        << "ShutdownRemoteJob: exit code " << exit_code
+        << " is outside 0..255 (a process exit status would wrap it; 256 would read as success)";
     Any operand(exit_code);
     Request(Op::kShutdownJob, &operand, 1);
     ClearBuiltins();
@@ -168,7 +172,9 @@ class RemoteSession final : public detail::SessionBackend {
       frees_.clear();
       remote::RecvPacket(&sock_, &buf_, options_.max_reply_bytes, options_.reply_timeout_ms);
     });
-    return remote::DecodeReply(buf_.data(), buf_.size());
+    std::vector<Any> values = remote::DecodeReply(buf_.data(), buf_.size());
+    buf_.ReleaseAbove(protocol::kKeepBufferBytes);  // the values own their data
+    return values;
   }
 
   std::vector<Any> Request(Op op, const Any* operands, size_t n) {
@@ -221,11 +227,12 @@ class RemoteSession final : public detail::SessionBackend {
 Session Connect(const std::string& host, int port, const std::string& key,
                 const ConnectOptions& options) {
   std::string where = host + ":" + std::to_string(port);
+  const std::string the_key = remote::ClientKey(key, options.key_file, port);
   remote::Socket sock;
   remote::HandshakeCode code;
   try {
     sock = remote::Socket::Connect(host, port, options.connect_timeout_ms);
-    code = remote::ClientHello(&sock, key, options.connect_timeout_ms);
+    code = remote::ClientHello(&sock, the_key, options.connect_timeout_ms);
   } catch (const Error& e) {
     DISCO_THROW(RuntimeError) << "cannot attach to the disco server at " << where << ": "
                               << e.what();

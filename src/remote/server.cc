@@ -5,13 +5,23 @@
 #include <disco/remote.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +30,7 @@
 #include "core/device_memory.h"
 #include "core/env.h"
 #include "protocol/serializer.h"
+#include "remote/key.h"
 #include "remote/rpc.h"
 #include "remote/socket.h"
 #include "session/session_impl.h"
@@ -31,13 +42,30 @@ using remote::Op;
 using remote::Socket;
 
 constexpr int kHandshakeTimeoutMs = 5000;
+// The most a refused CopyToWorker0 is read (and dropped) to keep the stream in step.
+constexpr size_t kMaxDrainBytes = size_t{64} << 20;
 // A client silent this long parks the workers; so does a copy of this many bytes or more (it
 // keeps rank 0 on the socket for milliseconds, while workers would spin for the next frame).
 constexpr int kParkAfterMs = 20;
 constexpr size_t kParkForCopyBytes = size_t{1} << 20;
 
+// Whether `host` resolves to a loopback address (by its address, not its spelling).
 bool IsLoopback(const std::string& host) {
-  return host.empty() || host == "localhost" || host.rfind("127.", 0) == 0;
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  if (getaddrinfo(host.empty() ? "localhost" : host.c_str(), nullptr, &hints, &res) != 0) {
+    return false;
+  }
+  bool loopback = res != nullptr;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      loopback &= (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      loopback &= IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    }
+  }
+  freeaddrinfo(res);
+  return loopback;
 }
 
 void WritePortFile(const std::string& path, int port) {
@@ -51,10 +79,26 @@ void WritePortFile(const std::string& path, int port) {
       << "cannot move the port file into place at '" << path << "'";
 }
 
-// Accepts connections in a thread of its own and runs their handshakes; hands an accepted
-// client to the serving thread, and answers "busy" while one is being served.
+// Accepts connections in a thread of its own and runs their handshakes, many at once, each with
+// a deadline for the whole hello: a peer that drips its bytes, or many of them, cannot keep a
+// client with the key out.
+// - At most kMaxPending connections wait in their handshake; a new one beyond that closes the
+//   oldest (an honest client sends its whole hello at once, within a millisecond).
+// - A wrong key is answered only after a delay that doubles with each failure from that address
+//   (kFirstBackoffMs .. kMaxBackoffMs, forgotten after kForgetMs of quiet); a wrong-key hello from
+//   an address that already has kMaxDelayedPerPeer answers waiting is closed unanswered. The right
+//   key is answered at once, whatever the address did before.
+// - Refusals are logged at most once per kLogEveryMs per address, with the count since.
+// Hands an accepted client to the serving thread; answers "busy" while one is being served.
 class Acceptor {
  public:
+  static constexpr size_t kMaxPending = 64;
+  static constexpr size_t kMaxDelayedPerPeer = 8;
+  static constexpr int kFirstBackoffMs = 100;
+  static constexpr int kMaxBackoffMs = 10000;
+  static constexpr int64_t kForgetMs = 600000;
+  static constexpr int64_t kLogEveryMs = 10000;
+
   Acceptor(Socket* listener, std::string key) : listener_(listener), key_(std::move(key)) {
     thread_ = std::thread([this] { Run(); });
   }
@@ -76,39 +120,225 @@ class Acceptor {
   }
 
  private:
-  void Run() {
-    while (!stop_) {
-      Socket c;
-      try {
-        c = listener_->Accept(200);
-      } catch (const std::exception& e) {
-        DISCO_LOG(WARN) << "disco-serve: accept failed: " << e.what();
-        continue;
-      }
-      if (!c.valid()) continue;
-      std::string peer = c.PeerName();
+  struct Pending {
+    Socket sock;
+    std::string peer;     // ip:port
+    std::string address;  // ip
+    int64_t deadline_ms = 0;
+    std::vector<uint8_t> hello;
+    int64_t answer_at_ms = -1;  // a wrong key waiting for its delayed answer
+  };
+  struct PeerRecord {
+    int failures = 0;
+    int64_t last_failure_ms = 0;
+    int64_t last_log_ms = -kLogEveryMs;
+    int unlogged = 0;
+  };
+
+  static int64_t NowMs() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+  }
+  static std::string AddressOf(const std::string& peer) { return peer.substr(0, peer.rfind(':')); }
+
+  // One log line per address per kLogEveryMs; the lines in between are counted.
+  void LogRefusal(const std::string& address, const std::string& peer, const std::string& why) {
+    PeerRecord& r = peers_[address];
+    int64_t now = NowMs();
+    if (now - r.last_log_ms < kLogEveryMs) {
+      ++r.unlogged;
+      return;
+    }
+    DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": " << why
+                    << (r.unlogged > 0 ? " (and " + std::to_string(r.unlogged) +
+                                             " more refusals from " + address +
+                                             " since the last "
+                                             "such line)"
+                                       : std::string());
+    r.last_log_ms = now;
+    r.unlogged = 0;
+  }
+
+  void Answer(Pending* p, remote::HandshakeCode code) {
+    uint8_t c = static_cast<uint8_t>(code);
+    try {
+      p->sock.SendAll(&c, 1, 100);
+    } catch (const std::exception&) {
+    }
+  }
+
+  // The hello of `p` is complete: answer it (or schedule the answer); true when `p` is done.
+  bool Decide(Pending* p) {
+    remote::HandshakeCode code = remote::CheckHello(p->hello.data(), p->hello.size(), key_);
+    if (code == remote::HandshakeCode::kOk) {
+      peers_.erase(p->address);  // the right key clears the address's record
       bool busy;
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy = attached_;
+        if (!busy) attached_ = true;
       }
-      remote::HandshakeCode code;
-      try {
-        code = remote::ServerHello(&c, key_, kHandshakeTimeoutMs, busy);
-      } catch (const std::exception& e) {
-        DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": " << e.what();
-        continue;
+      if (busy) {
+        Answer(p, remote::HandshakeCode::kBusy);
+        LogRefusal(p->address, p->peer, remote::HandshakeCodeName(remote::HandshakeCode::kBusy));
+        return true;
       }
-      if (code != remote::HandshakeCode::kOk) {
-        DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": "
-                        << remote::HandshakeCodeName(code);
-        continue;
-      }
-      DISCO_LOG(INFO) << "disco-serve: client " << peer << " attached";
+      Answer(p, remote::HandshakeCode::kOk);
+      DISCO_LOG(INFO) << "disco-serve: client " << p->peer << " attached";
       std::lock_guard<std::mutex> lock(mu_);
-      attached_ = true;
-      next_ = std::move(c);
+      next_ = std::move(p->sock);
       cv_.notify_all();
+      return true;
+    }
+    if (code != remote::HandshakeCode::kBadKey) {
+      Answer(p, code);
+      LogRefusal(p->address, p->peer, remote::HandshakeCodeName(code));
+      return true;
+    }
+    // A wrong key: answered late, later with each failure from this address.
+    PeerRecord& r = peers_[p->address];
+    const int64_t now = NowMs();
+    if (now - r.last_failure_ms > kForgetMs) r.failures = 0;
+    r.failures = std::min(r.failures + 1, 30);
+    r.last_failure_ms = now;
+    size_t delayed = 0;
+    for (const Pending& q : pending_) delayed += q.address == p->address && q.answer_at_ms >= 0;
+    if (delayed >= kMaxDelayedPerPeer) {
+      LogRefusal(p->address, p->peer, "wrong key (closed unanswered: too many guesses at once)");
+      return true;
+    }
+    int64_t delay = std::min<int64_t>(int64_t{kFirstBackoffMs} << (r.failures - 1), kMaxBackoffMs);
+    p->answer_at_ms = now + delay;
+    p->deadline_ms = p->answer_at_ms + 1000;
+    LogRefusal(p->address, p->peer,
+               "wrong key (failure " + std::to_string(r.failures) + " from this address; " +
+                   "answered after " + std::to_string(delay) + " ms)");
+    return false;
+  }
+
+  // Reads what `p` has sent; true when `p` is done (answered, closed or failed).
+  bool ReadHello(Pending* p) {
+    for (;;) {
+      const size_t have = p->hello.size();
+      size_t need = remote::kHelloHeadBytes;
+      if (have >= remote::kHelloHeadBytes) {
+        // The head tells what follows: a foreign protocol or an oversized key is answered now.
+        uint32_t magic;
+        uint16_t version;
+        std::memcpy(&magic, p->hello.data(), 4);
+        std::memcpy(&version, p->hello.data() + 4, 2);
+        remote::HandshakeCode early =
+            magic != remote::kRemoteMagic       ? remote::HandshakeCode::kBadMagic
+            : version != remote::kRemoteVersion ? remote::HandshakeCode::kBadVersion
+                                                : remote::HandshakeCode::kOk;
+        need = remote::HelloBytes(p->hello.data(), have);
+        if (early == remote::HandshakeCode::kOk &&
+            need > remote::kHelloHeadBytes + remote::kMaxKeyBytes) {
+          early = remote::HandshakeCode::kBadKey;
+        }
+        if (early != remote::HandshakeCode::kOk) {
+          Answer(p, early);
+          LogRefusal(p->address, p->peer, remote::HandshakeCodeName(early));
+          return true;
+        }
+        if (have == need) return Decide(p);
+      }
+      uint8_t buf[remote::kHelloHeadBytes + remote::kMaxKeyBytes];
+      ssize_t k = ::recv(p->sock.fd(), buf, need - have, 0);
+      if (k > 0) {
+        p->hello.insert(p->hello.end(), buf, buf + k);
+        continue;
+      }
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+      return true;  // closed or failed before its hello was complete
+    }
+  }
+
+  void Run() {
+    while (!stop_) {
+      const int64_t now = NowMs();
+      // Answers that are due, and handshakes past their deadline.
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->answer_at_ms >= 0 && it->answer_at_ms <= now) {
+          Answer(&*it, remote::HandshakeCode::kBadKey);
+          it = pending_.erase(it);
+        } else if (it->answer_at_ms < 0 && it->deadline_ms <= now) {
+          LogRefusal(it->address, it->peer,
+                     "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      std::vector<pollfd> fds;
+      fds.push_back(pollfd{listener_->fd(), POLLIN, 0});
+      int64_t wake = now + 200;
+      for (const Pending& p : pending_) {
+        fds.push_back(pollfd{p.sock.fd(), static_cast<short>(p.answer_at_ms < 0 ? POLLIN : 0), 0});
+        wake = std::min(wake, p.answer_at_ms >= 0 ? p.answer_at_ms : p.deadline_ms);
+      }
+      int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wake - now)));
+      if (rc < 0 && errno != EINTR) {
+        DISCO_LOG(WARN) << "disco-serve: poll failed: " << std::strerror(errno);
+        continue;
+      }
+      if (rc <= 0) continue;
+      // Hellos that arrived (before accepting more: the pending list may shrink).
+      std::vector<bool> done(pending_.size(), false);
+      size_t i = 0;
+      for (Pending& p : pending_) {
+        const short ev = fds[i + 1].revents;
+        if (p.answer_at_ms < 0 && (ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
+          done[i] = ReadHello(&p);
+        } else if (p.answer_at_ms >= 0 && (ev & (POLLHUP | POLLERR)) != 0) {
+          done[i] = true;  // gone before its delayed answer: nothing to wait for
+        }
+        ++i;
+      }
+      i = 0;
+      for (auto it = pending_.begin(); it != pending_.end(); ++i) {
+        it = done[i] ? pending_.erase(it) : std::next(it);
+      }
+      if ((fds[0].revents & POLLIN) != 0) AcceptNew();
+      if (peers_.size() > 4096) ForgetQuietPeers();
+    }
+  }
+
+  // Addresses whose last failure is long past are forgotten (the table stays small).
+  void ForgetQuietPeers() {
+    const int64_t now = NowMs();
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      it =
+          now - it->second.last_failure_ms > kForgetMs && now - it->second.last_log_ms > kLogEveryMs
+              ? peers_.erase(it)
+              : std::next(it);
+    }
+  }
+
+  void AcceptNew() {
+    for (int n = 0; n < 64; ++n) {
+      Socket c;
+      try {
+        c = listener_->Accept(0);
+      } catch (const std::exception& e) {
+        DISCO_LOG(WARN) << "disco-serve: accept failed: " << e.what();
+        return;
+      }
+      if (!c.valid()) return;
+      if (pending_.size() >= kMaxPending) {  // the oldest handshake makes room
+        auto oldest = std::find_if(pending_.begin(), pending_.end(),
+                                   [](const Pending& p) { return p.answer_at_ms < 0; });
+        if (oldest == pending_.end()) oldest = pending_.begin();
+        LogRefusal(oldest->address, oldest->peer, "handshake not complete when room was needed");
+        pending_.erase(oldest);
+      }
+      Pending p;
+      p.peer = c.PeerName();
+      p.address = AddressOf(p.peer);
+      p.deadline_ms = NowMs() + kHandshakeTimeoutMs;
+      p.sock = std::move(c);
+      pending_.push_back(std::move(p));
+      if (ReadHello(&pending_.back())) pending_.pop_back();  // an honest hello is there already
     }
   }
 
@@ -119,6 +349,8 @@ class Acceptor {
   std::condition_variable cv_;
   bool attached_ = false;
   Socket next_;
+  std::list<Pending> pending_;                         // the acceptor thread's alone
+  std::unordered_map<std::string, PeerRecord> peers_;  // likewise
   std::thread thread_;
 };
 
@@ -235,6 +467,9 @@ class ClientConnection {
       remote::SendPacket(&sock_, out_.data(), out_.size(), options_.request_timeout_ms);
     }
     copy_ = Tensor();
+    // A large request or answer does not pin its buffers for the rest of the connection.
+    in_.ReleaseAbove(protocol::kKeepBufferBytes);
+    out_.ReleaseAbove(protocol::kKeepBufferBytes);
   }
 
   // Socket failures inside a request (chunks) are not the client's mistakes to answer: they end
@@ -317,18 +552,23 @@ class ClientConnection {
         CleanUp();
         Release();
         return {};
-      case Op::kShutdownJob:
+      case Op::kShutdownJob: {
         expect(1);
+        int64_t code = a[0].cast<int64_t>();
+        DISCO_CHECK(code >= 0 && code <= 255, ValueError)
+            << "shutdown: exit code " << code << " is outside 0..255";
         stop_ = true;
         end_job_ = true;
-        exit_code_ = static_cast<int>(a[0].cast<int64_t>());
+        exit_code_ = static_cast<int>(code);
         return {};
+      }
     }
     DISCO_THROW(ProtocolError) << "unknown request operation " << static_cast<int>(op);
   }
 
-  // Reads a kCopyTo's chunks straight into worker 0's tensor; a copy that cannot be honoured
-  // still reads (and drops) them, so the stream stays in step, then answers the error.
+  // Reads a kCopyTo's chunks straight into worker 0's tensor. A copy that cannot be honoured
+  // still reads (and drops) its chunks, so the stream stays in step, then answers the error; one
+  // that announces more than kMaxDrainBytes is not read for nothing: the client is dropped.
   void CopyTo(const std::vector<Any>& a) {
     size_t nbytes = 0;
     try {
@@ -341,7 +581,11 @@ class ClientConnection {
     Tensor dst;
     try {
       dst = CheckedTensor(a, "CopyToWorker0");
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      if (nbytes > kMaxDrainBytes) {
+        throw IoError(std::string(e.what()) + "; the " + std::to_string(nbytes) +
+                      " bytes announced are not read for nothing: connection closed");
+      }
       Io([&] { remote::RecvChunks(&sock_, nullptr, nbytes, ChunkLimit(), Deadline()); });
       throw;
     }
@@ -434,16 +678,43 @@ int Serve(Session& session, const ServeOptions& options) {
       << "Serve needs the job's own session (rank 0 of disco::Main), not a remote one";
   DISCO_CHECK(options.max_packet_bytes > remote::ChunkOverheadBytes() + 1024, ValueError)
       << "Serve: max_packet_bytes " << options.max_packet_bytes << " is too small";
+  // Never without a key: a client with the key can run any code as the job's owner (it can load
+  // libraries), and loopback is shared by every user of the machine.
   std::string key = options.key;
   if (key.empty()) key = env::GetString("DISCO_SERVE_KEY");
-  DISCO_CHECK(!key.empty() || IsLoopback(options.host), ValueError)
-      << "Serve: listening on " << options.host
-      << " needs a key (--key or DISCO_SERVE_KEY); only loopback may go without one";
-  Socket listener = Socket::Listen(options.host, options.port);
+  DISCO_CHECK(key.empty() || key.size() >= remote::kMinKeyChars, ValueError)
+      << "Serve: the key has " << key.size() << " characters; use at least " << remote::kMinKeyChars
+      << " (or none: a random key is generated and written to a file "
+      << "only you can read)";
+  Socket listener = Socket::Listen(options.host, options.port, /*backlog=*/64);
   int port = listener.port();
+  std::string key_file;
+  if (key.empty()) {
+    key = remote::GenerateKey();
+    key_file = options.key_file.empty() ? remote::DefaultKeyFile(port) : options.key_file;
+    remote::WriteKeyFile(key_file, key);
+  }
+  struct RemoveKeyFile {
+    std::string path;
+    ~RemoveKeyFile() {
+      if (!path.empty()) unlink(path.c_str());
+    }
+  } remove_key_file{key_file};
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
   std::printf("disco-serve: listening on %s:%d, %d workers in %d groups\n", options.host.c_str(),
               port, session.num_workers(), session.num_groups());
+  if (!key_file.empty()) {
+    std::printf(
+        "disco-serve: no key was given: clients of this user find the generated key in %s "
+        "(readable by you only; removed when the job ends)\n",
+        key_file.c_str());
+  }
+  if (!IsLoopback(options.host)) {
+    std::printf(
+        "disco-serve: %s is not loopback: the key and the data travel in clear text (an "
+        "SSH tunnel to a loopback server keeps them private)\n",
+        options.host.c_str());
+  }
   std::fflush(stdout);
 
   Acceptor acceptor(&listener, key);

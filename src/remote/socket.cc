@@ -138,11 +138,21 @@ Socket Socket::Accept(int timeout_ms) {
   return c;
 }
 
+static int64_t DeadlineAfter(int timeout_ms) { return timeout_ms < 0 ? -1 : NowMs() + timeout_ms; }
+
+static int TimeLeftMs(int64_t deadline) {
+  if (deadline < 0) return kNoTimeout;
+  return static_cast<int>(std::max<int64_t>(0, deadline - NowMs()));
+}
+
 void Socket::WaitFor(short events, int timeout_ms, const char* what) {
-  int64_t deadline = NowMs() + timeout_ms;
+  WaitUntil(events, DeadlineAfter(timeout_ms), timeout_ms, what);
+}
+
+void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what) {
   for (;;) {
-    int64_t left = timeout_ms < 0 ? -1 : deadline - NowMs();
-    DISCO_CHECK(timeout_ms < 0 || left > 0, RuntimeError)
+    int64_t left = deadline < 0 ? -1 : deadline - NowMs();
+    DISCO_CHECK(deadline < 0 || left > 0, RuntimeError)
         << "timed out after " << timeout_ms << " ms waiting for " << what;
     pollfd p{fd_, events, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
@@ -159,6 +169,7 @@ void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
 
 void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
   DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole send, not each wait
   int first = 0;
   while (first < count && iov[first].iov_len == 0) ++first;
   while (first < count) {
@@ -177,7 +188,7 @@ void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
         iov[first].iov_len -= done;
       }
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      WaitFor(POLLOUT, timeout_ms, "the peer to take more data");
+      WaitUntil(POLLOUT, deadline, timeout_ms, "the peer to take more data");
     } else {
       DISCO_THROW(RuntimeError) << "send failed: " << Errno();
     }
@@ -213,6 +224,8 @@ ssize_t Socket::RecvSome(void* dst, size_t n) {
 
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
+  // The deadline is for all n bytes: a peer that drips one byte at a time cannot stretch it.
+  const int64_t deadline = DeadlineAfter(timeout_ms);
   char* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
@@ -237,7 +250,7 @@ void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
       DISCO_THROW(RuntimeError) << "the peer closed the connection after " << got << " of " << n
                                 << " bytes of " << what;
     } else {
-      WaitFor(POLLIN, timeout_ms, what);
+      WaitUntil(POLLIN, deadline, timeout_ms, what);
     }
   }
 }
@@ -259,12 +272,17 @@ void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
 }
 
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // one deadline for the whole packet
   uint64_t len = 0;
   s->RecvAll(&len, sizeof len, timeout_ms, "a packet length");
   DISCO_CHECK(len <= max_bytes, ProtocolError)
       << "a packet of " << len << " bytes exceeds the limit of " << max_bytes << " bytes";
   buf->Resize(static_cast<size_t>(len));
-  if (len != 0) s->RecvAll(buf->data(), static_cast<size_t>(len), timeout_ms, "a packet body");
+  if (len == 0) return;
+  int left = TimeLeftMs(deadline);
+  DISCO_CHECK(left != 0, RuntimeError)
+      << "timed out after " << timeout_ms << " ms waiting for a packet body";
+  s->RecvAll(buf->data(), static_cast<size_t>(len), left, "a packet body");
 }
 
 const char* HandshakeCodeName(HandshakeCode code) {
@@ -301,32 +319,63 @@ HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uin
   return static_cast<HandshakeCode>(code);
 }
 
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms, bool busy) {
-  uint8_t head[8];
-  s->RecvAll(head, sizeof head, timeout_ms, "the client's handshake");
+size_t HelloBytes(const uint8_t* data, size_t n) {
+  if (n < kHelloHeadBytes) return 0;
+  uint16_t key_len;
+  std::memcpy(&key_len, data + 6, 2);
+  return kHelloHeadBytes + std::min<size_t>(key_len, kMaxKeyBytes + 1);
+}
+
+bool KeysEqual(const std::string& a, const std::string& b) {
+  // Constant time: the answer's timing says nothing about the key.
+  unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+  }
+  return diff == 0;
+}
+
+HandshakeCode CheckHello(const uint8_t* data, size_t n, const std::string& expected_key) {
+  DISCO_CHECK(n >= kHelloHeadBytes && n == HelloBytes(data, n), InternalError)
+      << "CheckHello of an incomplete hello (" << n << " bytes)";
   uint32_t magic;
   uint16_t version, key_len;
-  std::memcpy(&magic, head, 4);
-  std::memcpy(&version, head + 4, 2);
-  std::memcpy(&key_len, head + 6, 2);
-  auto answer = [&](HandshakeCode code) {
-    uint8_t c = static_cast<uint8_t>(code);
-    s->SendAll(&c, 1, timeout_ms);
-    return code;
-  };
-  if (magic != kRemoteMagic) return answer(HandshakeCode::kBadMagic);
-  if (version != kRemoteVersion) return answer(HandshakeCode::kBadVersion);
-  if (key_len > kMaxKeyBytes) return answer(HandshakeCode::kBadKey);
-  std::string key(key_len, '\0');
-  if (key_len != 0) s->RecvAll(&key[0], key_len, timeout_ms, "the client's key");
-  // Compare in constant time: the answer's timing says nothing about the key.
-  unsigned diff = key.size() ^ expected_key.size();
-  for (size_t i = 0; i < key.size(); ++i) {
-    diff |= static_cast<unsigned char>(key[i]) ^
-            static_cast<unsigned char>(i < expected_key.size() ? expected_key[i] : 0);
+  std::memcpy(&magic, data, 4);
+  std::memcpy(&version, data + 4, 2);
+  std::memcpy(&key_len, data + 6, 2);
+  if (magic != kRemoteMagic) return HandshakeCode::kBadMagic;
+  if (version != kRemoteVersion) return HandshakeCode::kBadVersion;
+  if (key_len > kMaxKeyBytes) return HandshakeCode::kBadKey;
+  std::string key(reinterpret_cast<const char*>(data) + kHelloHeadBytes, key_len);
+  return KeysEqual(key, expected_key) ? HandshakeCode::kOk : HandshakeCode::kBadKey;
+}
+
+HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms, bool busy) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole hello
+  uint8_t hello[kHelloHeadBytes + kMaxKeyBytes + 1];
+  s->RecvAll(hello, kHelloHeadBytes, timeout_ms, "the client's handshake");
+  size_t total = HelloBytes(hello, kHelloHeadBytes);
+  HandshakeCode code = HandshakeCode::kBadKey;
+  uint32_t magic;
+  std::memcpy(&magic, hello, 4);
+  if (magic != kRemoteMagic) {
+    code = HandshakeCode::kBadMagic;
+  } else if (total > kHelloHeadBytes + kMaxKeyBytes) {
+    code = HandshakeCode::kBadKey;  // a key longer than any key: not worth reading
+  } else {
+    if (total > kHelloHeadBytes) {
+      int left = TimeLeftMs(deadline);
+      DISCO_CHECK(left != 0, RuntimeError)
+          << "timed out after " << timeout_ms << " ms waiting for the client's key";
+      s->RecvAll(hello + kHelloHeadBytes, total - kHelloHeadBytes, left, "the client's key");
+    }
+    code = CheckHello(hello, total, expected_key);
   }
-  if (diff != 0) return answer(HandshakeCode::kBadKey);
-  return answer(busy ? HandshakeCode::kBusy : HandshakeCode::kOk);
+  if (code == HandshakeCode::kOk && busy) code = HandshakeCode::kBusy;
+  uint8_t c = static_cast<uint8_t>(code);
+  int left = TimeLeftMs(deadline);
+  s->SendAll(&c, 1, left == 0 ? 1 : left);
+  return code;
 }
 
 }  // namespace remote

@@ -19,9 +19,9 @@ namespace remote {
 /// Pass as a timeout to wait without a deadline.
 constexpr int kNoTimeout = -1;
 
-/// An owned TCP socket (closed by the destructor). Every blocking call takes a deadline in
-/// milliseconds (kNoTimeout: none) and raises RuntimeError naming what it waited for when it
-/// passes.
+/// An owned TCP socket (closed by the destructor). Every blocking call takes a time limit in
+/// milliseconds (kNoTimeout: none) for the whole call, however the peer paces its bytes, and
+/// raises RuntimeError naming what it waited for when it passes.
 class Socket {
  public:
   Socket() = default;
@@ -71,6 +71,8 @@ class Socket {
  private:
   static constexpr size_t kAheadBytes = 64 << 10;
   void WaitFor(short events, int timeout_ms, const char* what);
+  /// As WaitFor, against an absolute deadline (-1: none); `timeout_ms` is for the message.
+  void WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what);
   /// One recv into `dst` (at most `n` bytes): >0 bytes read, 0 when the peer closed, -1 when
   /// nothing is there yet; other failures raise.
   ssize_t RecvSome(void* dst, size_t n);
@@ -85,8 +87,8 @@ bool ParseHostPort(const std::string& text, std::string* host, int* port);
 
 /// Packets: a u64 little-endian length, then the body.
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
-/// Receives one packet into `buf`; a length over `max_bytes` raises ProtocolError before
-/// anything is allocated or read.
+/// Receives one packet into `buf` within `timeout_ms` in all; a length over `max_bytes` raises
+/// ProtocolError before anything is allocated or read.
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms);
 
 constexpr uint32_t kRemoteMagic = 0x52435344;  // "DSCR" little-endian
@@ -103,12 +105,22 @@ enum class HandshakeCode : uint8_t {
 };
 const char* HandshakeCodeName(HandshakeCode code);
 
+/// A hello is magic (u32), version (u16), key length (u16), then the key.
+constexpr size_t kHelloHeadBytes = 8;
+/// The bytes of the hello that starts with data[0..n), once its head is in (0 before); a claimed
+/// key longer than kMaxKeyBytes counts as kMaxKeyBytes + 1 (refused, never read past).
+size_t HelloBytes(const uint8_t* data, size_t n);
+/// The answer to a complete hello of HelloBytes() bytes (kOk for the right key; constant-time
+/// key comparison).
+HandshakeCode CheckHello(const uint8_t* data, size_t n, const std::string& expected_key);
+
 /// Client side: sends magic, version and key; returns the server's answer.
 HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms,
                           uint32_t magic = kRemoteMagic, uint16_t version = kRemoteVersion);
-/// Server side: reads a hello, answers it and returns the code it sent (the caller closes the
-/// connection on anything but kOk). With `busy`, a hello that passes every check is answered
-/// kBusy. Malformed or slow hellos raise.
+/// Server side, one connection at a time: reads a hello within `timeout_ms` in all, answers it
+/// and returns the code it sent (the caller closes the connection on anything but kOk). With
+/// `busy`, a hello that passes every check is answered kBusy. Malformed or slow hellos raise.
+/// (disco::Serve runs many handshakes at once with HelloBytes and CheckHello.)
 HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms,
                           bool busy = false);
 

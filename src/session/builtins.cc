@@ -8,6 +8,7 @@
 
 #include "ccl/builtins.h"
 #include "core/process_info.h"
+#include "core/registry_errors.h"
 #include "io/h5.h"
 
 namespace disco {
@@ -16,6 +17,17 @@ namespace {
 bool IsFirstOfGroup(const WorkerInfo& w) {
   int group_size = w.num_workers / w.num_groups;
   return w.worker_id % group_size == 0;
+}
+
+// `device`, with ThisWorkerGpu() replaced by the GPU InitCCL bound this worker to.
+DLDevice ResolveDevice(DLDevice device, const char* fn) {
+  if (!(device == ThisWorkerGpu())) return device;
+  const WorkerInfo& w = ThisWorker();
+  DISCO_CHECK(w.device.device_type == kDLCUDA, ValueError)
+      << fn << ": " << DeviceToString(device) << " means this worker's GPU, but worker "
+      << w.worker_id << " is bound to none (" << DeviceToString(w.device)
+      << "); InitCCL('nccl') binds one";
+  return w.device;
 }
 
 void RegisterAll() {
@@ -46,23 +58,36 @@ void RegisterAll() {
               bool mine = in_group ? IsFirstOfGroup(w) : w.worker_id == 0;
               if (!mine) return Any();
             }
-            if (device == ThisWorkerGpu()) {
-              DISCO_CHECK(w.device.device_type == kDLCUDA, ValueError)
-                  << "disco.empty: " << DeviceToString(device) << " means this worker's GPU, but "
-                  << "worker " << w.worker_id << " is bound to none (" << DeviceToString(w.device)
-                  << "); InitCCL('nccl') binds one";
-              device = w.device;
-            }
-            return Any(Tensor::Empty(shape, dtype, device));
+            return Any(Tensor::Empty(shape, dtype, ResolveDevice(device, "disco.empty")));
           },
           {"shape", "dtype", "device", "worker0_only", "in_group"});
+  // A copy of `tensor` on `device` (ThisWorkerGpu(): this worker's GPU); h5::LoadTensors uses it
+  // to place loaded shards.
+  Registry::Register("disco.copy_to", true)
+      .set_body_typed(
+          [](Tensor tensor, DLDevice device) {
+            Tensor out = Tensor::Empty(tensor.shape(), tensor.dtype(),
+                                       ResolveDevice(device, "disco.copy_to"));
+            out.CopyFrom(tensor);
+            return out;
+          },
+          {"tensor", "device"});
   Registry::Register("disco.load_library", true)
       .set_body_typed(
           [](std::string path) {
-            // RTLD_GLOBAL: a plugin may depend on symbols of another one loaded before it.
+            // RTLD_GLOBAL: a plugin may depend on symbols of another one loaded before it. Its
+            // registrations run inside dlopen, where they must not throw: a name it registers
+            // again is collected and reported here (its other functions stay registered).
+            core::RegistrationErrors refused;
             void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
             DISCO_CHECK(handle != nullptr, ValueError)
                 << "disco.load_library: cannot load '" << path << "': " << dlerror();
+            if (!refused.errors().empty()) {
+              std::string all;
+              for (const std::string& e : refused.errors()) all += (all.empty() ? "" : "; ") + e;
+              DISCO_THROW(ValueError) << "disco.load_library: '" << path << "' was loaded, but "
+                                      << all << " (the library's other functions are registered)";
+            }
           },
           {"path"});
 }

@@ -173,6 +173,7 @@ void CopiedSends::Send(const void* data, int n, int dest, int tag, MPI_Comm comm
   pending_.emplace_back();
   Pending& p = pending_.back();
   p.data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+  pending_bytes_ += p.data.size();
   DISCO_MPI_CALL(MPI_Isend(p.data.data(), n, MPI_BYTE, dest, tag, comm, &p.request));
 }
 
@@ -185,6 +186,7 @@ void CopiedSends::Progress(bool wait) {
     } else {
       DISCO_MPI_CALL(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
     }
+    if (done) pending_bytes_ -= it->data.size();
     it = done ? pending_.erase(it) : std::next(it);
   }
 }

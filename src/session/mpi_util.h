@@ -75,6 +75,9 @@ class CopiedSends {
   void Send(const void* data, int n, int dest, int tag, MPI_Comm comm);
   /// Completes the sends that have finished; with `wait`, all of them.
   void Progress(bool wait);
+  /// Sends not known to be complete, and the bytes their copies hold.
+  size_t pending() const { return pending_.size(); }
+  size_t pending_bytes() const { return pending_bytes_; }
 
  private:
   struct Pending {
@@ -82,6 +85,7 @@ class CopiedSends {
     std::vector<uint8_t> data;
   };
   std::list<Pending> pending_;
+  size_t pending_bytes_ = 0;
 };
 
 /// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).

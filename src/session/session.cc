@@ -22,6 +22,14 @@ SessionConfig SessionConfig::FromEnv(int num_workers) {
   DISCO_CHECK(num_workers % c.num_groups == 0, ValueError)
       << "DISCO_NUM_GROUPS=" << c.num_groups << " does not divide the " << num_workers
       << " workers";
+  // Knobs read later (by InitCCL, the HDF5 store) are checked now too: a typo ends the job at
+  // start with one line, not at the first use, or never.
+  for (const char* flag : {"DISCO_CCL_SHM", "DISCO_CCL_SYNC_SEND", "DISCO_H5_INDEPENDENT"}) {
+    env::GetInt(flag, 0, 1);
+  }
+  std::string ccl = env::GetString("DISCO_CCL");
+  DISCO_CHECK(ccl.empty() || ccl == "auto" || ccl == "mpi" || ccl == "nccl", ValueError)
+      << "DISCO_CCL='" << ccl << "' is not auto, mpi or nccl";
   return c;
 }
 
@@ -127,6 +135,23 @@ void SessionImpl::CheckRegister(int64_t reg, const char* what) const {
       << " have been allocated)";
 }
 
+void SessionImpl::CheckOwnRefs(const DRef* func, const Any* values, size_t n,
+                               const char* what) const {
+  auto own = [&](const DRef& ref, const std::string& which) {
+    // session() == 0: an unowned id (DRef::Unowned), checked by the workers like any id.
+    DISCO_CHECK(!ref.defined() || ref.session() == 0 || ref.session() == generation(), ValueError)
+        << what << ": " << which << " is DRef(" << ref.reg_id()
+        << ") of another session (a remote session's, or one that ended); registers of one "
+           "session mean nothing in another";
+  };
+  if (func != nullptr) own(*func, "the function");
+  for (size_t i = 0; i < n; ++i) {
+    if (const DRef* ref = std::get_if<DRef>(&values[i].storage())) {
+      own(*ref, "argument " + std::to_string(i));
+    }
+  }
+}
+
 int64_t SessionImpl::AllocateReg() {
   if (!free_regs_.empty()) {
     int64_t reg = free_regs_.back();
@@ -212,6 +237,7 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
       }
     }
     bulk_.clear();
+    frame_.ReleaseAbove(std::max(protocol::kKeepBufferBytes, inline_bytes));
     free_regs_.insert(free_regs_.end(), pending_kills_.begin(), pending_kills_.end());
     pending_kills_.clear();
     return seq;
@@ -252,6 +278,7 @@ DRef SessionImpl::GetGlobalFunc(const std::string& name) {
 DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) {
   CheckLive("CallPacked");
   DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
+  CheckOwnRefs(&func, args, num_args, "CallPacked");
   int64_t reg = AllocateReg();
   Any head[2] = {Any(reg), Any(func)};
   uint64_t seq;
@@ -295,6 +322,7 @@ Tensor SessionImpl::Worker0Tensor(const DRef& remote, const char* what) {
   CheckLive(what);
   FlushWorker0();
   DISCO_CHECK(remote.defined(), ValueError) << what << " with an empty DRef";
+  CheckOwnRefs(&remote, nullptr, 0, what);
   return worker0_.GetTensor(remote.reg_id(), what);
 }
 
@@ -334,8 +362,16 @@ void SessionImpl::RaisePending() {
   if (pending_errors_.empty()) return;
   std::vector<protocol::ErrorReport> errors;
   errors.swap(pending_errors_);
-  std::stable_sort(errors.begin(), errors.end(), [](const auto& a, const auto& b) {
-    return a.seq != b.seq ? a.seq < b.seq : a.worker < b.worker;
+  // In command order; within a command, the causes before the echoes: a rank that failed because
+  // another one did says "(its error says why)" (mpi::AgreeOnSuccess and the collectives'
+  // agreement), and the error to read first is the cause.
+  auto echo = [](const protocol::ErrorReport& e) {
+    return e.message.find("(its error says why)") != std::string::npos;
+  };
+  std::stable_sort(errors.begin(), errors.end(), [&](const auto& a, const auto& b) {
+    if (a.seq != b.seq) return a.seq < b.seq;
+    if (echo(a) != echo(b)) return !echo(a);
+    return a.worker < b.worker;
   });
   const protocol::ErrorReport& first = errors.front();
   std::ostringstream os;
@@ -358,6 +394,7 @@ void SessionImpl::RaisePending() {
 void SessionImpl::ReceiveReply(int worker, protocol::Reply* reply) {
   transport_->Receive(worker, MpiTransport::kTagReply, &reply_buf_, config_.max_payload());
   protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), reply);
+  reply_buf_.ReleaseAbove(protocol::kKeepBufferBytes);  // the reply's values own their data
 }
 
 void SessionImpl::SyncWorker(int worker_id) {
@@ -433,6 +470,12 @@ void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_
   FlushWorker0();
   CheckWorker(worker_id, "DebugSetRegister");
   CheckRegister(reg_id, "DebugSetRegister");
+  CheckOwnRefs(nullptr, &value, 1, "DebugSetRegister");
+  if (worker_id == 0) {  // in process: a tensor that cannot be copied in is refused at once
+    const Tensor* src = std::get_if<Tensor>(&value.storage());
+    Tensor dst = src != nullptr ? worker0_.ExistingTensor(reg_id) : Tensor();
+    if (dst.defined()) worker0_.CheckCopyInto(dst, *src, reg_id);
+  }
   // Every worker hears of the write, so register versions stay the same everywhere; worker 0's
   // value stays in process (it may be an Object that cannot be sent).
   Any head[3] = {Any(reg_id), Any(worker_id), worker_id == 0 ? Any() : value};
@@ -533,6 +576,45 @@ DRef Session::ReduceScatter(const DRef& send, const std::string& op, bool in_gro
                             const DRef& recv) {
   return CallPacked(impl_->Builtin("disco.reduce_scatter"), send, op, in_group, recv);
 }
+DRef Session::CopyToWorker0(const Tensor& host) {
+  DISCO_CHECK(host.defined(), ValueError) << "CopyToWorker0 of an undefined tensor";
+  DRef remote = Empty(host.shape(), host.dtype(), CPU(), /*worker0_only=*/true);
+  CopyToWorker0(host, remote);
+  return remote;
+}
+
+DRef Session::Broadcast(const Tensor& host, bool in_group) {
+  DISCO_CHECK(host.defined(), ValueError) << "Broadcast of an undefined tensor";
+  DRef out = Empty(host.shape(), host.dtype());
+  CopyToWorker0(host, out);
+  // Worker 0 holds the data: a broadcast over the world reaches every group's members alike.
+  Broadcast(out, /*in_group=*/false, out);
+  (void)in_group;
+  return out;
+}
+
+DRef Session::Scatter(const Tensor& host, bool in_group) {
+  DISCO_CHECK(host.defined() && host.ndim() >= 1, ValueError)
+      << "Scatter needs a host tensor of at least one dimension";
+  const int parts = in_group ? num_workers() / num_groups() : num_workers();
+  DISCO_CHECK(host.shape()[0] % parts == 0, ValueError)
+      << "Scatter: the first extent of " << host.shape().ToString() << " cannot be split into "
+      << parts << " equal parts";
+  std::vector<int64_t> dims(host.shape().begin(), host.shape().end());
+  dims[0] /= parts;
+  DRef out = Empty(Shape(dims), host.dtype());
+  if (!in_group || num_groups() == 1) {
+    DRef whole = CopyToWorker0(host);
+    Scatter(whole, /*in_group=*/false, out);
+    return out;
+  }
+  // Each group's first worker needs the whole tensor: worker 0 broadcasts it, then each group
+  // scatters its copy.
+  DRef whole = Broadcast(host, /*in_group=*/false);
+  Scatter(whole, /*in_group=*/true, out);
+  return out;
+}
+
 DRef Session::Broadcast(const DRef& send, bool in_group, const DRef& recv) {
   return CallPacked(impl_->Builtin("disco.broadcast_from_worker0"), OrNone(send), in_group, recv);
 }

@@ -69,6 +69,8 @@ class SessionImpl final : public SessionBackend {
   void CheckLive(const char* what) const;
   void CheckWorker(int worker_id, const char* what) const;
   void CheckRegister(int64_t reg, const char* what) const;
+  /// Refuses DRefs of another session among `func` (may be null) and `values` (ValueError).
+  void CheckOwnRefs(const DRef* func, const Any* values, size_t n, const char* what) const;
   int64_t AllocateReg();
   DRef MakeDRef(int64_t reg);
   /// Encodes and broadcasts one command (with the pending kills); returns its sequence number.

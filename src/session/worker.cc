@@ -3,9 +3,16 @@
 #include <disco/function.h>
 #include <disco/log.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <map>
 #include <string>
+#include <typeinfo>
+#include <vector>
 
 #include "ccl/context.h"
 #include "core/device_memory.h"
@@ -26,6 +33,46 @@ WorkerInfo& ThisWorkerStorage() {
 std::string Truncate(const std::string& s) {
   if (s.size() <= kMaxErrorMessage) return s;
   return s.substr(0, kMaxErrorMessage) + "... (" + std::to_string(s.size()) + " bytes in all)";
+}
+
+// The message of the exception being handled: what() of a std::exception, else its type.
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    std::string type = "unknown type";
+    if (const std::type_info* t = abi::__cxa_current_exception_type()) {
+      int status = 0;
+      char* name = abi::__cxa_demangle(t->name(), nullptr, nullptr, &status);
+      type = status == 0 && name != nullptr ? name : t->name();
+      std::free(name);
+    }
+    return detail::RankPrefix() + "threw a " + type + ", which is not a std::exception";
+  }
+}
+
+// `v` with every tensor in it (arrays and maps included) copied to the host: what a debug read
+// returns (by value, never sharing the register's memory).
+Any HostCopy(const Any& v) {
+  if (const Tensor* t = std::get_if<Tensor>(&v.storage())) {
+    Tensor copy = Tensor::Empty(t->shape(), t->dtype(), CPU());
+    copy.CopyFrom(*t);
+    return Any(std::move(copy));
+  }
+  if (const Array* a = std::get_if<Array>(&v.storage())) {
+    std::vector<Any> items;
+    items.reserve(a->size());
+    for (const Any& x : a->items()) items.push_back(HostCopy(x));
+    return Any(Array(std::move(items)));
+  }
+  if (const Map* m = std::get_if<Map>(&v.storage())) {
+    std::map<std::string, Any> items;
+    for (const auto& kv : m->items()) items.emplace(kv.first, HostCopy(kv.second));
+    return Any(Map(std::move(items)));
+  }
+  return v;
 }
 
 }  // namespace
@@ -86,13 +133,18 @@ void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
   slot->value = Any();
   slot->failure = std::make_shared<const Failure>(Failure{function, Truncate(message)});
   slot->used = true;
+  Report(seq, reg, function, slot->failure->message);
+}
+
+void Worker::Report(uint64_t seq, int64_t reg, const std::string& function,
+                    const std::string& message) {
   ++errors_reported_;
   protocol::ErrorReport report;
   report.worker = info_.worker_id;
   report.seq = seq;
   report.reg = reg;
   report.function = function;
-  report.message = slot->failure->message;
+  report.message = Truncate(message);
   DISCO_LOG(DEBUG) << "worker " << info_.worker_id << ": '" << function << "' failed: " << message;
   sink_(report);
 }
@@ -191,12 +243,13 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     rv = f->CallPacked(call_args, n);
     origins.function = nullptr;
     scratch_.clear();
-  } catch (const std::exception& e) {
-    // Whatever the function threw (a ProtocolError of its own included) is its failure; only
-    // Store/Fail below raise for a corrupt command, and that ends the job.
+  } catch (...) {
+    // Whatever the function threw (a ProtocolError of its own, or no std::exception at all:
+    // `throw 42;`) is its failure; only Store/Fail below raise for a corrupt command, and that
+    // ends the job.
     OriginStorage().function = nullptr;
     scratch_.clear();
-    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), e.what());
+    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), CurrentExceptionText());
     return;
   }
   Store(seq, result_reg, std::move(rv));
@@ -210,7 +263,42 @@ void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
     Fail(seq, reg, "DebugSetRegister", e.what());
     return;
   }
-  Store(seq, reg, std::move(resolved));
+  const Tensor* src = std::get_if<Tensor>(&resolved.storage());
+  if (src == nullptr) {
+    Store(seq, reg, std::move(resolved));
+    return;
+  }
+  // As TVM's Disco: a register that holds a tensor gets the data copied into that tensor; another
+  // register gets a copy of its own. Either way the caller's tensor is never shared (worker 0 runs
+  // in the caller's process).
+  try {
+    Tensor dst = ExistingTensor(reg);
+    if (!dst.defined()) {
+      dst = Tensor::Empty(src->shape(), src->dtype(), src->device());
+      dst.CopyFrom(*src);
+      Store(seq, reg, Any(std::move(dst)));
+      return;
+    }
+    CheckCopyInto(dst, *src, reg);
+    dst.CopyFrom(*src);
+    Slot(reg)->version = seq;
+  } catch (const std::exception& e) {
+    Report(seq, reg, "DebugSetRegister", e.what());  // the register keeps its value
+  }
+}
+
+Tensor Worker::ExistingTensor(int64_t reg) const {
+  const Register* r = Find(reg);
+  if (r == nullptr || r->failure != nullptr) return Tensor();
+  const Tensor* t = std::get_if<Tensor>(&r->value.storage());
+  return t != nullptr ? *t : Tensor();
+}
+
+void Worker::CheckCopyInto(const Tensor& dst, const Tensor& src, int64_t reg) const {
+  DISCO_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), ValueError)
+      << "DebugSetRegister: register " << reg << " on worker " << info_.worker_id << " holds a "
+      << dst.ToString() << ", and the value is a " << src.ToString()
+      << "; the data is copied into the register's tensor, so shape and dtype must match";
 }
 
 void Worker::TouchRegister(uint64_t seq, int64_t reg) {
@@ -229,19 +317,12 @@ protocol::DebugStatus Worker::DebugGetRegister(int64_t reg, Any* out) const {
                " holds the failure of '" + r->failure->function + "': " + r->failure->message);
     return protocol::DebugStatus::kPoisoned;
   }
-  if (const Tensor* t = std::get_if<Tensor>(&r->value.storage())) {
-    try {
-      Tensor copy = Tensor::Empty(t->shape(), t->dtype(), CPU());
-      copy.CopyFrom(*t);
-      *out = Any(std::move(copy));
-    } catch (const std::exception& e) {
-      *out =
-          Any("register " + std::to_string(reg) + " on worker " + std::to_string(info_.worker_id) +
-              ": copying " + t->ToString() + " to the host failed: " + e.what());
-      return protocol::DebugStatus::kUnsendable;
-    }
-  } else {
-    *out = r->value;
+  try {
+    *out = HostCopy(r->value);
+  } catch (const std::exception& e) {
+    *out = Any("register " + std::to_string(reg) + " on worker " + std::to_string(info_.worker_id) +
+               ": copying " + r->value.ToString() + " to the host failed: " + e.what());
+    return protocol::DebugStatus::kUnsendable;
   }
   return protocol::DebugStatus::kValue;
 }
@@ -385,6 +466,19 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
                 Any("register " + std::to_string(reg) + " on worker " +
                     std::to_string(info.worker_id) + " cannot be read remotely: " + e.what()));
           }
+          // A value larger than the controller takes (DISCO_MAX_FRAME_BYTES, the same on every
+          // rank) or than one MPI message holds is refused here, in a small reply, not sent.
+          const size_t limit = std::min<size_t>(max_payload, INT_MAX - protocol::kHeaderBytes);
+          if (out.size() > limit) {
+            size_t bytes = out.size();
+            protocol::EncodeDebugValue(
+                &out, worker.errors_reported(), protocol::DebugStatus::kUnsendable,
+                Any("register " + std::to_string(reg) + " on worker " +
+                    std::to_string(info.worker_id) + " holds " + std::to_string(bytes) +
+                    " bytes, more than a debug read carries (" + std::to_string(limit) +
+                    " bytes: DISCO_MAX_FRAME_BYTES, and MPI's 2 GiB per message); gather it to "
+                    "worker 0 and use CopyFromWorker0, or read it in parts"));
+          }
           transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
         }
         break;
@@ -404,6 +498,9 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
     }
     if (recorded) watchdog::End();
     transport->ProgressSends(/*wait=*/false);
+    // The command's values own their data: a large frame or reply is not kept for the next one.
+    frame.ReleaseAbove(std::max(protocol::kKeepBufferBytes, inline_bytes));
+    out.ReleaseAbove(protocol::kKeepBufferBytes);
   }
 }
 

@@ -41,8 +41,14 @@ class Worker {
   /// Calls the function in `func_reg` with `args` (DRef arguments resolved to registers), storing
   /// the result (or the failure) in `result_reg`.
   void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n);
-  /// Stores `value` (a DRef is resolved) in `reg`.
+  /// Stores `value` (a DRef is resolved) in `reg`. A tensor value is copied: into the tensor the
+  /// register holds (shape and dtype must match, else an error is reported and the register
+  /// keeps its value), or into a new tensor of the register's own.
   void DebugSetRegister(uint64_t seq, int64_t reg, const Any& value);
+  /// The tensor `reg` holds, or an undefined tensor (missing, poisoned or not a tensor).
+  Tensor ExistingTensor(int64_t reg) const;
+  /// Throws ValueError unless `src` may be copied into `dst` (the tensor of register `reg`).
+  void CheckCopyInto(const Tensor& dst, const Tensor& src, int64_t reg) const;
   /// Records that command `seq` wrote `reg` on another worker (keeps versions in step).
   void TouchRegister(uint64_t seq, int64_t reg);
   /// The value of `reg`, by value (tensors copied to the host); for a poisoned or missing
@@ -75,6 +81,8 @@ class Worker {
   const Register* Find(int64_t reg) const;
   void Store(uint64_t seq, int64_t reg, Any value);
   void Fail(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
+  /// Reports an error of command `seq` without touching the register.
+  void Report(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
   const Any& Resolve(const Any& arg, size_t index, const std::string& function) const;
 
   WorkerInfo info_;

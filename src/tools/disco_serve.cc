@@ -1,6 +1,9 @@
 // disco-serve: a job that serves its session to one remote controller at a time (disco/remote.h).
 //
-//   DISCO_SERVE_KEY=secret disco-run -n 4 disco-serve --port 7070 [--load libmyfuncs.so]
+//   disco-run -n 4 disco-serve --port 7070 [--load libmyfuncs.so]
+//
+// With no key (--key, DISCO_SERVE_KEY), a random one is generated and written to a file only its
+// owner can read (~/.disco/serve-PORT.key), where disco-remote and disco::Connect look for it.
 //
 // Rank 0 listens (loopback unless --host says otherwise) and forwards each client's requests into
 // the job's session; ranks 1..N-1 run the worker loop. The job ends when a client calls
@@ -17,13 +20,16 @@
 namespace {
 
 const char kUsage[] =
-    "usage: disco-serve [--host ADDR] [--port N] [--key KEY] [--port-file FILE]\n"
+    "usage: disco-serve [--host ADDR] [--port N] [--key KEY] [--key-file FILE] [--port-file FILE]\n"
     "                   [--idle-timeout S] [--request-timeout-ms MS] [--max-packet-bytes N]\n"
     "                   [--max-clients N] [--load LIB.so]...\n"
     "  --host             address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port             TCP port (default 0: any free port, printed and written to --port-file)\n"
-    "  --key              key clients must present (default: $DISCO_SERVE_KEY; prefer the\n"
-    "                     variable, a flag shows in ps); required unless listening on loopback\n"
+    "  --key              key clients must present, 16 characters or more (default:\n"
+    "                     $DISCO_SERVE_KEY; prefer the variable, a flag shows in ps). Without\n"
+    "                     either, a random key is generated and written to --key-file\n"
+    "  --key-file         where a generated key goes, readable by you only (default\n"
+    "                     ~/.disco/serve-PORT.key, where clients of this user look)\n"
     "  --port-file        write the port here once listening\n"
     "  --idle-timeout     drop a client silent this many seconds between requests (default 3600;\n"
     "                     0: never)\n"
@@ -66,6 +72,8 @@ int main(int argc, char** argv) {
       opts.port = static_cast<int>(n);
     } else if (a == "--key") {
       opts.key = v;
+    } else if (a == "--key-file") {
+      opts.key_file = v;
     } else if (a == "--port-file") {
       opts.port_file = v;
     } else if (a == "--idle-timeout") {

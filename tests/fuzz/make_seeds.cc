@@ -31,7 +31,10 @@ std::vector<std::vector<Any>> ArgumentSets() {
           {Any(int64_t{7})},
           {Any(disco::DRef::Unowned(3)), Any("disco.allreduce"), Any(true), Any(2.5)},
           {Any(disco::Bytes("\x01\x02", 2)), Any(), Any(disco::DataType("bfloat16"))},
-          {Any(disco::CUDA(1)), Any(disco::Shape{4, 0, 2}), Any(t), Any(std::string())}};
+          {Any(disco::CUDA(1)), Any(disco::Shape{4, 0, 2}), Any(t), Any(std::string())},
+          // Arrays and maps, nested, with a tensor inside.
+          {Any(disco::Array({Any(int64_t{1}), Any(t), Any(disco::Array({Any("x")}))})),
+           Any(disco::Map({{"a", Any(2.0)}, {"b", Any(disco::Array())}}))}};
 }
 
 }  // namespace

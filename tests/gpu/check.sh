@@ -75,6 +75,10 @@ if ((gpus == 0 && !cpu_only)); then
   exit 1
 fi
 export DISCO_TIMEOUT=${DISCO_TIMEOUT:-90} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# The HDF5 tests' fixtures need a python3 with h5py (a GPU image may have it only in a venv).
+for py in ${DISCO_TEST_PYTHON:-} python3 /usr/bin/python3; do
+  if "$py" -c "import h5py" 2>/dev/null; then export DISCO_TEST_PYTHON=$py; break; fi
+done
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi

@@ -5,6 +5,9 @@
 // support two ranks on one GPU): on a one-GPU machine the np=2 run skips, it does not fail.
 #include <disco/disco.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "ccl/context.h"
 #include "core/device_memory.h"
@@ -169,6 +172,26 @@ TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {
     EXPECT_EQ(d.device_type, kDLCUDA) << "worker " << w;
     EXPECT_EQ(d, bound.DebugGetFromRemote(w).cast<DLDevice>()) << "worker " << w;
   }
+}
+
+// h5::LoadTensors onto each worker's own GPU, without per-rank code.
+TEST_F(GpuCclTest, LoadTensorsOntoEachWorkersGpu) {
+  char tmpl[] = "/tmp/disco-gpu-load-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/w.h5";
+  DRef shard = s().Empty(Shape{8}, DataType("float32"));
+  s().CallPacked(F("test.ccl.fill"), shard, "data", 0);
+  h5::SaveTensors(s(), path, {{"w", shard, 0}});
+  auto loaded = h5::LoadTensors(s(), path, {{"w", 0}}, false, ThisWorkerGpu());
+  DRef where = s().CallPacked(F("test.gpu.device_of"), loaded["w"]);
+  DRef bound = s().CallPacked(F("disco.device"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(where.DebugGetFromRemote(w).cast<DLDevice>(),
+              bound.DebugGetFromRemote(w).cast<DLDevice>());
+  }
+  std::remove(path.c_str());
+  rmdir(tmpl);
+  Check("load onto GPUs");
 }
 
 TEST_F(GpuCclTest, HostTensorGivenToNcclIsARemoteError) {

@@ -50,6 +50,25 @@ check default-np "mpirun -n 5" "" "${base[@]}" DISCO_NP=5 DISCO_RUN_CORES=8 "$ru
 check bad-n "needs a positive integer, got '0'" "" "${base[@]}" "$run" -n 0 --dry-run -- ./app
 check no-program "no program given" "" "${base[@]}" "$run" -n 2
 check unknown-option "unknown option --frobnicate" "" "${base[@]}" "$run" --frobnicate -- ./app
+# Input the launcher refuses with one line, and nothing in the environment is ever run.
+check n-without-value "-n needs a value" "unbound" "${base[@]}" "$run" -n
+check garbage-cores "DISCO_RUN_CORES must be a whole number >= 1, got 'abc'" "unbound" \
+  "${base[@]}" DISCO_RUN_CORES=abc "$run" -n 2 --dry-run -- ./app
+check negative-cores "DISCO_RUN_CORES must be a whole number >= 1, got '-1'" "" \
+  "${base[@]}" DISCO_RUN_CORES=-1 "$run" -n 2 --dry-run -- ./app
+check garbage-gpus "DISCO_RUN_GPUS must be a whole number >= 0, got 'x1'" "unbound" \
+  -u SLURM_JOB_ID DISCO_RUN_GPUS=x1 DISCO_RUN_CORES=4 "$run" -n 2 --dry-run -- ./app
+check injection "DISCO_RUN_CORES must be a whole number" "" \
+  "${base[@]}" "DISCO_RUN_CORES=np[\$(touch $stubs/injected)]" "$run" -n 2 --dry-run -- ./app
+if [[ -e $stubs/injected ]]; then
+  echo "FAIL injection: DISCO_RUN_CORES was evaluated"; fails=$((fails + 1))
+fi
+check dash-program "starts with '-'" "" "${base[@]}" DISCO_RUN_CORES=8 "$run" -n 2 -- -x ./app
+check quoted '+ mpirun -n 2 --allow-run-as-root --map-by core --bind-to core ./my\ app a\ b' "" \
+  "${base[@]}" DISCO_RUN_CORES=8 "$run" -n 2 --dry-run -- "./my app" "a b"
+check key-masked "disco-serve --key '****'" "s3cret" \
+  "${base[@]}" DISCO_RUN_CORES=8 "$run" -n 2 --dry-run -- disco-serve --key s3cret
+check usage-no-gpus-per-rank "disco-run [-n N]" "gpus-per-rank" "${base[@]}" "$run" --help
 # --help-env lists every knob declared in src/core/env_knobs.def.
 knobs=$(sed -n 's/^X(\([A-Z_]*\),.*/\1/p' "$(dirname "$0")/../../src/core/env_knobs.def")
 for k in $knobs; do check "help-env $k" "$k" "" "${base[@]}" "$run" --help-env; done

@@ -226,7 +226,7 @@ DISCO_REGISTER_GLOBAL("test.ccl.shm_mappings").set_body_typed([]() {
   std::ifstream maps("/proc/self/maps");
   int64_t count = 0;
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("/disco-ccl-") != std::string::npos) ++count;
+    if (line.find("disco-ccl") != std::string::npos) ++count;
   }
   return count;
 });
@@ -415,6 +415,41 @@ TEST_F(CclTest, AFailureInAPolledInitStepEndsItOnEveryRank) {
   Check("polled steps");
 }
 
+DISCO_REGISTER_GLOBAL("test.ccl.first_value").set_body_typed([](Tensor t) {
+  return static_cast<double>(t.data_as<float>()[0]);
+});
+
+// The controller's host arrays, as a Disco user expects: broadcast and scatter return a register,
+// and CopyToWorker0 allocates its destination.
+TEST_F(CclTest, HostArrayConveniences) {
+  const int64_t rows = 2 * n();
+  Tensor host = Tensor::Empty(Shape{rows, 3}, DataType("float32"));
+  for (int64_t i = 0; i < rows * 3; ++i) host.data_as<float>()[i] = static_cast<float>(i);
+  DRef on0 = s().CopyToWorker0(host);
+  Tensor back = Tensor::Empty(Shape{rows, 3}, DataType("float32"));
+  s().CopyFromWorker0(back, on0);
+  EXPECT_EQ(std::memcmp(back.data(), host.data(), host.nbytes()), 0);
+  DRef first = F("test.ccl.first_value");
+  for (bool in_group : {false, true}) {
+    DRef everywhere = s().Broadcast(host, in_group);
+    DRef b = s().CallPacked(first, everywhere);
+    DRef parts = s().Scatter(host, in_group);
+    DRef p = s().CallPacked(first, parts);
+    const int gs = in_group ? group_size(true) : n();
+    for (int w = 0; w < n(); ++w) {
+      EXPECT_EQ(b.DebugGetFromRemote(w).cast<double>(), 0.0) << "worker " << w;
+      const int member = w % gs;  // groups are contiguous blocks
+      EXPECT_EQ(p.DebugGetFromRemote(w).cast<double>(), member * (rows / gs) * 3.0)
+          << "worker " << w << (in_group ? " in group" : "");
+    }
+  }
+  Tensor odd = Tensor::Empty(Shape{static_cast<int64_t>(n()) * 2 + 1}, DataType("float32"));
+  if (n() > 1) {
+    EXPECT_THROW(s().Scatter(odd), ValueError);
+  }
+  Check("host arrays");
+}
+
 TEST_F(CclTest, SendRecvRejectsBadPeers) {
   DRef buf = Filled(4, "float32", "data");
   DRef sendrecv = F("disco.sendrecv");
@@ -544,6 +579,9 @@ TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
   // the mismatch is an error on every worker, not a hang.
   if (n() > 1) {
     DRef odd = s().CallPacked(F("test.ccl.empty_on_last"), 1000, 999);
+    // A debug write copies into a register's tensor of the same shape; a register holding
+    // something else takes the new tensor whole.
+    recv.DebugCopyFrom(n() - 1, Any(int64_t{0}));
     recv.DebugCopyFrom(n() - 1, Any(odd));
     s().AllReduce(send, "sum", false, recv);
     std::string msg = RemoteErrorOf([&] { s().SyncAll(); });

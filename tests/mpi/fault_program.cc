@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "protocol/frame.h"
 #include "session/session_impl.h"
@@ -35,6 +37,18 @@ DISCO_REGISTER_GLOBAL("fault.collective_unless")
     });
 DISCO_REGISTER_GLOBAL("fault.corrupt_next_frame_on").set_body_typed([](int64_t worker) {
   if (disco::ThisWorker().worker_id == worker) disco::detail::TestCorruptNextFrame();
+});
+DISCO_REGISTER_GLOBAL("fault.send_on_0").set_body_typed([](disco::Tensor t) {
+  if (disco::ThisWorker().worker_id == 0) disco::Registry::Get("disco.send_to_worker")(t, 1);
+});
+// `worker` kills itself after a random few milliseconds, from a thread: wherever its main thread
+// is then (inside InitCCL, most likely).
+DISCO_REGISTER_GLOBAL("fault.kill_self_later").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id != worker) return;
+  std::thread([] {
+    usleep(static_cast<useconds_t>(1000 + std::rand() % 20000));
+    raise(SIGKILL);
+  }).detach();
 });
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
 
@@ -90,6 +104,25 @@ int Run(disco::Session& s, const std::string& mode) {
     usleep(300 * 1000);
     std::printf("dumped on SIGUSR1\n");
     return 0;
+  }
+  if (mode == "unmatched-sends") {
+    // Worker 0 sends 80 x 1 MiB to worker 1, which never receives: a warning, then the job ends
+    // (the copies are dropped at shutdown).
+    s.InitCCL("mpi");
+    disco::DRef buf = s.Empty(disco::Shape{1 << 18}, disco::DataType("float32"));
+    for (int i = 0; i < 80 && s.num_workers() > 1; ++i) {
+      s.CallPacked(s.GetGlobalFunc("fault.send_on_0"), buf);
+    }
+    s.SyncAll();
+    std::printf("80 unmatched sends\n");
+    return 0;
+  }
+  if (mode == "initccl-loop") {
+    // InitCCL again and again; the test kills a rank at a random moment of it (see below).
+    for (int i = 0;; ++i) {
+      s.InitCCL("mpi");
+      if (i == 20) s.CallPacked(s.GetGlobalFunc("fault.kill_self_later"), s.num_workers() - 1);
+    }
   }
   if (mode == "clean") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));

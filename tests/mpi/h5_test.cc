@@ -34,6 +34,13 @@ const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",   "uint8",  "ui
 const char* kBFloat16Variants[] = {"bf16/uint16_attr", "bf16/opaque", "bf16/float8exp"};
 const std::vector<int64_t> kShape = {12, 24, 12};
 
+// The interpreter of the fixture script: its shebang (Debian's python3 with python3-h5py), or
+// DISCO_TEST_PYTHON (a python3 with h5py elsewhere, e.g. on a GPU node).
+std::string Python() {
+  const char* py = std::getenv("DISCO_TEST_PYTHON");
+  return py != nullptr && *py != '\0' ? std::string(py) + " " : std::string();
+}
+
 // Element i (C order) of every fixture: see h5_fixtures.py.
 double Formula(DLDataType t, int64_t i) {
   int64_t v = (7 * i + 3) % 100;
@@ -124,7 +131,7 @@ class H5Test : public ::testing::Test {
     char tmpl[] = "/tmp/disco-h5-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    std::string cmd = kScript + " write " + dir_;
+    std::string cmd = Python() + kScript + " write " + dir_;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " (needs Debian's python3-h5py)";
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
@@ -143,7 +150,7 @@ class H5Test : public ::testing::Test {
   // h5py reads datasets of `path` back and compares them with the formula: one python process
   // for all of them (each spec is DATASET:DTYPE:D0xD1x...).
   void CheckWithH5py(const std::string& path, const std::vector<std::string>& specs) {
-    std::string cmd = kScript + " check " + path;
+    std::string cmd = Python() + kScript + " check " + path;
     for (const std::string& spec : specs) cmd += " " + spec;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }

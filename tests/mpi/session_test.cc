@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ccl/context.h"
 #include "mpi/mpi_test_env.h"
 #include "session/session_impl.h"
 #include "session/worker.h"
@@ -371,6 +372,244 @@ TEST_F(SessionTest, LoadLibraryErrorsNameThePath) {
   s().CallPacked(F("disco.load_library"), "/nonexistent/libplugin.so");
   std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
   EXPECT_NE(msg.find("cannot load '/nonexistent/libplugin.so'"), std::string::npos) << msg;
+}
+
+// ---- Outside testing (#13): values, exceptions and registers that once ended the job ----------
+
+// Values the workers' decoders refuse are refused by the controller's encoder first: nothing is
+// sent, the job goes on (a worker that cannot decode a command must end the job).
+TEST_F(SessionTest, ValuesWorkersWouldRejectAreValueErrorsBeforeSending) {
+  DLDataType f32 = DataType("float32");
+  EXPECT_THROW(s().Empty(Shape{-1}, f32), ValueError);
+  EXPECT_THROW(s().Empty(Shape{3, -2}, f32), ValueError);
+  EXPECT_THROW(s().Empty(Shape(std::vector<int64_t>(65, 1)), f32), ValueError);
+  for (DLDataType bad :
+       {DLDataType{kDLFloat, 0, 1}, DLDataType{kDLFloat, 32, 0}, DLDataType{99, 32, 1}}) {
+    EXPECT_THROW(s().Empty(Shape{4}, bad), ValueError);
+    EXPECT_THROW(s().CallPacked(F("test.echo"), Any(bad)), ValueError);
+  }
+  EXPECT_THROW(s().CallPacked(F("test.echo"), DRef::Unowned(-5)), ValueError);
+  s().SyncAll();
+  DRef ok = s().CallPacked(F("test.affine"), 4);
+  for (int w = 0; w < n(); ++w) EXPECT_EQ(ok.DebugGetFromRemote(w).cast<int64_t>(), 4000 + w);
+}
+
+DISCO_REGISTER_GLOBAL("test.throw_nonstd").set_body_typed([](int64_t worker, std::string kind) {
+  if (ThisWorker().worker_id != worker) return;
+  if (kind == "int") throw 42;
+  throw "a C string";
+});
+
+// `throw 42;` in a worker function is that function's failure, like any exception: a RemoteError
+// naming the worker and the thrown type, on worker 0 too, and the session goes on.
+TEST_F(SessionTest, NonStandardExceptionsAreRemoteErrors) {
+  for (int worker : {0, n() - 1}) {
+    for (const char* kind : {"int", "cstr"}) {
+      s().CallPacked(F("test.throw_nonstd"), worker, kind);
+      int reported = -1;
+      std::string msg = RemoteErrorOf([&] { s().SyncAll(); }, &reported);
+      EXPECT_EQ(reported, worker) << msg;
+      EXPECT_NE(msg.find("test.throw_nonstd"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string(kind) == "int" ? "threw a int" : "threw a char const*"),
+                std::string::npos)
+          << msg;
+    }
+  }
+  DRef ok = s().CallPacked(F("test.affine"), 5);
+  EXPECT_EQ(ok.DebugGetFromRemote(n() - 1).cast<int64_t>(), 5000 + n() - 1);
+}
+
+// A DRef of another session (another generation) names nothing here.
+TEST_F(SessionTest, DRefOfAnotherSessionIsAValueError) {
+  DRef mine = s().Empty(Shape{3}, DataType("int32"));
+  DRef foreign = DRef::Make(mine.reg_id(), 987654321);
+  Tensor host = Tensor::Empty(Shape{3}, DataType("int32"));
+  EXPECT_THROW(s().CallPacked(F("test.echo"), foreign), ValueError);
+  EXPECT_THROW(s().CallPacked(foreign, 1), ValueError);
+  EXPECT_THROW(s().CopyFromWorker0(host, foreign), ValueError);
+  EXPECT_THROW(s().CopyToWorker0(host, foreign), ValueError);
+  EXPECT_THROW(s().DebugSetRegister(mine.reg_id(), Any(foreign), 0), ValueError);
+  s().SyncAll();
+}
+
+// As TVM's Disco: a debug write copies the value into the register's tensor (shape and dtype must
+// match), so a staging tensor reused for every worker leaves each its own data, on worker 0 too,
+// and a collective on the register never writes the caller's array.
+TEST_F(SessionTest, DebugCopyFromCopiesIntoTheRegister) {
+  DRef x = s().Empty(Shape{4}, DataType("float32"));
+  Tensor staging = Tensor::Empty(Shape{4}, DataType("float32"));
+  for (int w = 0; w < n(); ++w) {
+    for (int i = 0; i < 4; ++i) staging.data_as<float>()[i] = 100.0f * w + i;
+    x.DebugCopyFrom(w, staging);
+  }
+  for (int w = 0; w < n(); ++w) {
+    Tensor got = x.DebugGetFromRemote(w).cast<Tensor>();
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(got.data_as<float>()[i], 100.0f * w + i) << "worker " << w;
+  }
+  s().InitCCL("mpi");
+  s().AllReduce(x, "sum", false, x);
+  s().SyncAll();
+  EXPECT_EQ(staging.data_as<float>()[0], 100.0f * (n() - 1));  // untouched by the allreduce
+  // A tensor of another shape or dtype is refused, and the register keeps its tensor.
+  Tensor wrong = Tensor::Empty(Shape{2, 2}, DataType("float32"));
+  for (int w : {0, n() - 1}) {
+    try {
+      x.DebugCopyFrom(w, wrong);
+      s().SyncAll();
+      ADD_FAILURE() << "a (2, 2) tensor was copied into a (4,) register on worker " << w;
+    } catch (const Error& e) {  // ValueError at once on worker 0 in the job, else a RemoteError
+      EXPECT_NE(std::string(e.what()).find("shape and dtype must match"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(x.DebugGetFromRemote(w).cast<Tensor>().shape(), Shape{4});
+  }
+  // A register without a tensor takes a copy of its own.
+  DRef fresh = s().CallPacked(F("test.echo"), 1);
+  fresh.DebugCopyFrom(0, staging);
+  staging.data_as<float>()[0] = -1;
+  EXPECT_EQ(fresh.DebugGetFromRemote(0).cast<Tensor>().data_as<float>()[0], 100.0f * (n() - 1));
+  s().SyncAll();
+}
+
+DISCO_REGISTER_GLOBAL("test.big_tensor").set_body_typed([](int64_t worker, int64_t bytes) -> Any {
+  if (ThisWorker().worker_id != worker) return Any();
+  Tensor t = Tensor::Empty(Shape{bytes}, DataType("uint8"));
+  std::memset(t.data(), 7, static_cast<size_t>(bytes));
+  return Any(t);
+});
+
+// A debug read larger than the controller accepts (DISCO_MAX_FRAME_BYTES; MPI's 2 GiB per message
+// the same way) is a ValueError that says so, and the next reply from that worker is its own: the
+// job goes on. ctest mpi.session.small_frames.np2 runs this with DISCO_MAX_FRAME_BYTES=65536.
+TEST_F(SessionTest, DebugReadsOverTheFrameLimitAreValueErrors) {
+  const char* limit = std::getenv("DISCO_MAX_FRAME_BYTES");
+  if (limit == nullptr || s().impl() == nullptr || n() < 2) {
+    GTEST_SKIP() << "needs DISCO_MAX_FRAME_BYTES, an in-job session and 2 workers";
+  }
+  const int w = n() - 1;
+  DRef big = s().CallPacked(F("test.big_tensor"), w, int64_t{1} << 20);
+  try {
+    big.DebugGetFromRemote(w);
+    ADD_FAILURE() << "a 1 MiB debug read passed a limit of " << limit << " bytes";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than a debug read carries"), std::string::npos)
+        << e.what();
+  }
+  DRef small = s().CallPacked(F("test.affine"), 2);
+  EXPECT_EQ(small.DebugGetFromRemote(w).cast<int64_t>(), 2000 + w);
+  s().SyncWorker(w);
+  s().SyncAll();
+}
+
+// Buffers grown for one large message are freed after it: RSS comes back near where it was.
+TEST_F(SessionTest, LargeTransfersDoNotPinTheirBuffers) {
+  const int w = n() - 1;
+  DRef mem = F("disco.memory_kib");
+  auto rss_kib = [&](int worker) {
+    return s().CallPacked(mem).DebugGetFromRemote(worker).cast<Shape>()[0];
+  };
+  const int64_t bytes = int64_t{96} << 20;
+  int64_t before0 = rss_kib(0), before_w = rss_kib(w);
+  for (int round = 0; round < 2; ++round) {
+    DRef big = s().CallPacked(F("test.big_tensor"), w, bytes);
+    Tensor t = big.DebugGetFromRemote(w).cast<Tensor>();
+    EXPECT_EQ(t.nbytes(), static_cast<size_t>(bytes));
+    EXPECT_EQ(static_cast<uint8_t*>(t.data())[bytes - 1], 7);
+  }
+  {
+    std::string text(static_cast<size_t>(48) << 20, 'x');  // a large argument: the frames
+    s().CallPacked(F("test.suffix"), text);
+    s().SyncAll();
+  }
+  int64_t grown0 = rss_kib(0) - before0, grown_w = rss_kib(w) - before_w;
+  EXPECT_LT(grown0, 32 * 1024) << "rank 0 kept " << grown0 << " KiB after the transfers";
+  EXPECT_LT(grown_w, 32 * 1024) << "worker " << w << " kept " << grown_w << " KiB";
+}
+
+// Registers hold arrays and maps (A3): a function returns several tensors, they cross the wire in
+// frames, replies and remote sessions, and a debug read returns them.
+DISCO_REGISTER_GLOBAL("test.two_tensors").set_body_typed([](int64_t n) {
+  const int w = ThisWorker().worker_id;
+  Tensor a = Tensor::Empty(Shape{n}, DataType("float32"));
+  Tensor b = Tensor::Empty(Shape{n, 2}, DataType("int32"));
+  for (int64_t i = 0; i < n; ++i) a.data_as<float>()[i] = static_cast<float>(w * 100 + i);
+  for (int64_t i = 0; i < 2 * n; ++i) b.data_as<int32_t>()[i] = static_cast<int32_t>(w);
+  return std::vector<Tensor>{a, b};
+});
+DISCO_REGISTER_GLOBAL("test.count_elements").set_body_typed([](std::vector<Tensor> ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts) n += t.numel();
+  return n;
+});
+DISCO_REGISTER_GLOBAL("test.describe_worker").set_body_typed([]() {
+  std::map<std::string, Any> m;
+  m["id"] = Any(ThisWorker().worker_id);
+  m["name"] = Any("worker " + std::to_string(ThisWorker().worker_id));
+  return Map(std::move(m));
+});
+
+TEST_F(SessionTest, RegistersHoldArraysAndMaps) {
+  DRef pair = s().CallPacked(F("test.two_tensors"), 3);
+  for (int w = 0; w < n(); ++w) {
+    Array a = pair.DebugGetFromRemote(w).cast<Array>();
+    ASSERT_EQ(a.size(), 2u);
+    Tensor first = a[0].cast<Tensor>(), second = a[1].cast<Tensor>();
+    EXPECT_EQ(first.shape(), Shape{3});
+    EXPECT_EQ(second.shape(), (Shape{3, 2}));
+    EXPECT_EQ(first.data_as<float>()[2], w * 100.0f + 2);
+    EXPECT_EQ(second.data_as<int32_t>()[5], w);
+  }
+  DRef count = s().CallPacked(F("test.count_elements"), pair);  // an Array register as argument
+  EXPECT_EQ(count.DebugGetFromRemote(n() - 1).cast<int64_t>(), 9);
+  DRef named = s().CallPacked(F("test.describe_worker"));
+  Map m = named.DebugGetFromRemote(n() - 1).cast<Map>();
+  EXPECT_EQ(m.at("id").cast<int64_t>(), n() - 1);
+  EXPECT_EQ(m.at("name").cast<std::string>(), "worker " + std::to_string(n() - 1));
+  // From the controller, by value, nested, with a tensor inside (large enough to go out of line).
+  Tensor big = Tensor::Empty(Shape{1 << 16}, DataType("float32"));
+  for (int i = 0; i < (1 << 16); ++i) big.data_as<float>()[i] = static_cast<float>(i);
+  Array sent({Any(int64_t{1}), Any(big), Any(Map({{"k", Any(Array({Any("v")}))}}))});
+  DRef echo = s().CallPacked(F("test.echo"), sent);
+  for (int w = 0; w < n(); ++w) {
+    Array got = echo.DebugGetFromRemote(w).cast<Array>();
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[1].cast<Tensor>().data_as<float>()[65535], 65535.0f);
+    EXPECT_EQ(got[2].cast<Map>().at("k").cast<Array>()[0].cast<std::string>(), "v");
+  }
+  DRef total = s().CallPacked(F("test.count_elements"), std::vector<Tensor>{big, big});
+  EXPECT_EQ(total.DebugGetFromRemote(0).cast<int64_t>(), 2 << 16);
+  // Nesting deeper than the wire takes is refused before anything is sent.
+  Any deep = Any(int64_t{0});
+  for (int i = 0; i < 40; ++i) deep = Any(Array({deep}));
+  EXPECT_THROW(s().CallPacked(F("test.echo"), deep), ValueError);
+  s().SyncAll();
+}
+
+// ThisWorkerGpu() (cuda:-1) means each worker's own GPU; a worker bound to none says so.
+TEST_F(SessionTest, ThisWorkerGpuWithoutAGpuIsAClearError) {
+  if (ccl::NcclUsable()) GTEST_SKIP() << "this machine has a GPU (tests/gpu covers it)";
+  s().InitCCL("mpi");
+  s().Empty(Shape{4}, DataType("float32"), ThisWorkerGpu());
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("means this worker's GPU, but worker"), std::string::npos) << msg;
+  DRef host = s().Empty(Shape{4}, DataType("float32"));
+  s().CallPacked(F("disco.copy_to"), host, ThisWorkerGpu());
+  msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("disco.copy_to: cuda:-1 means this worker's GPU"), std::string::npos) << msg;
+}
+
+// A plugin whose static initializers register an existing name: the load is an error (its
+// registrations ran inside dlopen, where nothing may throw), its other functions are there, and the
+// program's own function of that name is unchanged.
+TEST_F(SessionTest, ALibraryRegisteringAnExistingNameIsARemoteError) {
+  s().CallPacked(F("disco.load_library"), DISCO_TEST_PLUGIN_DUP);
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("'test.echo' is already registered"), std::string::npos) << msg;
+  DRef seven = s().CallPacked(F("test.plugin.fresh"));
+  EXPECT_EQ(seven.DebugGetFromRemote(n() - 1).cast<int64_t>(), 7);
+  DRef echo = s().CallPacked(F("test.echo"), "still the program's");
+  EXPECT_EQ(echo.DebugGetFromRemote(n() - 1).cast<std::string>(), "still the program's");
 }
 
 TEST_F(SessionTest, HundredThousandAllocateFreeCyclesKeepTheRegisterFileBounded) {

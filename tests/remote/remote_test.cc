@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "mpi/mpi_test_env.h"
 #include "protocol/serializer.h"
@@ -76,6 +78,13 @@ class RemoteTest : public ::testing::Test {
     if (g_session == nullptr) testing::Reattach();
   }
 };
+
+// An exit code outside 0..255 would wrap (256 reads as success): refused before anything is sent.
+TEST_F(RemoteTest, ExitCodesOutsideAByteAreRefused) {
+  for (int code : {256, -1, 1000}) EXPECT_THROW(ShutdownRemoteJob(*g_session, code), ValueError);
+  DRef r = g_session->CallPacked(g_session->GetGlobalFunc("test.affine"), 1);
+  EXPECT_EQ(r.DebugGetFromRemote(0).cast<int64_t>(), 1000);
+}
 
 TEST_F(RemoteTest, TensorCopiesRoundTripBitForBit) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{4093}, int64_t{64} << 20}) {
@@ -183,6 +192,76 @@ TEST_F(RemoteTest, HandshakeRefusalsAreDistinctAndTheJobGoesOn) {
     remote::Socket s = raw();
     s.SendAll("DSC", 3, kTimeoutMs);
   }
+  ExpectServing();
+}
+
+// Connections that never finish their hello (silent ones, and one that drips a byte at a time)
+// cannot keep a client with the key out, and each is closed once its 5 s are up, however it paces
+// its bytes.
+TEST_F(RemoteTest, SlowHandshakesCannotKeepAClientOut) {
+  testing::Detach();
+  auto raw = [] {
+    return remote::Socket::Connect(testing::ServerHost(), testing::ServerPort(), kTimeoutMs);
+  };
+  std::vector<remote::Socket> silent;
+  for (int i = 0; i < 12; ++i) {
+    silent.push_back(raw());
+    silent.back().SendAll("D", 1, kTimeoutMs);
+  }
+  remote::Socket drip = raw();
+  std::atomic<bool> stop{false};
+  std::thread dripper([&] {
+    // A hello that claims a 1000-byte key, one byte every 100 ms: 100 s if the deadline were per
+    // byte.
+    uint8_t hello[8];
+    uint32_t magic = remote::kRemoteMagic;
+    uint16_t version = remote::kRemoteVersion, len = 1000;
+    std::memcpy(hello, &magic, 4);
+    std::memcpy(hello + 4, &version, 2);
+    std::memcpy(hello + 6, &len, 2);
+    try {
+      drip.SendAll(hello, sizeof hello, kTimeoutMs);
+      while (!stop) {
+        drip.SendAll("k", 1, kTimeoutMs);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    } catch (const std::exception&) {  // closed by the server: what the test wants
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  testing::Reattach();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 2000) << "a client with the key waited " << ms << " ms behind slow handshakes";
+  ExpectServing();
+  EXPECT_TRUE(ClosedByServer(&drip, 8000)) << "the dripping hello outlived its 5 s";
+  stop = true;
+  dripper.join();
+  for (remote::Socket& s : silent) EXPECT_TRUE(ClosedByServer(&s, 8000));
+}
+
+// Wrong keys are answered later with each failure from an address; the right key at once.
+TEST_F(RemoteTest, WrongKeysAreAnsweredLaterEachTime) {
+  std::vector<double> ms;
+  for (int i = 0; i < 4; ++i) {
+    remote::Socket s =
+        remote::Socket::Connect(testing::ServerHost(), testing::ServerPort(), kTimeoutMs);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(remote::ClientHello(&s, "a wrong key, guess " + std::to_string(i), kTimeoutMs),
+              remote::HandshakeCode::kBadKey);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (size_t i = 1; i < ms.size(); ++i) {
+    EXPECT_GT(ms[i], ms[i - 1] * 1.5) << "guess " << i << " was answered after " << ms[i]
+                                      << " ms, guess " << i - 1 << " after " << ms[i - 1];
+  }
+  EXPECT_GE(ms.back(), 400);
+  testing::Detach();
+  auto t0 = std::chrono::steady_clock::now();
+  testing::Reattach();  // the right key: at once
+  using Ms = std::chrono::duration<double, std::milli>;
+  EXPECT_LT(Ms(std::chrono::steady_clock::now() - t0).count(), 1000);
   ExpectServing();
 }
 

@@ -86,7 +86,7 @@ TEST(ReduceTest, OpSupportAndParsing) {
   EXPECT_TRUE(ReduceOpSupports(ReduceOp::kAvg, DataType("bfloat16")));
   EXPECT_FALSE(ReduceOpSupports(ReduceOp::kAvg, DataType("int32")));
   EXPECT_FALSE(ReduceOpSupports(ReduceOp::kSum, DataType("float32x4")));
-  EXPECT_FALSE(ReduceOpSupports(ReduceOp::kSum, DataType("bool")));
+  EXPECT_FALSE(ReduceOpSupports(ReduceOp::kSum, DLDataType{kDLUInt, 1, 1}));
   EXPECT_EQ(ParseReduceOp("max"), ReduceOp::kMax);
   EXPECT_THROW(ParseReduceOp("mean"), ValueError);
 }

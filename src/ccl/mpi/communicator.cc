@@ -1,7 +1,9 @@
 #include "ccl/mpi/communicator.h"
 
 #include <disco/error.h>
+#include <disco/log.h>
 #include <disco/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -229,7 +231,25 @@ class MpiCommunicator final : public Communicator {
       DISCO_MPI_CALL(MPI_Ssend(buffer.data(), count, MPI_BYTE, peer, kP2PTag, comm_.get()));
       return;
     }
-    // A copy: the caller may reuse the tensor at once.
+    // A copy: the caller may reuse the tensor at once. Copies of sends nobody receives pile up:
+    // warned about, and bounded.
+    const size_t after = sends_.pending_bytes() + buffer.nbytes();
+    DISCO_CHECK(sends_.pending() < kMaxUnmatchedSends && after <= MaxUnmatchedBytes(), ValueError)
+        << "send: " << sends_.pending() << " earlier sends of this worker ("
+        << sends_.pending_bytes() / (1 << 20) << " MiB) have not been received; this one would "
+        << "pass the limit of " << kMaxUnmatchedSends << " sends or "
+        << MaxUnmatchedBytes() / (1 << 20) << " MiB (half the memory): match every send with a "
+        << "receive";
+    if ((sends_.pending() + 1 >= kWarnUnmatchedSends || after >= kWarnUnmatchedBytes) &&
+        !warned_unmatched_) {
+      warned_unmatched_ = true;
+      DISCO_LOG(WARN) << "send: " << sends_.pending() + 1
+                      << " sends of this worker are waiting for "
+                      << "their receivers (" << after / (1 << 20)
+                      << " MiB of copies); is a receive "
+                      << "missing?";
+    }
+    if (sends_.pending() == 0) warned_unmatched_ = false;
     sends_.Send(buffer.data(), count, peer, kP2PTag, comm_.get());
   }
 
@@ -274,6 +294,17 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr int kP2PTag = 11;
+  static constexpr size_t kWarnUnmatchedSends = 64;
+  static constexpr size_t kWarnUnmatchedBytes = size_t{1} << 30;
+  static constexpr size_t kMaxUnmatchedSends = 4096;
+  static size_t MaxUnmatchedBytes() {
+    static const size_t bytes = [] {
+      long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);  // NOLINT(runtime/int)
+      return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 2
+                                   : size_t{8} << 30;
+    }();
+    return bytes;
+  }
   static constexpr size_t kOverlapMinBytes = 8 * 1024;
   static constexpr int kRingTag = 12;
   // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
@@ -388,6 +419,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<ShmChannel> shm_;  // null: ranks on several nodes, or DISCO_CCL_SHM=0
   mpi::CopiedSends sends_;
   bool sync_sends_ = false;  // DISCO_CCL_SYNC_SEND=1
+  bool warned_unmatched_ = false;
   protocol::ByteBuffer staging_[3];
   std::vector<MPI_Request> requests_;
 };

@@ -1,11 +1,14 @@
 #include "ccl/mpi/shm.h"
 
+#include <dirent.h>
 #include <disco/error.h>
 #include <disco/log.h>
 #include <disco/types.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -92,6 +96,96 @@ bool AllTrue(bool mine, MPI_Comm comm) {
   return all != 0;
 }
 
+// Sizes a new segment: posix_fallocate, not ftruncate alone: memory too small for the segment
+// must fail here, not with SIGBUS at the first touch of a page.
+bool SizeSegment(int fd, size_t bytes, std::string* why) {
+  int rc = ftruncate(fd, static_cast<off_t>(bytes));
+  if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    *why = std::string("cannot size ") + std::to_string(bytes) +
+           " bytes of shared memory: " + std::strerror(rc > 0 ? rc : errno);
+    return false;
+  }
+  return true;
+}
+
+char* MapFd(int fd, size_t bytes, std::string* why) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    *why = std::string("mmap of shared memory: ") + std::strerror(errno);
+    return nullptr;
+  }
+  return static_cast<char*>(base);
+}
+
+// The nonce rank 0 writes into the last page, which the others check: what they opened is this
+// segment, not some other file of that number.
+uint64_t* NonceOf(char* base, size_t bytes) {
+  return reinterpret_cast<uint64_t*>(base + bytes - kPage);
+}
+
+// The nameless segment: a memfd of rank 0, opened by the others through /proc. nullptr (with
+// `why`) where this rank could not; collective over `comm`.
+char* MapAnonymous(MPI_Comm comm, int rank, size_t bytes, std::string* why) {
+  struct {
+    int64_t pid = -1, fd = -1;
+    uint64_t nonce = 0;
+  } info;
+  char* base = nullptr;
+  int fd = -1;
+  if (rank == 0) {
+    fd = memfd_create("disco-ccl", MFD_CLOEXEC);
+    if (fd < 0) {
+      *why = std::string("memfd_create: ") + std::strerror(errno);
+    } else if (SizeSegment(fd, bytes, why) && (base = MapFd(fd, bytes, why)) != nullptr) {
+      info.pid = getpid();
+      info.fd = fd;
+      info.nonce =
+          (static_cast<uint64_t>(getpid()) << 32) ^ reinterpret_cast<uintptr_t>(base) ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      *NonceOf(base, bytes) = info.nonce;
+    }
+  }
+  DISCO_MPI_CALL(MPI_Bcast(&info, sizeof info, MPI_BYTE, 0, comm));
+  if (rank != 0 && info.fd >= 0) {
+    std::string path = "/proc/" + std::to_string(info.pid) + "/fd/" + std::to_string(info.fd);
+    int mine = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (mine < 0) {
+      *why = "open(" + path + "): " + std::strerror(errno);
+    } else if (fstat(mine, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+      *why = path + " is not the segment (another pid namespace?)";
+    } else if ((base = MapFd(mine, bytes, why)) != nullptr && *NonceOf(base, bytes) != info.nonce) {
+      *why = path + " is not the segment (another pid namespace?)";
+      munmap(base, bytes);
+      base = nullptr;
+    }
+    if (mine >= 0) close(mine);
+  }
+  // Rank 0's descriptor stays open until every rank has opened its own.
+  AllTrue(true, comm);
+  if (fd >= 0) close(fd);
+  return base;
+}
+
+// Removes /dev/shm/disco-ccl-<pid>-<n> segments of processes that no longer exist (a job killed
+// while its ranks were mapping a named segment).
+void RemoveStaleSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    int pid = 0;
+    unsigned n = 0;
+    if (std::sscanf(e->d_name, "disco-ccl-%d-%u", &pid, &n) != 2 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::string name = std::string("/") + e->d_name;
+    if (shm_unlink(name.c_str()) == 0) {
+      DISCO_LOG(INFO) << "collectives: removed " << name << ", left by a job that ended";
+    }
+  }
+  closedir(dir);
+}
+
 // Maps the segment called `name` (creating it on rank 0); nullptr with `why` set on failure.
 char* MapSegment(const char* name, bool create, size_t bytes, std::string* why) {
   int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
@@ -99,26 +193,33 @@ char* MapSegment(const char* name, bool create, size_t bytes, std::string* why) 
     *why = std::string("shm_open(") + name + "): " + std::strerror(errno);
     return nullptr;
   }
-  if (create) {
-    // posix_fallocate, not ftruncate alone: a /dev/shm too small for the segment must fail here,
-    // not with SIGBUS at the first touch of a page.
-    int rc = ftruncate(fd, static_cast<off_t>(bytes));
-    if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-    if (rc != 0) {
-      *why = std::string("cannot size ") + std::to_string(bytes) +
-             " bytes of shared memory: " + std::strerror(rc > 0 ? rc : errno);
-      close(fd);
-      return nullptr;
-    }
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
+  char* base = create && !SizeSegment(fd, bytes, why) ? nullptr : MapFd(fd, bytes, why);
   close(fd);
-  if (base == MAP_FAILED) {
-    *why = std::string("mmap of shared memory: ") + std::strerror(err);
-    return nullptr;
+  return base;
+}
+
+// The named segment; collective over `comm`. Unlinked once every rank has mapped it.
+char* MapNamed(MPI_Comm comm, int rank, size_t bytes, std::string* why) {
+  char name[64] = {0};
+  char* base = nullptr;
+  if (rank == 0) {
+    RemoveStaleSegments();
+    static std::atomic<unsigned> counter{0};
+    std::snprintf(name, sizeof(name), "/disco-ccl-%d-%u", static_cast<int>(getpid()),
+                  counter.fetch_add(1));
+    base = MapSegment(name, /*create=*/true, bytes, why);
+    if (base == nullptr) name[0] = '\0';
   }
-  return static_cast<char*>(base);
+  DISCO_MPI_CALL(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, comm));
+  if (rank != 0 && name[0] != '\0') base = MapSegment(name, /*create=*/false, bytes, why);
+  bool all_mapped = AllTrue(base != nullptr, comm);
+  // Everyone who could open the name has done so: remove it, so that nothing outlives the job.
+  if (rank == 0 && name[0] != '\0') shm_unlink(name);
+  if (!all_mapped && base != nullptr) {
+    munmap(base, bytes);
+    base = nullptr;
+  }
+  return base;
 }
 
 }  // namespace
@@ -137,29 +238,23 @@ std::unique_ptr<ShmChannel> ShmChannel::Create(MPI_Comm comm) {
     return nullptr;
   }
 
-  // Rank 0 creates the segment, then names it to the others (an empty name: it could not).
-  const size_t bytes = SegmentBytes(size);
-  char name[64] = {0};
+  // Rank 0 creates the segment; the others map it. First without any name (a memfd the others
+  // open through /proc/<pid>/fd/<fd>): a job killed at any moment leaves nothing behind. Where that
+  // is not possible (another pid namespace, /proc hidden), a named /dev/shm segment, unlinked as
+  // soon as every rank has it mapped; names that dead jobs left are removed first.
+  const size_t bytes = SegmentBytes(size) + kPage;  // the last page: rank 0's nonce
   std::string why;
-  char* base = nullptr;
-  if (rank == 0) {
-    static std::atomic<unsigned> counter{0};
-    std::snprintf(name, sizeof(name), "/disco-ccl-%d-%u", static_cast<int>(getpid()),
-                  counter.fetch_add(1));
-    base = MapSegment(name, /*create=*/true, bytes, &why);
-    if (base == nullptr) name[0] = '\0';
+  char* base = MapAnonymous(comm, rank, bytes, &why);
+  if (!AllTrue(base != nullptr, comm)) {
+    if (base != nullptr) munmap(base, bytes);
+    base = MapNamed(comm, rank, bytes, &why);
   }
-  DISCO_MPI_CALL(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, comm));
-  if (rank != 0 && name[0] != '\0') base = MapSegment(name, /*create=*/false, bytes, &why);
   if (base != nullptr) {
     // Fault in this rank's own slots now, once, rather than in the first collectives.
     std::memset(base + HeaderBytes(size) + static_cast<size_t>(rank) * 2 * kSlotBytes, 0,
                 2 * kSlotBytes);
   }
-  bool all_mapped = AllTrue(base != nullptr, comm);
-  // Everyone who could open the name has done so: remove it, so that nothing outlives the job.
-  if (rank == 0 && base != nullptr) shm_unlink(name);
-  if (!all_mapped) {
+  if (!AllTrue(base != nullptr, comm)) {
     if (base != nullptr) munmap(base, bytes);
     DISCO_LOG(INFO) << "collectives: no shared-memory channel ("
                     << (why.empty() ? std::string("another rank could not map it") : why)

@@ -1,8 +1,11 @@
 // Node-local shared-memory collectives for the MPI backend.
 //
-// When every rank of a communicator runs on one node, the ranks map one segment of POSIX shared
-// memory (rank 0 creates it, the others open it, and rank 0 unlinks the name as soon as everyone
-// has it mapped, so nothing is left in /dev/shm even if the job is killed). Each rank owns a flag
+// When every rank of a communicator runs on one node, the ranks map one segment of shared memory.
+// Rank 0 creates it without a name (memfd) and the others open it through /proc/<pid>/fd, so a
+// job killed at any moment leaves nothing behind. Where that fails (ranks in other pid namespaces,
+// /proc hidden), a named POSIX segment in /dev/shm is used, unlinked as soon as every rank has it
+// mapped; a name left by a job killed in that moment is removed by the next channel made on the
+// node, once its creator is gone. Each rank owns a flag
 // on a cache line of its own and two slots of kSlotBytes. A collective moves through the segment
 // in steps; in step s every rank
 //

@@ -1,0 +1,117 @@
+#include "remote/key.h"
+
+#include <disco/error.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace disco {
+namespace remote {
+
+std::string GenerateKey() {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    DISCO_CHECK(n > 0, RuntimeError) << "getrandom failed: " << std::strerror(errno);
+    got += static_cast<size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (unsigned char b : bytes) {
+    key += kHex[b >> 4];
+    key += kHex[b & 15];
+  }
+  return key;
+}
+
+namespace {
+std::string HomeDirectory() {
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return home;
+  passwd* pw = getpwuid(getuid());
+  DISCO_CHECK(pw != nullptr && pw->pw_dir != nullptr, ValueError)
+      << "no home directory (HOME is unset and the password database has none) for the key file";
+  return pw->pw_dir;
+}
+}  // namespace
+
+std::string DefaultKeyFile(int port) {
+  return HomeDirectory() + "/.disco/serve-" + std::to_string(port) + ".key";
+}
+
+void WriteKeyFile(const std::string& path, const std::string& key) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (!dir.empty() && access(dir.c_str(), F_OK) != 0) {
+    DISCO_CHECK(mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST, RuntimeError)
+        << "cannot make the key directory '" << dir << "': " << std::strerror(errno);
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  DISCO_CHECK(fd >= 0, RuntimeError)
+      << "cannot create the key file '" << tmp << "': " << std::strerror(errno);
+  std::string line = key + "\n";
+  bool ok = fchmod(fd, 0600) == 0 &&
+            write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  int err = errno;
+  ok = close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (ok) err = errno;
+    unlink(tmp.c_str());
+    DISCO_THROW(RuntimeError) << "cannot write the key file '" << path
+                              << "': " << std::strerror(err);
+  }
+}
+
+std::string ReadKeyFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  DISCO_CHECK(fd >= 0, ValueError)
+      << "cannot read the key file '" << path << "': " << std::strerror(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  DISCO_CHECK(fstat(fd, &st) == 0 && S_ISREG(st.st_mode), ValueError)
+      << "the key file '" << path << "' is not a regular file";
+  DISCO_CHECK(st.st_uid == geteuid() && (st.st_mode & 077) == 0, ValueError)
+      << "the key file '" << path << "' must belong to you and be readable by you only (chmod 600 "
+      << "it; its mode is " << std::oct << (st.st_mode & 0777) << std::dec << ")";
+  char buf[2048];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  DISCO_CHECK(n >= 0, ValueError) << "cannot read the key file '" << path
+                                  << "': " << std::strerror(errno);
+  std::string key(buf, static_cast<size_t>(n));
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) {
+    key.pop_back();
+  }
+  DISCO_CHECK(!key.empty(), ValueError) << "the key file '" << path << "' is empty";
+  return key;
+}
+
+std::string ClientKey(const std::string& key, const std::string& key_file, int port) {
+  if (!key.empty()) return key;
+  const char* env = std::getenv("DISCO_SERVE_KEY");
+  if (env != nullptr && *env != '\0') return env;
+  std::string file = key_file;
+  if (file.empty()) {
+    const char* env_file = std::getenv("DISCO_SERVE_KEY_FILE");
+    file = env_file != nullptr && *env_file != '\0' ? env_file : DefaultKeyFile(port);
+  }
+  DISCO_CHECK(access(file.c_str(), F_OK) == 0, ValueError)
+      << "no key for the server on port " << port << ": none given, DISCO_SERVE_KEY is unset, and "
+      << "there is no key file '" << file << "' (a server started without a key writes one "
+      << "there; or set DISCO_SERVE_KEY_FILE)";
+  return ReadKeyFile(file);
+}
+
+}  // namespace remote
+}  // namespace disco
