@@ -504,6 +504,13 @@ TEST_F(SessionTest, DebugReadsOverTheFrameLimitAreValueErrors) {
 
 // Buffers grown for one large message are freed after it: RSS comes back near where it was.
 TEST_F(SessionTest, LargeTransfersDoNotPinTheirBuffers) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's quarantine keeps freed memory mapped";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "AddressSanitizer's quarantine keeps freed memory mapped";
+#endif
+#endif
   const int w = n() - 1;
   DRef mem = F("disco.memory_kib");
   auto rss_kib = [&](int worker) {
