@@ -2,6 +2,8 @@
 DISCO_ROOT=${DISCO_ROOT:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 DISCO_BUILD_DIR=${DISCO_BUILD_DIR:-$DISCO_ROOT/build}
 DISCO_RUN="$DISCO_ROOT/launch/disco-run"
+# A task that dies ends its step on every node (srun's -K; disco-run passes it too).
+export SLURM_KILL_BAD_EXIT=${SLURM_KILL_BAD_EXIT:-1}
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
   export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}

@@ -29,6 +29,7 @@
 
 #include "core/device_memory.h"
 #include "core/env.h"
+#include "core/process_info.h"
 #include "session/mpi_util.h"
 
 #if DISCO_HAVE_HDF5
@@ -450,7 +451,9 @@ struct FileIdentity {
 FileIdentity IdentityOf(const std::string& path, const std::string& where) {
   struct stat st;
   DISCO_CHECK(stat(path.c_str(), &st) == 0, ValueError)
-      << where << ": cannot read the file: " << std::strerror(errno);
+      << where << ": cannot read the file on " << GetProcessInfo().host << ": "
+      << std::strerror(errno) << " (every worker reads it: it must be on a file system all nodes "
+      << "share)";
   return FileIdentity{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
                       static_cast<int64_t>(st.st_size),
                       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
@@ -572,6 +575,13 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
 
 // ---- disco.h5.save --------------------------------------------------------------------------
 
+// The directory of `path` ("." for a bare name).
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 // `path`.partial.PID.N, named by rank 0 of `comm` and the same on every rank: no other save (of
 // this job or another) writes to it.
 std::string UniquePartialName(const std::string& path, MPI_Comm comm) {
@@ -645,9 +655,7 @@ void CopyFile(const std::string& from, const std::string& to, const std::string&
 // reports only "file write failed"): read-only (EROFS), not writable (EACCES), or full (ENOSPC,
 // fewer bytes free than the dataset needs). Empty when none of these holds.
 std::string DiagnoseWriteFailure(const std::string& target, uint64_t needed) {
-  std::string dir =
-      target.find('/') == std::string::npos ? "." : target.substr(0, target.rfind('/'));
-  if (dir.empty()) dir = "/";
+  const std::string dir = DirectoryOf(target);
   struct statvfs fs;
   if (statvfs(dir.c_str(), &fs) != 0) return "";
   if ((fs.f_flag & ST_RDONLY) != 0) return "the filesystem is read-only (EROFS)";
@@ -843,6 +851,15 @@ void Save(const std::string& path, const std::string& name, const Any& shard_arg
   DISCO_MPI_CALL(MPI_Allreduce(&local_exists, &any_exists, 1, MPI_INT, MPI_MAX, c.comm));
   exists = any_exists != 0;
   const std::string target = in_place ? path : UniquePartialName(path, c.comm);
+  // Every worker writes into the file (MPI-IO) or after another: the directory must be there,
+  // and writable, on every node. A node without it is named, and nothing is written anywhere.
+  Agreed(c.comm, where, [&] {
+    const std::string dir = DirectoryOf(path);
+    DISCO_CHECK(access(dir.c_str(), W_OK) == 0, RuntimeError)
+        << where << ": the directory '" << dir << "' is not writable on " << GetProcessInfo().host
+        << " (rank " << GetProcessInfo().rank << "): " << std::strerror(errno)
+        << " (every worker writes the file: it must be on a file system all nodes share)";
+  });
   Agreed(c.comm, where, [&] {
     if (c.rank != 0) return;
     if (exists) {

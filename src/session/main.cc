@@ -6,9 +6,13 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <vector>
 
+#include "core/launcher.h"
 #include "core/process_info.h"
 #include "session/builtins.h"
 #include "session/mpi_transport.h"
@@ -29,6 +33,7 @@ std::string StripPrefix(const std::string& what) {
 [[noreturn]] void FatalAbort(const std::string& cause) {
   LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
   watchdog::Dump("fatal error");
+  EndSlurmStep();  // srun without --kill-on-bad-exit would leave the other nodes' ranks waiting
   if (mpi::IsActive()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
@@ -66,6 +71,40 @@ std::string LauncherMismatch(int world_size) {
            "allocation; `launch/disco-run` picks the right one";
   }
   return "";
+}
+
+// The settings every rank must share (they choose collective paths: ranks that disagree would
+// enter different collectives). A launcher need not pass the environment to every node (mpirun
+// without -x), so rank 0's values are made every rank's, in its environment, before anything
+// reads them; a rank whose own value differed says so (warn level). DISCO_NUM_GROUPS,
+// DISCO_TIMEOUT, DISCO_INLINE_BYTES and DISCO_MAX_FRAME_BYTES travel in the SessionConfig.
+constexpr const char* kJobKnobs[] = {"DISCO_CCL", "DISCO_CCL_SHM", "DISCO_CCL_SYNC_SEND",
+                                     "DISCO_H5_INDEPENDENT"};
+
+void AgreeOnJobKnobs(int rank) {
+  for (const char* name : kJobKnobs) {
+    const char* mine = std::getenv(name);
+    // [set flag][value], at most 255 characters (every valid value is a word).
+    char buf[257] = {0};
+    if (rank == 0 && mine != nullptr) {
+      buf[0] = 1;
+      std::snprintf(buf + 1, sizeof buf - 1, "%s", mine);
+    }
+    DISCO_MPI_CALL(MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (rank == 0) continue;
+    const bool set = buf[0] != 0;
+    const std::string value = buf + 1;
+    if (set == (mine != nullptr) && (!set || value == mine)) continue;
+    DISCO_LOG(WARN) << name << (mine != nullptr ? std::string("=") + mine : std::string(" unset"))
+                    << " on this rank, " << (set ? "=" + value : std::string(" unset"))
+                    << " on rank 0: rank 0's is used (a setting of the whole job; mpirun passes "
+                       "variables to other nodes with -x)";
+    if (set) {
+      setenv(name, value.c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
 }
 
 // Rank 0's settings, so that every rank agrees on the frame size.
@@ -126,7 +165,15 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       return 2;
     }
     config = AgreeOnConfig(config);
+    AgreeOnJobKnobs(rank);
     watchdog::Start(rank, size, static_cast<double>(config.timeout_s));
+    {
+      std::vector<watchdog::PingAddress> all(static_cast<size_t>(size));
+      watchdog::PingAddress mine = watchdog::LocalPingAddress();
+      DISCO_MPI_CALL(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                                   MPI_COMM_WORLD));
+      watchdog::SetPingAddresses(all);
+    }
 
     WorkerInfo info;
     info.worker_id = rank;

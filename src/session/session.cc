@@ -8,6 +8,7 @@
 #include "ccl/context.h"
 #include "core/env.h"
 #include "session/session_impl.h"
+#include "session/watchdog.h"
 
 namespace disco {
 
@@ -491,6 +492,7 @@ int SessionImpl::Shutdown(int exit_code) {
   if (shut_down_) return final_exit_code_;
   FlushWorker0();
   ClearBuiltins();
+  watchdog::ShuttingDown();  // the workers stop answering liveness pings as they leave
   Any head[1] = {Any(exit_code)};
   Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
   shut_down_ = true;

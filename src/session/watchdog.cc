@@ -1,7 +1,12 @@
 #include "session/watchdog.h"
 
+#include <arpa/inet.h>
 #include <disco/log.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +20,8 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include "core/launcher.h"
 
 namespace disco {
 namespace watchdog {
@@ -52,6 +59,19 @@ struct State {
   std::condition_variable stop_cv;
   bool stopping = false;
   bool started = false;
+  // Liveness pings: this rank's UDP socket (answered by the watchdog thread) and every rank's
+  // address.
+  int ping_fd = -1;
+  PingAddress self;
+  std::vector<PingAddress> peers;
+  std::mutex peers_mu;
+  // Ranks that answered a ping at least once (only those can be said to have stopped: UDP may be
+  // filtered), and when this rank last checked.
+  std::vector<bool> answered;
+  int64_t last_check_ns = 0;
+  int missed_checks = 0;
+  std::atomic<bool> shutting_down{false};
+  std::atomic<bool> have_peers{false};
 };
 State& S() {
   static State* s = new State();  // never destroyed: signal handlers may read it at exit
@@ -129,6 +149,158 @@ std::string Describe(const Record& r) {
   return os.str();
 }
 
+// A ping or its answer: magic, kind, the sender's rank, a nonce.
+struct PingPacket {
+  char magic[4] = {'D', 'W', 'D', 'P'};
+  uint8_t kind = 0;  // 1 ping, 2 pong
+  int32_t rank = 0;
+  uint64_t nonce = 0;
+};
+
+// Answers the pings waiting on the socket; with `pongs`, records the answers to `nonce` in it.
+void ServePings(uint64_t nonce = 0, std::vector<bool>* pongs = nullptr) {
+  State& s = S();
+  if (s.ping_fd < 0) return;
+  for (;;) {
+    PingPacket p;
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    ssize_t n =
+        recvfrom(s.ping_fd, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0) return;
+    if (n != static_cast<ssize_t>(sizeof p) || std::memcmp(p.magic, "DWDP", 4) != 0) continue;
+    if (p.kind == 1) {
+      PingPacket answer = p;
+      answer.kind = 2;
+      answer.rank = s.rank;
+      sendto(s.ping_fd, &answer, sizeof answer, 0, reinterpret_cast<sockaddr*>(&from), len);
+    } else if (p.kind == 2 && pongs != nullptr && p.nonce == nonce && p.rank >= 0 &&
+               p.rank < static_cast<int>(pongs->size())) {
+      (*pongs)[p.rank] = true;
+    }
+  }
+}
+
+// Pings `targets` (all other ranks when empty) for up to a second; returns who answered, by rank.
+std::vector<bool> Ping(const std::vector<PingAddress>& peers, const std::vector<int>& targets) {
+  State& s = S();
+  std::vector<bool> pongs(peers.size(), true);
+  if (targets.empty()) {
+    for (size_t r = 0; r < peers.size(); ++r) pongs[r] = static_cast<int>(r) == s.rank;
+  } else {
+    for (int r : targets) pongs[r] = false;
+  }
+  const uint64_t nonce = static_cast<uint64_t>(NowNs()) ^ (static_cast<uint64_t>(s.rank) << 48);
+  const int64_t deadline = NowNs() + 1000000000;
+  for (int round = 0; NowNs() < deadline; ++round) {
+    if (round % 10 == 0) {  // every 100 ms, to the ranks that have not answered
+      for (size_t r = 0; r < peers.size(); ++r) {
+        if (pongs[r] || peers[r].port == 0) continue;
+        // To each of its addresses (which one reaches it is not known), and to loopback when it
+        // runs on this host.
+        std::vector<uint32_t> to_addresses;
+        for (uint32_t a : peers[r].ipv4) {
+          if (a != 0) to_addresses.push_back(a);
+        }
+        if (std::strncmp(peers[r].host, s.self.host, sizeof s.self.host) == 0) {
+          to_addresses.push_back(htonl(INADDR_LOOPBACK));
+        }
+        for (uint32_t a : to_addresses) {
+          sockaddr_in to{};
+          to.sin_family = AF_INET;
+          to.sin_addr.s_addr = a;
+          to.sin_port = peers[r].port;
+          PingPacket p;
+          p.kind = 1;
+          p.rank = s.rank;
+          p.nonce = nonce;
+          sendto(s.ping_fd, &p, sizeof p, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+        }
+      }
+    }
+    ServePings(nonce, &pongs);
+    if (std::all_of(pongs.begin(), pongs.end(), [](bool b) { return b; })) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pongs;
+}
+
+std::vector<PingAddress> Peers() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.peers_mu);
+  return s.peers;
+}
+
+// "ranks 2, 3 (node2)" of those not answering (and counted in `answered`, when given).
+std::string Name(const std::vector<PingAddress>& peers, const std::vector<bool>& pongs,
+                 const std::vector<bool>* answered, int* count) {
+  std::ostringstream os;
+  int silent = 0;
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (pongs[r] || (answered != nullptr && !(*answered)[r])) continue;
+    os << (silent++ ? ", " : "") << r << " (" << peers[r].host << ")";
+  }
+  *count = silent;
+  return (silent > 1 ? "ranks " : "rank ") + os.str();
+}
+
+// Pings every other rank for up to a second: "ranks 2, 3 (node2) answered no liveness ping ...",
+// or "" (all answered, or no addresses to ping).
+std::string SilentRanks() {
+  State& s = S();
+  std::vector<PingAddress> peers = Peers();
+  if (s.ping_fd < 0 || peers.size() < 2) return "";
+  std::vector<bool> pongs = Ping(peers, {});
+  int silent = 0;
+  std::string names = Name(peers, pongs, nullptr, &silent);
+  if (silent == 0) return "";
+  if (silent == static_cast<int>(peers.size()) - 1 && peers.size() > 2) {
+    return "no other rank answered a liveness ping (UDP may be filtered here)";
+  }
+  return names + " answered no liveness ping within 1 s: dead, or their node is off the network";
+}
+
+// The liveness check of a rank that waits (see Loop): rank 0 watches every rank, the others watch
+// rank 0. A rank that answered pings before and answers none in two checks in a row has died or
+// lost its network: the job cannot go on, and this rank ends it (a launcher may not: srun without
+// --kill-on-bad-exit, or mpirun for a node that went silent without closing its connections).
+void CheckLiveness() {
+  State& s = S();
+  std::vector<PingAddress> peers = Peers();
+  if (s.ping_fd < 0 || peers.size() < 2) return;
+  std::vector<int> targets;
+  if (s.rank == 0) {
+    for (size_t r = 1; r < peers.size(); ++r) targets.push_back(static_cast<int>(r));
+  } else {
+    targets.push_back(0);
+  }
+  std::vector<bool> pongs = Ping(peers, targets);
+  if (s.answered.size() != peers.size()) s.answered.assign(peers.size(), false);
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (pongs[r] &&
+        std::find(targets.begin(), targets.end(), static_cast<int>(r)) != targets.end()) {
+      s.answered[r] = true;
+    }
+  }
+  int silent = 0;
+  std::string names = Name(peers, pongs, &s.answered, &silent);
+  if (silent == 0) {
+    s.missed_checks = 0;
+    return;
+  }
+  if (++s.missed_checks < 2 || s.shutting_down.load()) return;
+  LogLine(LogLevel::kError, "watchdog: " + names +
+                                " stopped answering liveness pings (they answered before): "
+                                "dead, or their node is off the network; ending the job");
+  Dump("liveness");
+  // A moment for the launcher to forward these lines (mpirun relays the ranks' output) before
+  // it goes.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EndSlurmStep();
+  EndLocalLauncher();
+  std::_Exit(1);
+}
+
 void Fire(double elapsed_s) {
   State& s = S();
   const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
@@ -143,12 +315,16 @@ void Fire(double elapsed_s) {
     line << "; the ranks that never arrived are not known to this transport (their own lines "
             "say where they are)";
   }
+  const std::string silent = SilentRanks();
+  if (!silent.empty()) line << "; " << silent;
   line << "; ending the job";
   LogLine(LogLevel::kError, line.str());
   Dump("watchdog timeout");
   // Give the other stuck ranks' watchdogs a moment to print their lines before the launcher,
-  // seeing this rank exit, terminates them.
+  // seeing this rank exit, terminates them (srun without --kill-on-bad-exit would not: the step
+  // is cancelled).
   std::this_thread::sleep_for(std::chrono::seconds(1));
+  EndSlurmStep();
   std::_Exit(1);
 }
 
@@ -156,10 +332,22 @@ void Loop() {
   State& s = S();
   std::unique_lock<std::mutex> lock(s.stop_mu);
   while (!s.stop_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return s.stopping; })) {
+    ServePings();
     if (s.dump_requested.exchange(false)) Dump("SIGUSR1");
-    if (s.timeout_s > 0 && s.busy.load()) {
-      double elapsed = (NowNs() - s.start_ns.load()) / 1e9;
+    if (s.timeout_s <= 0) continue;
+    const int64_t now = NowNs();
+    if (s.busy.load()) {
+      double elapsed = (now - s.start_ns.load()) / 1e9;
       if (elapsed > s.timeout_s) Fire(elapsed);
+    }
+    // Liveness: once at start (who answers pings at all), then every DISCO_TIMEOUT / 3 (at most
+    // 10 s) while the job runs, so that a dead rank or node ends the job within DISCO_TIMEOUT
+    // even where nothing waits on it in a command (idle workers, a controller in SyncAll).
+    const double period_s = std::min(10.0, std::max(1.0, s.timeout_s / 3));
+    if (s.shutting_down.load() || !s.have_peers.load()) continue;
+    if (s.last_check_ns == 0 || now - s.last_check_ns > static_cast<int64_t>(period_s * 1e9)) {
+      s.last_check_ns = now;
+      CheckLiveness();
     }
   }
 }
@@ -180,7 +368,48 @@ void Start(int rank, int world_size, double timeout_s) {
   if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     signal(SIGUSR1, OnDumpRequest);
   }
+  // The liveness socket: any port, on every address of this host.
+  s.ping_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s.ping_fd >= 0) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    if (bind(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        getsockname(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      close(s.ping_fd);
+      s.ping_fd = -1;
+    } else {
+      s.self.port = addr.sin_port;
+    }
+  }
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  std::snprintf(s.self.host, sizeof s.self.host, "%s", host);
+  // Every IPv4 address of the host but loopback (which one reaches another node is not known
+  // here; ranks on this host are also pinged on loopback).
+  ifaddrs* interfaces = nullptr;
+  if (s.ping_fd >= 0 && getifaddrs(&interfaces) == 0) {
+    int n = 0;
+    for (ifaddrs* i = interfaces; i != nullptr && n < PingAddress::kMaxAddresses; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      s.self.ipv4[n++] = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    }
+    freeifaddrs(interfaces);
+  }
   s.thread = std::thread(Loop);
+}
+
+PingAddress LocalPingAddress() { return S().self; }
+
+void ShuttingDown() { S().shutting_down.store(true); }
+
+void SetPingAddresses(const std::vector<PingAddress>& all) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.peers_mu);
+  s.peers = all;
+  s.have_peers.store(all.size() > 1);
 }
 
 void Stop() {

@@ -9,12 +9,14 @@
 // transport knows it), dumps the flight recorder, waits a second so that the other stuck ranks
 // print theirs, and ends the process, which makes the launcher end the job. A rank the launcher
 // terminates (SIGTERM) first prints one line saying what it was doing. SIGUSR1 dumps the flight
-// recorder of a running job; so does a fatal error.
+// recorder of a running job; so does a fatal error. A watchdog that fires first pings every rank's
+// watchdog (UDP) and names the ranks that answer nothing within a second.
 #ifndef DISCO_SESSION_WATCHDOG_H_
 #define DISCO_SESSION_WATCHDOG_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace disco {
 namespace watchdog {
@@ -36,6 +38,22 @@ void WaitingFor(int peer);
 
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);
+
+/// Where a rank's watchdog answers liveness pings (UDP, its host's address): when a watchdog
+/// fires, it pings every rank and names those that do not answer within a second (a node that
+/// died or went off the network), since MPI itself cannot say which ranks went silent.
+struct PingAddress {
+  static constexpr int kMaxAddresses = 4;
+  uint32_t ipv4[kMaxAddresses] = {0};  // the host's IPv4 addresses, network byte order; 0: none
+  uint16_t port = 0;                   // network byte order; 0: no socket
+  char host[64] = {0};
+};
+/// The job is ending normally: no more liveness checks (ranks that finished stop answering).
+void ShuttingDown();
+/// This rank's address (after Start).
+PingAddress LocalPingAddress();
+/// Every rank's address, in rank order (all ranks exchange them after Start).
+void SetPingAddresses(const std::vector<PingAddress>& all);
 
 }  // namespace watchdog
 }  // namespace disco

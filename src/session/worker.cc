@@ -420,6 +420,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
     if (recorded) watchdog::Begin(header.seq, protocol::ActionName(action), "");
     switch (action) {
       case protocol::Action::kShutdown: {
+        watchdog::ShuttingDown();
         ccl::Reset();
         transport->GatherU64(worker.errors_reported(), nullptr);
         transport->ProgressSends(/*wait=*/true);

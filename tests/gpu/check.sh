@@ -101,6 +101,7 @@ if [[ -n $bundle ]]; then
   export PATH="$B/bin:$PATH" OPAL_PREFIX=$B
   export OMPI_MCA_mca_base_component_path=$B/lib/openmpi PMIX_MCA_mca_base_component_path=$B/lib/pmix
   export OMPI_MCA_ess_singleton_isolated=1 DISCO_TEST_SOURCE_DIR=$B/tests
+  export DISCO_TEST_SHARED_DIR=$scratch/shared
   bin=$B/bin demo=$B/bin/disco-demo demo_test=$B/tests/demo/run_demo_test.sh
   one=$B/bin/singleton-exec
   mpirun_cmd=$B/bin/mpirun

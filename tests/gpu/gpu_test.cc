@@ -176,9 +176,8 @@ TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {
 
 // h5::LoadTensors onto each worker's own GPU, without per-rank code.
 TEST_F(GpuCclTest, LoadTensorsOntoEachWorkersGpu) {
-  char tmpl[] = "/tmp/disco-gpu-load-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string path = std::string(tmpl) + "/w.h5";
+  const std::string dir = testing::SharedTempDir("disco-gpu-load");
+  const std::string path = dir + "/w.h5";
   DRef shard = s().Empty(Shape{8}, DataType("float32"));
   s().CallPacked(F("test.ccl.fill"), shard, "data", 0);
   h5::SaveTensors(s(), path, {{"w", shard, 0}});
@@ -190,7 +189,7 @@ TEST_F(GpuCclTest, LoadTensorsOntoEachWorkersGpu) {
               bound.DebugGetFromRemote(w).cast<DLDevice>());
   }
   std::remove(path.c_str());
-  rmdir(tmpl);
+  rmdir(dir.c_str());
   Check("load onto GPUs");
 }
 

@@ -40,9 +40,9 @@ check more-ranks-than-gpus "--map-by core --bind-to core" "numa" \
   -u SLURM_JOB_ID DISCO_RUN_GPUS=2 DISCO_RUN_CORES=16 "$run" -n 4 --dry-run -- ./app
 check not-root "mpirun -n 2 --map-by core" "--allow-run-as-root" \
   "${base[@]}" DISCO_RUN_CORES=8 PATH="$stubs/user:$PATH" "$run" -n 2 --dry-run -- ./app
-check slurm-pmix "srun --mpi=pmix -n 3 ./app" "mpirun" \
+check slurm-pmix "srun --mpi=pmix --kill-on-bad-exit=1 -n 3 ./app" "mpirun" \
   SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/pmix:$PATH" "$run" --dry-run -- ./app
-check slurm-explicit-n "srun --mpi=pmix -n 2 ./app" "" \
+check slurm-explicit-n "srun --mpi=pmix --kill-on-bad-exit=1 -n 2 ./app" "" \
   SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/pmix:$PATH" "$run" -n 2 --dry-run -- ./app
 check slurm-no-pmix "mpirun -n 3 --allow-run-as-root ./app" "--bind-to" \
   SLURM_JOB_ID=7 SLURM_NTASKS=3 PATH="$stubs/nopmix:$PATH" "$run" --dry-run -- ./app

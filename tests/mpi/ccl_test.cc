@@ -335,6 +335,28 @@ DISCO_REGISTER_GLOBAL("test.ccl.expect_gathered_on_root")
       Registry::Get("test.ccl.expect_allgather")(*recv, in_group, block);
     });
 
+// How many shared-memory channels this worker should have: one for the world and one for its
+// group, each only when it has more than one rank, all on this node.
+DISCO_REGISTER_GLOBAL("test.ccl.expected_channels").set_body_typed([]() {
+  const WorkerInfo& w = ThisWorker();
+  auto node_local = [](MPI_Comm comm) {
+    int size = 0, node_size = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    int all = node_size == size ? 1 : 0, every = 0;
+    MPI_Allreduce(&all, &every, 1, MPI_INT, MPI_MIN, comm);
+    return size > 1 && every != 0;
+  };
+  MPI_Comm group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, w.group_id, w.worker_id, &group);
+  int64_t want = (node_local(MPI_COMM_WORLD) ? 1 : 0) + (node_local(group) ? 1 : 0);
+  MPI_Comm_free(&group);
+  return want;
+});
+
 DISCO_REGISTER_GLOBAL("test.ccl.backend").set_body_typed([]() {
   return ccl::CurrentContext() != nullptr ? ccl::CurrentContext()->backend : std::string("none");
 });
@@ -622,10 +644,14 @@ TEST_F(CclTest, InitCCLTwiceReplacesTheCommunicators) {
   const char* shm = std::getenv("DISCO_CCL_SHM");
   bool channels = shm == nullptr || std::string(shm) != "0";
   if (s().impl() != nullptr && channels) {
-    int64_t want = (n() > 1 ? 1 : 0) + (group_size(true) > 1 ? 1 : 0);
+    // A channel for each communicator of more than one rank whose ranks all share a node (none
+    // across nodes).
     DRef maps = s().CallPacked(F("test.ccl.shm_mappings"));
+    DRef want = s().CallPacked(F("test.ccl.expected_channels"));
     for (int w = 0; w < n(); ++w) {
-      EXPECT_EQ(maps.DebugGetFromRemote(w).cast<int64_t>(), want) << "worker " << w;
+      EXPECT_EQ(maps.DebugGetFromRemote(w).cast<int64_t>(),
+                want.DebugGetFromRemote(w).cast<int64_t>())
+          << "worker " << w;
     }
     std::string prefix = "disco-ccl-" + std::to_string(getpid()) + "-";
     for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {

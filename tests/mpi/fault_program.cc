@@ -58,7 +58,8 @@ int Run(disco::Session& s, const std::string& mode) {
     throw std::runtime_error("boom from the controller");
   }
   if (mode == "kill-worker") {
-    s.CallPacked(s.GetGlobalFunc("fault.kill_self"), 1);
+    // The last worker: across nodes, one on another node than the controller.
+    s.CallPacked(s.GetGlobalFunc("fault.kill_self"), s.num_workers() - 1);
     s.SyncAll();  // blocks on the dead worker: the launcher must end the job
     std::printf("unreachable: SyncAll returned after a worker died\n");
     return 0;

@@ -128,9 +128,7 @@ class H5Test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     g_session->InitCCL("mpi");
-    char tmpl[] = "/tmp/disco-h5-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing::SharedTempDir("disco-h5-test");
     std::string cmd = Python() + kScript + " write " + dir_;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << " (needs Debian's python3-h5py)";
   }

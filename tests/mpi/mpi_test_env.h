@@ -2,10 +2,18 @@
 #define DISCO_TESTS_MPI_MPI_TEST_ENV_H_
 
 #include <disco/disco.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
 
 #include "ccl/reduce.h"
-
-#include <string>
 
 namespace disco {
 namespace testing {
@@ -23,6 +31,28 @@ std::string RemoteErrorOf(F&& f, int* worker = nullptr) {
   }
   ADD_FAILURE() << "expected a RemoteError";
   return "";
+}
+/// A new directory for files every worker reads or writes: under DISCO_TEST_SHARED_DIR, else
+/// under the build tree's tests directory (a file system every node of a cluster sees, as the
+/// build does; /tmp is private to each node). Says where, once.
+inline std::string SharedTempDir(const std::string& name) {
+  const char* env = std::getenv("DISCO_TEST_SHARED_DIR");
+  std::string base = env != nullptr && *env != '\0' ? env : DISCO_TEST_BINARY_DIR "/tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  std::string tmpl = base + "/" + name + "-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    ADD_FAILURE() << "cannot make a directory under " << base << ": " << std::strerror(errno)
+                  << " (set DISCO_TEST_SHARED_DIR to a directory every node sees)";
+    return base;
+  }
+  static bool said = false;
+  if (!said) {
+    std::printf("test files shared by every worker go under %s (DISCO_TEST_SHARED_DIR)\n",
+                base.c_str());
+    said = true;
+  }
+  return tmpl;
 }
 /// Element i of a host tensor of any collective dtype, as a double.
 inline double Load(const Tensor& t, int64_t i) {

@@ -6,7 +6,11 @@ set -u
 np=$1 server=$2 client=$3
 shift 3
 [ "${1:-}" = "--" ] && shift
-dir=$(mktemp -d)
+# The port file is written by rank 0, wherever its node is: a directory every node sees when
+# DISCO_TEST_SHARED_DIR says one.
+base=${DISCO_TEST_SHARED_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$base"
+dir=$(mktemp -d -p "$base")
 export DISCO_SERVE_KEY="remote-test-key-$$-$RANDOM"
 setsid "$@" "$server" --serve "$dir/port" >"$dir/server.log" 2>&1 &
 spid=$!
@@ -27,7 +31,9 @@ if [ ! -s "$dir/port" ]; then
 fi
 port=$(cat "$dir/port")
 echo "run_remote_test: $np-rank server on 127.0.0.1:$port"
-DISCO_TEST_SERVER="127.0.0.1:$port" timeout 300 "$client"
+# DISCO_TEST_CLIENT_PREFIX: where the client runs (on the virtual cluster: rank 0's node, whose
+# loopback the server listens on).
+DISCO_TEST_SERVER="127.0.0.1:$port" timeout 300 ${DISCO_TEST_CLIENT_PREFIX:-} "$client"
 crc=$?
 for _ in $(seq 600); do
   kill -0 "$spid" 2>/dev/null || break

@@ -1,0 +1,90 @@
+#include "core/launcher.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+extern char** environ;
+
+namespace disco {
+
+void EndSlurmStep() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (job == nullptr || step == nullptr || *job == '\0' || *step == '\0') return;
+  char target[96];
+  std::snprintf(target, sizeof target, "%s.%s", job, step);
+  char scancel[] = "scancel", quiet[] = "--quiet";
+  char* argv[] = {scancel, quiet, target, nullptr};
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, "scancel", nullptr, nullptr, argv, environ) != 0) return;
+  // A moment for scancel to reach slurmctld before this rank's exit takes the step down on its
+  // own node.
+  for (int i = 0; i < 20; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    usleep(50 * 1000);
+  }
+}
+
+namespace {
+
+// The parent of `pid` from /proc/PID/stat (the field after the command, which may hold spaces and
+// parentheses), or -1.
+pid_t ParentOf(pid_t pid) {
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  int ppid = -1;
+  char state = 0;
+  if (close == nullptr || std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return static_cast<pid_t>(ppid);
+}
+
+}  // namespace
+
+void EndLocalLauncher() {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return;
+  const pid_t parent = getppid();
+  char path[64], comm[32] = {0};
+  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(parent));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return;
+  size_t n = std::fread(comm, 1, sizeof comm - 1, f);
+  std::fclose(f);
+  while (n > 0 && (comm[n - 1] == '\n' || comm[n - 1] == ' ')) comm[--n] = '\0';
+  bool is_launcher = false;
+  for (const char* launcher : {"mpirun", "mpiexec", "orterun", "orted", "prterun", "prted"}) {
+    is_launcher = is_launcher || std::strcmp(comm, launcher) == 0;
+  }
+  if (!is_launcher) return;
+  // Its other children (this node's other ranks) first: they would wait for peers that are gone
+  // until their own watchdogs noticed.
+  const pid_t self = getpid();
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* e = readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0' || pid == self) continue;
+      if (ParentOf(static_cast<pid_t>(pid)) == parent) kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    closedir(proc);
+  }
+  kill(parent, SIGKILL);
+}
+
+}  // namespace disco

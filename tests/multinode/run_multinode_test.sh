@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The multi-node stage of ./launch/test: disco's suites with ranks on two virtual nodes
+# (tests/multinode/vcluster.sh), the batch jobs on a two-node Slurm, and the faults a cluster has.
+# One PASS/FAIL line per case with its time; exit 0 when every case passed, 77 (with the reason)
+# where the cluster cannot be made (not root, no namespaces).
+#   tests/multinode/run_multinode_test.sh BUILD_DIR [--only REGEX] [--keep] [--all-faults]
+# Needs root. Every job runs under a time limit with DISCO_TIMEOUT=20, so a hang costs seconds.
+# --keep leaves the cluster up afterwards (vcluster.sh stop removes it). --all-faults adds a node
+# whose processes are all killed (under mpirun and srun) to the node cut off the network.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:?usage: run_multinode_test.sh BUILD_DIR [--only REGEX] [--keep] [--all-faults]}" && pwd)
+shift
+only="" keep=0 all_faults=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --only) only=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --all-faults) all_faults=1; shift ;;
+    *) echo "run_multinode_test.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+vc=$here/vcluster.sh
+if [[ $(id -u) -ne 0 ]]; then echo "SKIP: the virtual cluster needs root"; exit 77; fi
+if ! unshare --net --mount true 2>/dev/null; then
+  echo "SKIP: this machine refuses network and mount namespaces (a container without them?)"
+  exit 77
+fi
+for f in tests/disco_mpi_tests tests/disco_fault_program tests/disco_h5_save_program \
+  tests/disco_remote_tests src/tools/disco-bench; do
+  [[ -x $build/$f ]] || { echo "run_multinode_test: no $build/$f (build the tests first)"; exit 2; }
+done
+# A build or checkout under /tmp must stay visible on the nodes (each has its own /tmp).
+shared=""
+for d in "$build" "$root"; do [[ $d == /tmp/* ]] && shared+="${shared:+:}/tmp/$(cut -d/ -f3 <<<"$d")"; done
+export VC_SHARED_TMP=$shared
+out=$build/multinode
+rm -rf "$out"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export DISCO_TIMEOUT=20
+# Files every worker reads or writes: the build tree, which every node sees.
+export DISCO_TEST_SHARED_DIR=$out/shared
+started=$SECONDS
+fail=0
+summary=()
+
+cleanup() { ((keep)) || "$vc" stop >/dev/null 2>&1; }
+trap cleanup EXIT
+"$vc" start 2 > "$out/cluster.log" 2>&1 || { cat "$out/cluster.log"; echo "FAIL: the cluster did not start"; exit 1; }
+
+# case NAME LIMIT CMD...: PASS when CMD exits 0 within LIMIT seconds; its output in NAME.log.
+case_() {
+  local name=$1 limit=$2 t0=$SECONDS rc=0
+  shift 2
+  [[ -z $only || $name =~ $only ]] || return 0
+  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  local line
+  if ((rc == 0)); then
+    line=$(printf 'PASS  %-40s %4d s' "$name" $((SECONDS - t0)))
+  else
+    fail=1
+    line=$(printf 'FAIL  %-40s %4d s  (exit %d%s)' "$name" $((SECONDS - t0)) "$rc" \
+      "$( ((rc == 124 || rc == 137)) && echo ", killed at ${limit} s")")
+  fi
+  echo "$line"
+  summary+=("$line")
+  if ((rc != 0)); then
+    sed 's/\x1b\[[0-9;]*m//g' "$out/$name.log" | grep -Ev '^\[ +(RUN|OK) +\]|^  command #' | tail -20 |
+      sed 's/^/    | /'
+  fi
+}
+# expect NAME LIMIT EXIT NEEDLE CMD...: PASS when CMD ends within LIMIT with a non-zero exit (or
+# EXIT itself) and its output has NEEDLE.
+expect() {
+  local name=$1 limit=$2 want=$3 needle=$4
+  shift 4
+  case_ "$name" "$limit" bash -c '
+    want=$1 needle=$2; shift 2
+    out=$("$@" 2>&1); rc=$?
+    echo "$out"
+    echo "--- exit $rc"
+    [[ $want == nonzero && $rc -ne 0 || $rc == "$want" ]] || { echo "expected exit $want"; exit 1; }
+    grep -Eq -- "$needle" <<<"$out" || { echo "no \"$needle\" in the output"; exit 1; }' \
+    _ "$want" "$needle" "$@"
+}
+
+mpi=("$vc" mpirun -x DISCO_TIMEOUT -x OMPI_MCA_mpi_yield_when_idle -x DISCO_TEST_SHARED_DIR)
+h22=(-np 4 --host node1:2,node2:2)
+tests=$build/tests/disco_mpi_tests
+
+# ---- The suites across nodes (mpirun on node1, orted on node2 through the rsh agent) ----------
+case_ mpirun.session.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='Session*'
+case_ mpirun.ccl.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='Ccl*'
+case_ mpirun.ccl.noshm.2x2 240 "${mpi[@]}" "${h22[@]}" -x DISCO_CCL_SHM=0 "$tests" \
+  --gtest_filter='Ccl*'
+case_ mpirun.h5.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='H5*'
+# The remote suite: the served job spans both nodes; the client runs on node1 (rank 0's loopback).
+case_ mpirun.remote.2x2 300 env DISCO_TEST_CLIENT_PREFIX="$vc exec node1" \
+  "$root/tests/remote/run_remote_test.sh" 4 "$tests" "$build/tests/disco_remote_tests" -- \
+  "${mpi[@]}" "${h22[@]}"
+# A per-job setting given where mpirun runs only (no -x): rank 0's value is everyone's.
+case_ mpirun.knob-not-forwarded.2x2 120 env DISCO_CCL_SHM=0 DISCO_H5_INDEPENDENT=1 \
+  "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='CclTest.AllReduce*:H5Test.EveryDType*'
+# A save into a directory that only node1 has (each node has its own /tmp).
+"$vc" exec node1 mkdir -p /tmp/only-on-node1
+expect mpirun.save-dir-on-one-node 60 3 "not writable on node2" \
+  "${mpi[@]}" "${h22[@]}" "$build/tests/disco_h5_save_program" add /tmp/only-on-node1/x.h5 w 64
+
+# ---- Slurm: sbatch -N 2 and srun --mpi=pmix across the nodes -----------------------------------
+if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
+  on1=("$vc" exec node1)
+  export DISCO_ROOT=$root DISCO_BUILD_DIR=$build
+  # The smoke job (srun --mpi=pmix through disco-run, at 2..4 ranks over both nodes).
+  case_ sbatch.smoke.2x2 300 env DISCO_SMOKE_FILTER='SessionTest.*-SessionTest.Hundred*:SessionTest.LargeTransfers*:SessionTest.Parked*' "${on1[@]}" \
+    sbatch --wait -N 2 --ntasks-per-node=2 -t 10 -o "$out/smoke.out" "$root/jobs/smoke.sbatch"
+  case_ sbatch.multinode-cpu.2x2 300 "${on1[@]}" sbatch --wait -N 2 --ntasks-per-node=2 -t 10 -o "$out/multinode-cpu.out" \
+    "$root/jobs/multinode-cpu.sbatch" "$tests" --gtest_filter='CclTest.AllReduce*:CclTest.Pipeline*:H5Test.Saves*'
+  # Faults under plain srun (no -K): a rank that dies, and a watchdog timeout, end the job within
+  # DISCO_TIMEOUT + 10 s.
+  expect srun.rank-killed 40 nonzero "stopped answering liveness pings|signal 9|Killed|killed" \
+    "${on1[@]}" srun --mpi=pmix -N 2 --ntasks-per-node=2 -t 5 \
+    "$build/tests/disco_fault_program" kill-worker
+  expect srun.watchdog 40 nonzero "past DISCO_TIMEOUT=5 s" env DISCO_TIMEOUT=5 "${on1[@]}" \
+    srun --mpi=pmix -N 2 --ntasks-per-node=2 -t 5 "$build/tests/disco_fault_program" skip-collective
+else
+  summary+=("FAIL  slurm-start (see $out/slurm.log)")
+  fail=1
+  tail -20 "$out/slurm.log"
+fi
+
+# ---- A node cut off the network (or, with --all-faults, all its processes killed) under mpirun and
+# srun: the job ends within DISCO_TIMEOUT + 10 s, a line names the silent ranks (for a cut), and
+# nothing of the job is left on any node once the node is back.
+node_fault() {
+  local launcher=$1 fault=$2 log=$out/$1.node-$2.job.log t0
+  if [[ $launcher == mpirun ]]; then
+    setsid "${mpi[@]}" "${h22[@]}" "$tests" --gtest_also_run_disabled_tests \
+      --gtest_filter='*Soak*' > "$log" 2>&1 &
+  else
+    setsid "$vc" exec node1 srun --mpi=pmix -N 2 --ntasks-per-node=2 -t 5 "$tests" \
+      --gtest_also_run_disabled_tests --gtest_filter='*Soak*' > "$log" 2>&1 &
+  fi
+  local job=$!
+  # The fault strikes a running job: its ranks are in the soak loop (a launch can take seconds).
+  for _ in $(seq 300); do
+    grep -q 'RUN.*Soak' "$log" 2>/dev/null && break
+    kill -0 $job 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'RUN.*Soak' "$log" || { cat "$log"; echo "the job did not start"; kill -KILL -- -$job; return 1; }
+  sleep 2
+  "$vc" fault "$fault" node2
+  t0=$SECONDS
+  while kill -0 $job 2>/dev/null && ((SECONDS - t0 < DISCO_TIMEOUT + 10)); do sleep 0.2; done
+  local took=$((SECONDS - t0)) ended=1
+  if kill -0 $job 2>/dev/null; then
+    ended=0
+    kill -KILL -- -$job 2>/dev/null
+  fi
+  wait $job 2>/dev/null
+  [[ $fault == down ]] && "$vc" fault up node2
+  sleep 3
+  local left="" pid
+  for pid in $("$vc" pids node2) $("$vc" pids node1); do
+    case $(cat "/proc/$pid/comm" 2>/dev/null) in disco_mpi_tests | orted) left+=" $pid" ;; esac
+  done
+  if [[ -f ${VC_STATE:-/run/disco-vcluster}/slurm/etc/slurm.conf ]] &&
+    [[ $launcher == srun || $fault == kill ]]; then
+    # node2 back in Slurm (its slurmd restarted after a kill), and the job's step done with on
+    # every node (a launch onto a node still completing a step fails).
+    "$vc" slurm-start > /dev/null 2>&1 || echo "Slurm did not take node2 back"
+    for _ in $(seq 60); do
+      [[ -z $("$vc" exec node1 sinfo -h -N -o '%T' | grep -v '^idle$') ]] && break
+      sleep 0.5
+    done
+  fi
+  cat "$log"
+  echo "--- ended=$ended after ${took} s; left:${left:- nothing}"
+  ((ended)) || { echo "the job outlived DISCO_TIMEOUT + 10 s"; return 1; }
+  if [[ $fault == down ]]; then
+    grep -q "stopped answering liveness pings\|answered no liveness ping" "$log" ||
+      { echo "no line names the silent ranks"; return 1; }
+  fi
+  [[ -z $left ]] || { echo "processes left after the node came back"; return 1; }
+}
+faults=(down)
+((all_faults)) && faults+=(kill)
+for fault in "${faults[@]}"; do
+  for launcher in mpirun srun; do
+    [[ $launcher == mpirun || -f ${VC_STATE:-/run/disco-vcluster}/slurm/etc/slurm.conf ]] || continue
+    case_ "$launcher.node-$fault" 90 bash -c "$(declare -f node_fault); $(declare -p mpi h22 out tests vc); DISCO_TIMEOUT=$DISCO_TIMEOUT node_fault $launcher $fault"
+  done
+done
+
+echo "==== multi-node stage: $((SECONDS - started)) s (logs in $out)"
+printf '%s\n' "${summary[@]}"
+exit $fail
