@@ -297,6 +297,7 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
   if (run_now) {
     worker0_.CallPacked(seq, reg, func.reg_id(), args, num_args);
   } else {
+    worker0_.ReserveRegister(reg);  // lookups run before the deferred call, and may need reg + 1
     deferred_.active = true;
     deferred_.seq = seq;
     deferred_.result_reg = reg;

@@ -57,6 +57,10 @@ class Worker {
   /// The tensor in `reg` (for CopyToWorker0/CopyFromWorker0); throws naming the register when it
   /// is missing, poisoned or not a tensor.
   Tensor GetTensor(int64_t reg, const char* what) const;
+  /// Makes room for `reg` (at most one past the end) before the command that stores it runs: a
+  /// call deferred on worker 0 (SessionImpl) must not leave a hole that a later command's
+  /// register, stored first, would fall beyond.
+  void ReserveRegister(int64_t reg) { Slot(reg); }
   /// True when `reg` holds a Function marked collective.
   bool HoldsCollective(int64_t reg) const;
   /// Registers currently in use (for tests of the free list).

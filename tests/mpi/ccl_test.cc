@@ -222,6 +222,10 @@ DISCO_REGISTER_GLOBAL("test.ccl.dtype_on_last").set_body_typed([](int64_t n) {
 });
 
 // How many shared-memory channels this process has mapped (lines of /proc/self/maps).
+DISCO_REGISTER_GLOBAL("test.ccl.register_capacity").set_body_typed([]() {
+  return static_cast<int64_t>(detail::CurrentWorker()->register_capacity());
+});
+
 DISCO_REGISTER_GLOBAL("test.ccl.shm_mappings").set_body_typed([]() {
   std::ifstream maps("/proc/self/maps");
   int64_t count = 0;
@@ -470,6 +474,28 @@ TEST_F(CclTest, HostArrayConveniences) {
     EXPECT_THROW(s().Scatter(odd), ValueError);
   }
   Check("host arrays");
+}
+
+// A collective stays deferred on worker 0 while a lookup of a function runs before it; when the
+// collective's result register is a fresh one, the lookup's register comes after it. Worker 0's
+// register file once refused that ("register id N is outside the register file"), the first time
+// a program used a builtin right after a collective (Broadcast of a host array, then AllReduce).
+TEST_F(CclTest, ALookupRightAfterADeferredCollectiveFindsItsRegister) {
+  DRef t = Filled(8, "float32", "data");
+  DRef cap = s().CallPacked(F("test.ccl.register_capacity"));
+  const int64_t capacity = cap.DebugGetFromRemote(0).cast<int64_t>();
+  std::vector<DRef> hold;  // use up the free list, so that the next ids are fresh ones
+  while (hold.empty() || hold.back().reg_id() < capacity) {
+    hold.push_back(s().Empty(Shape{1}, DataType("float32")));
+  }
+  for (int round = 0; round < 2; ++round) {
+    DRef r = s().AllReduce(t, "sum", false, t);  // deferred on worker 0: DRef arguments only
+    DRef f = s().GetGlobalFunc("test.ccl.first_value");
+    DRef v = s().CallPacked(f, t);
+    EXPECT_EQ(v.DebugGetFromRemote(n() - 1).cast<double>(), v.DebugGetFromRemote(0).cast<double>());
+    (void)r;
+  }
+  Check("lookup after a deferred collective");
 }
 
 TEST_F(CclTest, SendRecvRejectsBadPeers) {

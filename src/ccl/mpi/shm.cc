@@ -5,6 +5,7 @@
 #include <disco/log.h>
 #include <disco/types.h>
 #include <fcntl.h>
+#include <mpi.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -306,6 +307,11 @@ void ShmChannel::Exchange() {
           ++spins;
           watchdog::WaitingFor(world_ranks_[r]);  // a slow peer: tell the watchdog who it is
         }
+        // Keep MPI progressing while we wait: the peer may be sending this rank a control frame
+        // (a broadcast that worker 0 issues before it joins this collective), and a send that
+        // MPI has not buffered completes only when the receiver's progress engine takes it.
+        int pending = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE);
         sched_yield();
       }
     }
