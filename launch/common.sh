@@ -3,7 +3,7 @@
 DISCO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DISCO_BUILD_DIR=${DISCO_BUILD_DIR:-$DISCO_ROOT/build}
 DISCO_PACKAGES=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-  libdlpack-dev libgtest-dev libopenblas-dev)
+  libdlpack-dev libgtest-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
 
 disco_ensure_packages() {
   local missing=() p
@@ -28,7 +28,7 @@ disco_build() {
     cat "$DISCO_BUILD_DIR.configure.log" >&2
     exit 1
   }
-  grep -A6 "disco .* configuration:" "$DISCO_BUILD_DIR.configure.log" || true
+  grep -A7 "disco .* configuration:" "$DISCO_BUILD_DIR.configure.log" || true
   echo "+ cmake --build $DISCO_BUILD_DIR -j${DISCO_BUILD_JOBS:-2}"
   cmake --build "$DISCO_BUILD_DIR" -j"${DISCO_BUILD_JOBS:-2}"
 }

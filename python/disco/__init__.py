@@ -1,0 +1,110 @@
+"""disco: one Python controller driving every rank of an MPI job (tvm.runtime.disco's API).
+
+Every rank runs the same script. ``disco.main(controller)`` runs ``controller(session)`` on rank 0;
+ranks 1..N-1 run disco's C++ worker loop and call back into Python only for functions registered
+with ``@disco.register_func``::
+
+    import sys, numpy as np, disco
+
+    @disco.register_func("my.scale")       # on every worker
+    def scale(x, k):                        # x: a numpy view of the worker's tensor
+        return x * k                        # a returned array becomes the register's tensor
+
+    def controller(sess):
+        f = sess.get_global_func("my.scale")
+        x = sess.empty((4,), "float32")
+        sess.copy_to_worker_0(np.arange(4, dtype="float32"), x)
+        y = f(x, 2.0)
+        print(y.debug_get_from_remote(0))
+        return 0
+
+    if __name__ == "__main__":
+        sys.exit(disco.main(controller))    # mpirun -n 4 python3 app.py
+
+``disco.connect(host, port, key)`` attaches to a served job (``disco-serve``, or
+``python3 -m disco.serve --module mymod``) from any Python process, with the same Session API.
+
+Values: arguments of worker functions arrive as numpy arrays that share the worker's tensor
+memory (bfloat16 as uint16 bits; device tensors as disco.Tensor), ints, floats, strings, bytes,
+tuples (a tuple of ints is a shape) and dicts. Errors: disco.RemoteError (``.worker``) for a
+worker's failure, ValueError / TypeError / RuntimeError for the C++ errors of those names,
+disco.ProtocolError for a malformed message.
+"""
+
+import sys as _sys
+
+from . import _core
+from ._core import (
+    Device,
+    DPackedFunc,
+    DRef,
+    InternalError,
+    ProtocolError,
+    RemoteError,
+    Session,
+    Tensor,
+    WorkerInfo,
+    list_global_funcs,
+)
+
+__version__ = _core.version()
+
+__all__ = [
+    "Device", "DPackedFunc", "DRef", "InternalError", "ProtocolError", "RemoteError", "Session",
+    "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
+    "register_func", "shutdown_remote_job", "this_worker",
+]
+
+
+def main(controller, argv=None):
+    """Runs the job: ``controller(session)`` on rank 0, the worker loop elsewhere.
+
+    Returns the process exit code for ``sys.exit``: the controller's return value (None is 0);
+    an exception in the controller prints its traceback and gives 1 (KeyboardInterrupt: 130);
+    non-zero on every rank if any rank failed. MPI is initialised unless the program did it
+    already (e.g. mpi4py), and then left to it to finalise.
+    """
+    return _core.main(controller, list(_sys.argv if argv is None else argv))
+
+
+def register_func(name, func=None, override=False):
+    """Registers a Python function as the global function `name` on this rank.
+
+    Every rank runs the same script, so the function exists on every worker. Use as a decorator
+    (``@disco.register_func("my.f")``) or call ``register_func("my.f", f)``. An exception in the
+    function reaches the controller as a RemoteError carrying the traceback's last lines.
+    """
+    def register(f):
+        _core.register_func(name, f, override)
+        return f
+    return register if func is None else register(func)
+
+
+def connect(host, port, key="", connect_timeout_ms=10000, reply_timeout_ms=-1, key_file=""):
+    """Attaches to a served job; returns a Session. No MPI is needed in this process.
+
+    An empty key is read from DISCO_SERVE_KEY, else from `key_file` (DISCO_SERVE_KEY_FILE, else
+    ~/.disco/serve-PORT.key, where a server started without a key writes its generated one).
+    ``session.shutdown()`` detaches; ``disco.shutdown_remote_job(session, code)`` ends the job.
+    """
+    return _core.connect(host, int(port), key, connect_timeout_ms, reply_timeout_ms, key_file)
+
+
+def shutdown_remote_job(session, exit_code=0):
+    """Ends a served job (every rank exits with `exit_code`); `session` comes from connect."""
+    _core.shutdown_remote_job(session, exit_code)
+
+
+def this_worker():
+    """Where the calling worker function runs: worker_id, num_workers, group_id, device, ..."""
+    return _core.this_worker()
+
+
+def cpu():
+    """The host device."""
+    return Device(1, 0)
+
+
+def cuda(index=None):
+    """GPU `index`, or with None each worker's own GPU (after init_ccl)."""
+    return Device(2, -1 if index is None else index)

@@ -1,0 +1,63 @@
+// Python <-> disco value conversion for the `disco` Python package (python/disco).
+//
+// Python to disco (`ToAny`): None, bool, int (int64), float, str, bytes; numpy scalars as their
+// Python value; `disco.Tensor`, numpy arrays and any object with `__dlpack__` as a Tensor sharing
+// the memory (a copy only for read-only or non-contiguous numpy arrays); tuples and lists of ints
+// as a Shape, other tuples and lists as an Array; dicts with string keys as a Map; `disco.DRef`,
+// `disco.Device`; anything else as an Object that holds the Python object itself (usable inside
+// this process only: the wire refuses to send it).
+//
+// disco to Python (`FromAny`): the reverse; a host Tensor becomes a numpy array that shares its
+// memory (bfloat16 as uint16: numpy has no bfloat16), a device tensor stays a `disco.Tensor`.
+#ifndef DISCO_PYTHON_CONVERT_H_
+#define DISCO_PYTHON_CONVERT_H_
+
+#include <disco/any.h>
+#include <disco/tensor.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace disco {
+namespace python {
+
+namespace py = pybind11;
+
+/// What Python holds for a DRef. Dropped on a thread other than the session's, its register is
+/// freed by the next session call (a session is driven from one thread).
+struct PyDRef {
+  DRef ref;
+  PyDRef() = default;
+  explicit PyDRef(DRef r) : ref(std::move(r)) {}
+  PyDRef(const PyDRef&) = default;
+  PyDRef& operator=(const PyDRef&) = default;
+  ~PyDRef();
+};
+
+/// Which Python type a disco value becomes for worker functions and debug reads.
+Any ToAny(py::handle obj);
+py::object FromAny(const Any& value);
+
+/// A Tensor for `obj` (disco.Tensor, numpy array, DLPack producer), or nullopt when it is none of
+/// them. `what` names the argument in errors.
+std::optional<Tensor> ToTensor(py::handle obj);
+/// Like ToTensor, but a TypeError naming `what` when `obj` is not a tensor.
+Tensor ToTensorOrThrow(py::handle obj, const char* what);
+/// A numpy array viewing a host tensor's memory (bfloat16 as uint16).
+py::array TensorToNumpy(const Tensor& t);
+
+/// A DLDevice from a disco.Device, "cpu", "cuda", "cuda:N" or None (cpu).
+DLDevice ToDevice(py::handle obj);
+/// A DLDataType from a string ("float32"), a numpy dtype or a numpy type.
+DLDataType ToDataType(py::handle obj);
+
+/// The last lines of the pending Python exception's traceback, for RemoteErrors.
+std::string FormatPythonError(py::error_already_set& e, int max_lines);
+
+}  // namespace python
+}  // namespace disco
+
+#endif  // DISCO_PYTHON_CONVERT_H_

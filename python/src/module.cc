@@ -1,0 +1,699 @@
+// disco._core: the Python binding of disco's C++ runtime (pybind11). The Python package
+// (python/disco/__init__.py) re-exports it under the names of tvm.runtime.disco.
+//
+// Threads and the GIL. Session calls convert their arguments with the GIL held, then release it
+// while the runtime works (broadcasts, syncs, collectives, copies, waits), so other Python threads
+// run meanwhile. Worker functions written in Python take the GIL only while Python runs: ranks
+// 1..N-1 sit in the C++ worker loop without it, and worker 0 runs inside the controller's session
+// call, which has released it. A session is driven from one thread, the controller's; a DRef that
+// another thread drops is freed by that thread's next session call.
+#include <disco/disco.h>
+#include <disco/h5.h>
+#include <disco/remote.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <csignal>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "convert.h"
+
+namespace py = pybind11;
+
+namespace disco {
+namespace python {
+namespace {
+
+// ---- Errors -------------------------------------------------------------------------------------
+
+PyObject* g_remote_error = nullptr;
+PyObject* g_protocol_error = nullptr;
+PyObject* g_internal_error = nullptr;
+
+void RaiseRemoteError(const RemoteError& e) {
+  py::object cls = py::reinterpret_borrow<py::object>(g_remote_error);
+  py::object inst = cls(py::str(e.what()));
+  inst.attr("worker") = py::int_(e.worker());
+  PyErr_SetObject(g_remote_error, inst.ptr());
+}
+
+void TranslateErrors(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const RemoteError& e) {
+    RaiseRemoteError(e);
+  } catch (const ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const ProtocolError& e) {
+    PyErr_SetString(g_protocol_error, e.what());
+  } catch (const InternalError& e) {
+    PyErr_SetString(g_internal_error, e.what());
+  } catch (const Error& e) {  // disco::RuntimeError and the base
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+}
+
+// ---- DRefs dropped on other threads -------------------------------------------------------------
+
+std::thread::id g_session_thread;
+std::mutex g_orphans_mu;
+std::vector<DRef> g_orphans;
+std::atomic<bool> g_have_orphans{false};
+
+void FreeOrphans() {
+  if (!g_have_orphans.load(std::memory_order_acquire)) return;
+  if (std::this_thread::get_id() != g_session_thread) return;
+  std::vector<DRef> drop;
+  {
+    std::lock_guard<std::mutex> lock(g_orphans_mu);
+    drop.swap(g_orphans);
+    g_have_orphans.store(false, std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+PyDRef::~PyDRef() {
+  if (!ref.defined() || std::this_thread::get_id() == g_session_thread) return;
+  std::lock_guard<std::mutex> lock(g_orphans_mu);
+  g_orphans.push_back(std::move(ref));
+  g_have_orphans.store(true, std::memory_order_release);
+}
+
+namespace {
+
+// ---- Sessions -----------------------------------------------------------------------------------
+
+// A Python Session: borrowed from disco::Main while the controller runs, or owned (remote).
+struct PySession {
+  Session* session = nullptr;
+  std::unique_ptr<Session> owned;
+  bool remote = false;
+
+  Session& get() {
+    DISCO_CHECK(session != nullptr, RuntimeError)
+        << "this disco.Session has ended (the controller returned or shutdown() was called)";
+    FreeOrphans();
+    return *session;
+  }
+};
+using SessionPtr = std::shared_ptr<PySession>;
+
+// A DRef that holds a function: calling it is `session.call_packed(self, *args)`.
+struct PyFunc : PyDRef {
+  SessionPtr session;
+  PyFunc(DRef r, SessionPtr s) : PyDRef(std::move(r)), session(std::move(s)) {}
+};
+
+DRef RefOf(py::handle h, const char* what) {
+  if (h.is_none()) return DRef();
+  DISCO_CHECK(py::isinstance<PyDRef>(h), TypeError)
+      << what << ": expected a disco.DRef or None, got "
+      << std::string(py::str(py::type::of(h).attr("__name__")));
+  return h.cast<const PyDRef&>().ref;
+}
+
+py::object Wrap(DRef r) { return py::cast(PyDRef(std::move(r))); }
+
+PyDRef CallPacked(PySession& ps, const DRef& func, py::args args) {
+  Session& s = ps.get();
+  std::vector<Any> packed;
+  packed.reserve(args.size());
+  for (py::handle a : args) {
+    if (py::isinstance<PyDRef>(a)) {
+      packed.emplace_back(a.cast<const PyDRef&>().ref);
+    } else {
+      packed.push_back(ToAny(a));
+    }
+  }
+  DRef out;
+  {
+    py::gil_scoped_release release;
+    out = s.CallWithMovedArgs(func, packed.data(), packed.size());
+  }
+  return PyDRef(std::move(out));
+}
+
+// Runs `f` on the session with the GIL released.
+template <typename F>
+auto Released(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+Shape ToShape(py::handle obj) {
+  if (py::isinstance<py::int_>(obj)) return Shape({obj.cast<int64_t>()});
+  std::vector<int64_t> dims;
+  for (py::handle d : py::reinterpret_borrow<py::sequence>(obj)) {
+    DISCO_CHECK(PyLong_Check(d.ptr()) && !PyBool_Check(d.ptr()), TypeError)
+        << "shape: expected a sequence of ints, got an item of type "
+        << std::string(py::str(py::type::of(d).attr("__name__")));
+    dims.push_back(d.cast<int64_t>());
+  }
+  return Shape(std::move(dims));
+}
+
+// ---- Python worker functions --------------------------------------------------------------------
+
+void RegisterFunc(const std::string& name, py::function fn, bool override_existing) {
+  // The registry lives as long as the process: the function is never released.
+  PyObject* callable = fn.release().ptr();
+  Registry::Register(name, override_existing)
+      .set_body_packed([callable, name](const Args& args, Any* rv) {
+        py::gil_scoped_acquire gil;
+        try {
+          py::tuple pargs(args.size());
+          for (size_t i = 0; i < args.size(); ++i) pargs[i] = FromAny(args[i]);
+          py::object r = py::reinterpret_borrow<py::object>(callable)(*pargs);
+          *rv = ToAny(r);
+        } catch (py::error_already_set& e) {
+          std::string trace = FormatPythonError(e, 12);
+          DISCO_THROW(RuntimeError) << "Python function '" << name << "' raised:\n" << trace;
+        }
+      });
+}
+
+// ---- Ctrl-C -------------------------------------------------------------------------------------
+
+// SIGINT while the controller runs: Python's KeyboardInterrupt when Python code runs (the
+// controller then ends the session and every rank exits non-zero). A controller waiting inside the
+// runtime never returns to Python, so if the interrupt is not taken within 2 s the process ends
+// itself by SIGINT, and the launcher (mpirun, or srun --kill-on-bad-exit) ends the other ranks.
+std::atomic<int64_t> g_sigint_at{0};
+std::atomic<bool> g_controller_running{false};
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void OnSigint(int) {
+  g_sigint_at.store(NowMs());
+  PyErr_SetInterruptEx(SIGINT);
+}
+
+void InterruptMonitor() {
+  while (g_controller_running.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int64_t at = g_sigint_at.load();
+    if (at != 0 && NowMs() - at > 2000) {
+      static const char kMsg[] =
+          "disco: interrupted (SIGINT) while the controller waits in the runtime; ending the job\n";
+      ssize_t ignored = write(2, kMsg, sizeof kMsg - 1);
+      (void)ignored;
+      signal(SIGINT, SIG_DFL);
+      raise(SIGINT);
+    }
+  }
+}
+
+int RunController(py::function controller, Session& session) {
+  py::gil_scoped_acquire gil;
+  auto ps = std::make_shared<PySession>();
+  ps->session = &session;
+  int code = 1;
+  try {
+    py::object r = controller(ps);
+    code = r.is_none() ? 0 : r.cast<int>();
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_SystemExit)) {
+      py::object c = e.value().attr("code");
+      code = c.is_none() ? 0 : (py::isinstance<py::int_>(c) ? c.cast<int>() : 1);
+      if (!c.is_none() && !py::isinstance<py::int_>(c)) py::print(c, py::arg("file") = py::module_::import("sys").attr("stderr"));
+    } else {
+      code = e.matches(PyExc_KeyboardInterrupt) ? 130 : 1;
+      e.restore();
+      PyErr_Print();
+    }
+  } catch (const std::exception& e) {
+    py::print("disco: the controller's result:", e.what(),
+              py::arg("file") = py::module_::import("sys").attr("stderr"));
+    code = 1;
+  }
+  g_sigint_at.store(0);
+  ps->session = nullptr;
+  return code;
+}
+
+int Main(py::function controller, std::vector<std::string> argv) {
+  std::vector<char*> cargv;
+  for (std::string& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  int argc = static_cast<int>(argv.size());
+  char** argvp = cargv.data();
+  g_session_thread = std::this_thread::get_id();
+  const bool main_thread =
+      py::module_::import("threading").attr("current_thread")().is(
+          py::module_::import("threading").attr("main_thread")());
+  struct sigaction old_int {};
+  sigaction(SIGINT, nullptr, &old_int);
+  // An ignored SIGINT (nohup, a background job of a script) stays ignored.
+  const bool handle_sigint = main_thread && old_int.sa_handler != SIG_IGN;
+  if (handle_sigint) {
+    struct sigaction sa {};
+    sa.sa_handler = OnSigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+  }
+  g_sigint_at.store(0);
+  g_controller_running.store(true);
+  std::thread monitor(InterruptMonitor);
+  int code;
+  {
+    py::gil_scoped_release release;
+    code = disco::Main(argc, argvp, [&controller](Session& s) { return RunController(controller, s); });
+  }
+  g_controller_running.store(false);
+  monitor.join();
+  if (handle_sigint) sigaction(SIGINT, &old_int, nullptr);
+  return code;
+}
+
+SessionPtr Connect(const std::string& host, int port, const std::string& key,
+                   int connect_timeout_ms, int reply_timeout_ms, const std::string& key_file) {
+  ConnectOptions options;
+  options.connect_timeout_ms = connect_timeout_ms;
+  options.reply_timeout_ms = reply_timeout_ms;
+  options.key_file = key_file;
+  auto ps = std::make_shared<PySession>();
+  {
+    py::gil_scoped_release release;
+    ps->owned = std::make_unique<Session>(disco::Connect(host, port, key, options));
+  }
+  ps->session = ps->owned.get();
+  ps->remote = true;
+  if (g_session_thread == std::thread::id()) g_session_thread = std::this_thread::get_id();
+  return ps;
+}
+
+void BindSession(py::module_& m) {
+  py::class_<PySession, SessionPtr>(m, "Session", R"doc(The controller's view of a disco job.
+
+In a job: the argument of the controller that disco.main runs on rank 0. Remote: disco.connect.
+Calls are asynchronous and ordered; errors of workers surface at the next sync or debug read as
+disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
+      .def_property_readonly("num_workers", [](PySession& s) { return s.get().num_workers(); })
+      .def_property_readonly("num_groups", [](PySession& s) { return s.get().num_groups(); })
+      .def_property_readonly("is_remote", [](PySession& s) { return s.remote; })
+      .def(
+          "get_global_func",
+          [](SessionPtr s, const std::string& name) {
+            Session& sess = s->get();
+            DRef f = Released([&] { return sess.GetGlobalFunc(name); });
+            return PyFunc(std::move(f), s);
+          },
+          py::arg("name"), "A DPackedFunc for the global function `name` on every worker.")
+      .def(
+          "call_packed",
+          [](PySession& s, const PyDRef& func, py::args args) {
+            return CallPacked(s, func.ref, args);
+          },
+          py::arg("func"), "Calls `func` on every worker; returns the DRef of the result.")
+      .def(
+          "empty",
+          [](PySession& s, py::object shape, py::object dtype, py::object device, bool worker0_only,
+             bool in_group) {
+            Session& sess = s.get();
+            Shape sh = ToShape(shape);
+            DLDataType dt = ToDataType(dtype);
+            DLDevice dev = ToDevice(device);
+            return PyDRef(Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
+          },
+          py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none(),
+          py::arg("worker0_only") = false, py::arg("in_group") = true)
+      .def("sync_worker_0", [](PySession& s) { Session& x = s.get(); Released([&] { x.SyncWorker(0); }); })
+      .def(
+          "sync_worker",
+          [](PySession& s, int i) {
+            Session& x = s.get();
+            Released([&] { x.SyncWorker(i); });
+          },
+          py::arg("worker_id"))
+      .def("sync_all", [](PySession& s) { Session& x = s.get(); Released([&] { x.SyncAll(); }); })
+      .def(
+          "copy_to_worker_0",
+          [](PySession& s, py::handle host, py::handle remote) -> py::object {
+            Session& x = s.get();
+            Tensor t = ToTensorOrThrow(host, "copy_to_worker_0(host)");
+            if (remote.is_none()) return Wrap(Released([&] { return x.CopyToWorker0(t); }));
+            DRef r = RefOf(remote, "copy_to_worker_0(remote)");
+            Released([&] { x.CopyToWorker0(t, r); });
+            return py::reinterpret_borrow<py::object>(remote);
+          },
+          py::arg("host"), py::arg("remote") = py::none(),
+          "Copies a host array into worker 0's tensor `remote` (a new register when None).")
+      .def(
+          "copy_from_worker_0",
+          [](PySession& s, py::handle host, const PyDRef& remote) {
+            Session& x = s.get();
+            if (py::isinstance<py::array>(host)) {
+              auto a = py::reinterpret_borrow<py::array>(host);
+              DISCO_CHECK(a.writeable() && (a.flags() & py::array::c_style), ValueError)
+                  << "copy_from_worker_0(host): the numpy array must be writeable and "
+                     "C-contiguous (it is written in place)";
+            }
+            Tensor t = ToTensorOrThrow(host, "copy_from_worker_0(host)");
+            Released([&] { x.CopyFromWorker0(t, remote.ref); });
+          },
+          py::arg("host"), py::arg("remote"),
+          "Copies worker 0's tensor `remote` into `host` (a numpy array, written in place).")
+      .def(
+          "init_ccl",
+          [](PySession& s, const std::string& ccl, py::args device_ids) {
+            Session& x = s.get();
+            std::vector<int64_t> ids;
+            for (py::handle d : device_ids) ids.push_back(d.cast<int64_t>());
+            Released([&] { x.InitCCL(ccl, ids); });
+          },
+          py::arg("ccl"))
+      .def(
+          "allreduce",
+          [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "allreduce(src)"), b = RefOf(dst, "allreduce(dst)");
+            return PyDRef(Released([&] { return x.AllReduce(a, op, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
+      .def(
+          "allgather",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "allgather(src)"), b = RefOf(dst, "allgather(dst)");
+            return PyDRef(Released([&] { return x.AllGather(a, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+      .def(
+          "reduce_scatter",
+          [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "reduce_scatter(src)"), b = RefOf(dst, "reduce_scatter(dst)");
+            return PyDRef(Released([&] { return x.ReduceScatter(a, op, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
+      .def(
+          "broadcast",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
+            Session& x = s.get();
+            Tensor t = ToTensorOrThrow(src, "broadcast(src)");
+            if (dst.is_none()) return Wrap(Released([&] { return x.Broadcast(t, in_group); }));
+            DRef d = RefOf(dst, "broadcast(dst)");
+            Released([&] {
+              DRef on0 = x.CopyToWorker0(t);
+              x.Broadcast(on0, in_group, d);
+            });
+            return py::reinterpret_borrow<py::object>(dst);
+          },
+          py::arg("src"), py::arg("dst") = py::none(), py::arg("in_group") = true,
+          "The host array `src` on every worker: into `dst`, or a new register when None.")
+      .def(
+          "broadcast_from_worker0",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "broadcast_from_worker0(src)");
+            DRef b = RefOf(dst, "broadcast_from_worker0(dst)");
+            return PyDRef(Released([&] { return x.Broadcast(a, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+      .def(
+          "scatter",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
+            Session& x = s.get();
+            Tensor t = ToTensorOrThrow(src, "scatter(src)");
+            if (dst.is_none()) return Wrap(Released([&] { return x.Scatter(t, in_group); }));
+            DRef d = RefOf(dst, "scatter(dst)");
+            Released([&] {
+              DRef on0 = x.CopyToWorker0(t);
+              x.Scatter(on0, in_group, d);
+            });
+            return py::reinterpret_borrow<py::object>(dst);
+          },
+          py::arg("src"), py::arg("dst") = py::none(), py::arg("in_group") = true,
+          "The host array `src` split along its first axis, part i to worker i.")
+      .def(
+          "scatter_from_worker0",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "scatter_from_worker0(src)");
+            DRef b = RefOf(dst, "scatter_from_worker0(dst)");
+            return PyDRef(Released([&] { return x.Scatter(a, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+      .def(
+          "gather_to_worker0",
+          [](PySession& s, py::handle src, py::handle dst, bool in_group) {
+            Session& x = s.get();
+            DRef a = RefOf(src, "gather_to_worker0(src)");
+            DRef b = RefOf(dst, "gather_to_worker0(dst)");
+            return PyDRef(Released([&] { return x.Gather(a, in_group, b); }));
+          },
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+      .def(
+          "barrier",
+          [](PySession& s, bool in_group) {
+            Session& x = s.get();
+            return PyDRef(Released([&] { return x.Barrier(in_group); }));
+          },
+          py::arg("in_group") = false)
+      .def(
+          "load_tensors",
+          [](PySession& s, const std::string& path, py::dict plan, bool in_group, py::object device) {
+            Session& x = s.get();
+            std::vector<h5::LoadEntry> entries;
+            for (auto kv : plan) {
+              h5::LoadEntry e;
+              e.name = kv.first.cast<std::string>();
+              e.shard_axis = kv.second.is_none() ? h5::kAxisFromFile : kv.second.cast<int64_t>();
+              entries.push_back(std::move(e));
+            }
+            DLDevice dev = ToDevice(device);
+            std::map<std::string, DRef> loaded =
+                Released([&] { return h5::LoadTensors(x, path, entries, in_group, dev); });
+            py::dict out;
+            for (auto& kv : loaded) out[py::str(kv.first)] = Wrap(kv.second);
+            return out;
+          },
+          py::arg("path"), py::arg("plan"), py::arg("in_group") = false,
+          py::arg("device") = py::none(),
+          "Loads datasets of an HDF5 file, {name: shard_axis} (-1 whole, None the file's "
+          "shard_axis attribute); returns {name: DRef}.")
+      .def(
+          "save_tensors",
+          [](PySession& s, const std::string& path, py::dict tensors, bool in_group) {
+            Session& x = s.get();
+            std::vector<h5::SaveEntry> entries;
+            for (auto kv : tensors) {
+              h5::SaveEntry e;
+              e.name = kv.first.cast<std::string>();
+              py::handle v = kv.second;
+              if (py::isinstance<PyDRef>(v)) {
+                e.shard = v.cast<const PyDRef&>().ref;
+              } else {
+                auto t = v.cast<py::tuple>();
+                DISCO_CHECK(t.size() == 2, ValueError)
+                    << "save_tensors: '" << e.name << "': expected a DRef or (DRef, shard_axis)";
+                e.shard = RefOf(t[0], "save_tensors");
+                e.shard_axis = t[1].is_none() ? h5::kReplicate : t[1].cast<int64_t>();
+              }
+              entries.push_back(std::move(e));
+            }
+            Released([&] { h5::SaveTensors(x, path, entries, in_group); });
+          },
+          py::arg("path"), py::arg("tensors"), py::arg("in_group") = false,
+          "Saves {name: (DRef, shard_axis)} into an HDF5 file (-1 or None: every worker holds "
+          "the whole tensor).")
+      .def(
+          "shutdown",
+          [](PySession& s) {
+            if (s.session == nullptr) return;
+            Released([&] { s.session->Shutdown(); });
+          },
+          "Ends the session (remote: detaches this client; the served job goes on).")
+      .def("__enter__", [](SessionPtr s) { return s; })
+      .def("__exit__", [](PySession& s, py::args) {
+        if (s.session == nullptr) return;
+        Released([&] { s.session->Shutdown(); });
+      });
+}
+
+void BindValues(py::module_& m) {
+  py::class_<DLDevice>(m, "Device", "A DLPack device: (device_type, device_id).")
+      .def(py::init([](int type, int id) { return DLDevice{static_cast<DLDeviceType>(type), id}; }),
+           py::arg("device_type"), py::arg("device_id") = 0)
+      .def_property_readonly("device_type", [](const DLDevice& d) { return int(d.device_type); })
+      .def_property_readonly("device_id", [](const DLDevice& d) { return d.device_id; })
+      .def("__eq__", [](const DLDevice& a, const DLDevice& b) { return a == b; })
+      .def("__hash__", [](const DLDevice& d) { return int(d.device_type) * 1000003 + d.device_id; })
+      .def("__repr__", [](const DLDevice& d) { return "disco.Device('" + DeviceToString(d) + "')"; })
+      .def("__str__", [](const DLDevice& d) { return DeviceToString(d); });
+
+  py::class_<Tensor>(m, "Tensor", R"doc(A DLPack tensor of disco's runtime.
+
+np.from_dlpack(t) shares its memory (host tensors). numpy has no bfloat16: t.numpy() of a
+bfloat16 tensor is a uint16 view of its raw bits (the upper half of the float32 bit pattern);
+Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a's memory.)doc")
+      .def_property_readonly("shape",
+                             [](const Tensor& t) {
+                               py::tuple out(t.ndim());
+                               for (int i = 0; i < t.ndim(); ++i) out[i] = t.shape()[i];
+                               return out;
+                             })
+      .def_property_readonly("dtype", [](const Tensor& t) { return DataTypeToString(t.dtype()); })
+      .def_property_readonly("device", &Tensor::device)
+      .def_property_readonly("ndim", &Tensor::ndim)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def(
+          "__dlpack__",
+          [](const Tensor& t, py::object stream) {
+            DLManagedTensor* managed = t.ToDLPack();
+            PyObject* cap = PyCapsule_New(managed, "dltensor", [](PyObject* c) {
+              if (!PyCapsule_IsValid(c, "dltensor")) return;  // consumed: renamed
+              auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+              if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+            });
+            if (cap == nullptr) {
+              managed->deleter(managed);
+              throw py::error_already_set();
+            }
+            return py::reinterpret_steal<py::object>(cap);
+          },
+          py::arg("stream") = py::none())
+      .def("__dlpack_device__",
+           [](const Tensor& t) {
+             return py::make_tuple(int(t.device().device_type), t.device().device_id);
+           })
+      .def("numpy", &TensorToNumpy, "A numpy array sharing this host tensor's memory.")
+      .def_static(
+          "from_dlpack", [](py::handle obj) { return ToTensorOrThrow(obj, "Tensor.from_dlpack"); },
+          py::arg("obj"), "A Tensor sharing the memory of a numpy array or DLPack producer.")
+      .def_static(
+          "from_numpy",
+          [](py::handle obj, py::object dtype) {
+            Tensor t = ToTensorOrThrow(obj, "Tensor.from_numpy");
+            if (dtype.is_none()) return t;
+            DLDataType want = ToDataType(dtype);
+            DISCO_CHECK(DataTypeBytes(want) == DataTypeBytes(t.dtype()), ValueError)
+                << "Tensor.from_numpy: a " << DataTypeToString(t.dtype()) << " array cannot be "
+                << "viewed as " << DataTypeToString(want) << " (element sizes differ)";
+            DLManagedTensor* managed = t.ToDLPack();
+            managed->dl_tensor.dtype = want;
+            return Tensor::FromDLPack(managed);
+          },
+          py::arg("array"), py::arg("dtype") = py::none(),
+          "A Tensor sharing a numpy array's memory, its elements read as `dtype` (same size).")
+      .def_static(
+          "empty",
+          [](py::object shape, py::object dtype, py::object device) {
+            return Tensor::Empty(ToShape(shape), ToDataType(dtype), ToDevice(device));
+          },
+          py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none())
+      .def("__repr__", [](const Tensor& t) { return "disco." + t.ToString(); });
+
+  py::class_<PyDRef>(m, "DRef", "A register on every worker of a session.")
+      .def_property_readonly("reg_id", [](const PyDRef& r) { return r.ref.reg_id(); })
+      .def(
+          "debug_get_from_remote",
+          [](const PyDRef& r, int worker) {
+            FreeOrphans();
+            Any v = Released([&] { return r.ref.DebugGetFromRemote(worker); });
+            return FromAny(v);
+          },
+          py::arg("worker_id"), "The register's value on `worker_id` (tensors as numpy copies).")
+      .def(
+          "debug_copy_from",
+          [](const PyDRef& r, int worker, py::handle value) {
+            FreeOrphans();
+            Any v = ToAny(value);
+            Released([&] { r.ref.DebugCopyFrom(worker, v); });
+          },
+          py::arg("worker_id"), py::arg("value"),
+          "Stores `value` into the register on `worker_id` (a tensor is copied into the "
+          "register's tensor).")
+      .def("__repr__",
+           [](const PyDRef& r) { return "disco.DRef(" + std::to_string(r.ref.reg_id()) + ")"; });
+
+  py::class_<PyFunc, PyDRef>(m, "DPackedFunc", "A DRef holding a function; calling it is "
+                                               "session.call_packed(self, *args).")
+      .def("__call__",
+           [](PyFunc& f, py::args args) { return CallPacked(*f.session, f.ref, args); });
+
+  py::class_<WorkerInfo>(m, "WorkerInfo", "Where a worker function runs.")
+      .def_readonly("worker_id", &WorkerInfo::worker_id)
+      .def_readonly("num_workers", &WorkerInfo::num_workers)
+      .def_readonly("num_groups", &WorkerInfo::num_groups)
+      .def_readonly("group_id", &WorkerInfo::group_id)
+      .def_readonly("local_rank", &WorkerInfo::local_rank)
+      .def_readonly("device", &WorkerInfo::device)
+      .def("__repr__", [](const WorkerInfo& w) {
+        return "disco.WorkerInfo(worker_id=" + std::to_string(w.worker_id) +
+               ", num_workers=" + std::to_string(w.num_workers) +
+               ", group_id=" + std::to_string(w.group_id) + ")";
+      });
+}
+
+}  // namespace
+}  // namespace python
+}  // namespace disco
+
+PYBIND11_MODULE(_core, m) {
+  using namespace disco::python;  // NOLINT(build/namespaces)
+  m.doc() = "disco's C++ runtime; import disco instead";
+  g_remote_error = PyErr_NewExceptionWithDoc(
+      "disco.RemoteError", "A worker failed; `worker` is its id.", PyExc_RuntimeError, nullptr);
+  g_protocol_error = PyErr_NewExceptionWithDoc(
+      "disco.ProtocolError", "A malformed message on the wire.", PyExc_RuntimeError, nullptr);
+  g_internal_error = PyErr_NewExceptionWithDoc(
+      "disco.InternalError", "A broken invariant of disco itself (a bug).", PyExc_RuntimeError,
+      nullptr);
+  m.attr("RemoteError") = py::handle(g_remote_error);
+  m.attr("ProtocolError") = py::handle(g_protocol_error);
+  m.attr("InternalError") = py::handle(g_internal_error);
+  py::register_exception_translator(&TranslateErrors);
+
+  BindValues(m);
+  BindSession(m);
+
+  m.def("main", &Main, py::arg("controller"), py::arg("argv"));
+  m.def("connect", &Connect, py::arg("host"), py::arg("port"), py::arg("key") = "",
+        py::arg("connect_timeout_ms") = 10000, py::arg("reply_timeout_ms") = -1,
+        py::arg("key_file") = "");
+  m.def(
+      "shutdown_remote_job",
+      [](PySession& s, int exit_code) {
+        disco::Session& x = s.get();
+        Released([&] { disco::ShutdownRemoteJob(x, exit_code); });
+        s.session = nullptr;
+      },
+      py::arg("session"), py::arg("exit_code") = 0);
+  m.def(
+      "serve",
+      [](PySession& s, const disco::ServeOptions& options) {
+        disco::Session& x = s.get();
+        return Released([&] { return disco::Serve(x, options); });
+      },
+      py::arg("session"), py::arg("options"));
+  py::class_<disco::ServeOptions>(m, "ServeOptions")
+      .def(py::init<>())
+      .def_readwrite("host", &disco::ServeOptions::host)
+      .def_readwrite("port", &disco::ServeOptions::port)
+      .def_readwrite("key", &disco::ServeOptions::key)
+      .def_readwrite("key_file", &disco::ServeOptions::key_file)
+      .def_readwrite("port_file", &disco::ServeOptions::port_file)
+      .def_readwrite("idle_timeout_s", &disco::ServeOptions::idle_timeout_s)
+      .def_readwrite("request_timeout_ms", &disco::ServeOptions::request_timeout_ms)
+      .def_readwrite("max_packet_bytes", &disco::ServeOptions::max_packet_bytes)
+      .def_readwrite("max_clients", &disco::ServeOptions::max_clients);
+  m.def("register_func", &RegisterFunc, py::arg("name"), py::arg("func"),
+        py::arg("override") = false);
+  m.def("list_global_funcs", &disco::Registry::ListNames);
+  m.def("this_worker", &disco::ThisWorker, py::return_value_policy::copy);
+  m.def("version", [] { return std::string(DISCO_VERSION); });
+}

@@ -1,0 +1,105 @@
+"""Worker functions of the Python suite: imported on every rank (in-job by run_in_job.py, served
+by `python3 -m disco.serve --module funcs`)."""
+
+import time
+
+import numpy as np
+
+import disco
+
+
+@disco.register_func("test.py.scale")
+def scale(x, k):
+    return x * k
+
+
+@disco.register_func("test.py.add_inplace")
+def add_inplace(x, v):
+    x += v  # the argument is a view of the worker's tensor: the register changes
+
+
+@disco.register_func("test.py.echo")
+def echo(*args):
+    return args[0] if len(args) == 1 else args
+
+
+@disco.register_func("test.py.type_names")
+def type_names(*args):
+    return tuple(type(a).__name__ for a in args)
+
+
+@disco.register_func("test.py.array_info")
+def array_info(x):
+    return (str(x.dtype), tuple(x.shape), bool(x.flags.writeable), bool(x.flags.c_contiguous))
+
+
+@disco.register_func("test.py.fail")
+def fail(message):
+    helper_that_raises(message)
+
+
+def helper_that_raises(message):
+    raise ValueError(message)
+
+
+@disco.register_func("test.py.fail_on")
+def fail_on(worker, message):
+    if disco.this_worker().worker_id == worker:
+        raise KeyError(message)
+
+
+@disco.register_func("test.py.worker")
+def worker():
+    w = disco.this_worker()
+    return (w.worker_id, w.num_workers, w.group_id, w.num_groups)
+
+
+@disco.register_func("test.py.fill_worker_id")
+def fill_worker_id(x):
+    x[...] = disco.this_worker().worker_id
+
+
+@disco.register_func("test.py.full")
+def full(shape, dtype, value):
+    return np.full(shape, value, dtype=dtype)
+
+
+@disco.register_func("test.py.sleep_on")
+def sleep_on(worker, seconds):
+    if disco.this_worker().worker_id == worker:
+        time.sleep(seconds)
+
+
+@disco.register_func("test.py.spin_on")
+def spin_on(worker, seconds):
+    # Holds the GIL of its own process while it runs (a pure-Python loop).
+    if disco.this_worker().worker_id == worker:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+
+@disco.register_func("test.py.sum")
+def array_sum(x):
+    return float(np.asarray(x, dtype=np.float64).sum())
+
+
+@disco.register_func("test.py.keep")
+def keep(obj):
+    return {"kept": obj}
+
+
+@disco.register_func("test.py.state_new")
+def state_new():
+    return Counter()
+
+
+@disco.register_func("test.py.state_bump")
+def state_bump(counter):
+    counter.n += 1
+    return counter.n
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
