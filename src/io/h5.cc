@@ -582,6 +582,45 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// The directory of `path` must be one directory that every rank sees, not one of the same name on
+// each node (a node-local /tmp): rank 0 leaves a probe file named after this save's own file, and
+// every rank must read it back. Otherwise each node would write a file of its own, and the
+// MPI-IO writes meant for one file would never meet.
+void CheckSharedDirectory(const std::string& target, const std::string& path, MPI_Comm comm,
+                          int rank, const std::string& where) {
+  const std::string probe = target + ".probe";
+  Agreed(comm, where, [&] {
+    if (rank != 0) return;
+    FILE* f = std::fopen(probe.c_str(), "w");
+    DISCO_CHECK(f != nullptr && std::fputs(target.c_str(), f) >= 0, RuntimeError)
+        << where << ": cannot write '" << probe << "': " << std::strerror(errno);
+    DISCO_CHECK(std::fclose(f) == 0, RuntimeError)
+        << where << ": cannot write '" << probe << "': " << std::strerror(errno);
+  });
+  std::exception_ptr failed;
+  try {
+    Agreed(comm, where, [&] {
+      std::string seen;
+      if (FILE* f = std::fopen(probe.c_str(), "r")) {
+        char buf[4096];
+        size_t n = std::fread(buf, 1, sizeof buf, f);
+        seen.assign(buf, n);
+        std::fclose(f);
+      }
+      DISCO_CHECK(seen == target, RuntimeError)
+          << where << ": the directory '" << DirectoryOf(path) << "' on "
+          << GetProcessInfo().host << " (rank " << GetProcessInfo().rank
+          << ") is not the one rank 0 writes to (it does not see rank 0's file there): every "
+             "worker writes the file, so it must be on a file system all nodes share (a "
+             "node-local /tmp is not)";
+    });
+  } catch (const Error&) {
+    failed = std::current_exception();
+  }
+  if (rank == 0) std::remove(probe.c_str());
+  if (failed) std::rethrow_exception(failed);
+}
+
 // `path`.partial.PID.N, named by rank 0 of `comm` and the same on every rank: no other save (of
 // this job or another) writes to it.
 std::string UniquePartialName(const std::string& path, MPI_Comm comm) {
@@ -860,6 +899,7 @@ void Save(const std::string& path, const std::string& name, const Any& shard_arg
         << " (rank " << GetProcessInfo().rank << "): " << std::strerror(errno)
         << " (every worker writes the file: it must be on a file system all nodes share)";
   });
+  if (c.size > 1) CheckSharedDirectory(target, path, c.comm, c.rank, where);
   Agreed(c.comm, where, [&] {
     if (c.rank != 0) return;
     if (exists) {

@@ -107,6 +107,9 @@ case_ mpirun.knob-not-forwarded.2x2 120 env DISCO_CCL_SHM=0 DISCO_H5_INDEPENDENT
 "$vc" exec node1 mkdir -p /tmp/only-on-node1
 expect mpirun.save-dir-on-one-node 60 3 "not writable on node2" \
   "${mpi[@]}" "${h22[@]}" "$build/tests/disco_h5_save_program" add /tmp/only-on-node1/x.h5 w 64
+# A save into a directory that each node has, but its own (a node-local /tmp): not one file.
+expect mpirun.save-node-local-dir 60 3 "is not the one rank 0 writes to" \
+  "${mpi[@]}" "${h22[@]}" "$build/tests/disco_h5_save_program" add /tmp/disco-node-local.h5 w 64
 
 # ---- Slurm: sbatch -N 2 and srun --mpi=pmix across the nodes -----------------------------------
 if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
