@@ -691,6 +691,27 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("request_timeout_ms", &disco::ServeOptions::request_timeout_ms)
       .def_readwrite("max_packet_bytes", &disco::ServeOptions::max_packet_bytes)
       .def_readwrite("max_clients", &disco::ServeOptions::max_clients);
+  // A C++ no-op, and the same calls issued from C++: the baselines of bench/python_call.py.
+  disco::Registry::Register("disco.py.noop", true).set_body_packed([](const disco::Args&, disco::Any*) {});
+  m.def(
+      "_bench_calls",
+      [](PySession& s, const PyDRef& func, py::tuple args, int64_t k, bool sync_each) {
+        disco::Session& x = s.get();
+        std::vector<disco::Any> packed;
+        for (py::handle a : args) packed.push_back(ToAny(a));
+        return Released([&] {
+          auto t0 = std::chrono::steady_clock::now();
+          for (int64_t i = 0; i < k; ++i) {
+            x.CallWithPacked(func.ref, packed.data(), packed.size());
+            if (sync_each) x.SyncAll();
+          }
+          x.SyncAll();
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                 static_cast<double>(k);
+        });
+      },
+      py::arg("session"), py::arg("func"), py::arg("args"), py::arg("k"), py::arg("sync_each"),
+      "Seconds per Session::CallPacked(func, *args) issued from C++ (benchmark baseline).");
   m.def("register_func", &RegisterFunc, py::arg("name"), py::arg("func"),
         py::arg("override") = false);
   m.def("list_global_funcs", &disco::Registry::ListNames);

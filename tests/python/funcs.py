@@ -103,3 +103,37 @@ def state_bump(counter):
 class Counter:
     def __init__(self):
         self.n = 0
+
+
+# ---- The functions TVM's disco tests register in C++ (tests.disco.*), as Python worker functions.
+
+@disco.register_func("tests.disco.add_one")
+def tvm_add_one(x):
+    return x + 1
+
+
+@disco.register_func("tests.disco.add_one_float")
+def tvm_add_one_float(x):
+    return x + 0.5
+
+
+@disco.register_func("tests.disco.add_one_ndarray")
+def tvm_add_one_ndarray(x):
+    return x + 1
+
+
+@disco.register_func("tests.disco.str")
+def tvm_str(x):
+    return x + "_suffix"
+
+
+@disco.register_func("tests.disco.shape_tuple")
+def tvm_shape_tuple(shape):
+    return tuple(shape)
+
+
+@disco.register_func("tests.disco.peer")
+def tvm_peer(table):
+    """This worker's entry of {worker id: peer} (-1 when absent): per-worker peers for
+    disco.sendrecv, whose arguments are registers."""
+    return int(dict(table).get(str(disco.this_worker().worker_id), -1))

@@ -6,6 +6,7 @@
 #   - a controller program through `srun --mpi=pmix` and through `mpirun` inside the allocation;
 #   - a job whose controller throws, and one whose worker is killed: non-zero, promptly;
 #   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why;
+#   - a Python controller (jobs/python.sbatch: examples/tp_mlp.py), when the build has Python;
 #   - a served job (jobs/serve.sbatch) driven and ended by a client outside it.
 # Stops only the daemons it started. Not root: skipped (exit 77) with the reason.
 #   run_slurm_test.sh SOURCE_DIR BUILD_DIR
@@ -95,7 +96,23 @@ expect_failure "killed worker" 3 \
 expect_failure "wrong PMI refused" 2 "srun --mpi=none -n 2 $build/src/tools/disco-example" \
   grep -Eq "sees an MPI world of 1 rank|direct launched using \"srun\""
 
-# 6. A served job (jobs/serve.sbatch): a client outside the job finds its address, asks it for
+# 6. A Python controller (jobs/python.sbatch): the demo's model with
+#    numpy worker functions at 2 ranks, checked against its reference.
+if [[ -d $build/python/disco ]]; then
+  t0=$(date +%s)
+  sbatch --wait --ntasks=2 --time=5 -o "$work/python.out" "$src/jobs/python.sbatch" \
+    "$src/examples/tp_mlp.py" --hidden 256 --ffn 1024 --tokens 32 --steps 2 \
+    --checkpoint "$work/tp_mlp.h5" >/dev/null
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "tp_mlp.py: 2 workers" "$work/python.out" &&
+     grep -q "reference: .*PASS" "$work/python.out"; then
+    pass "Python controller through jobs/python.sbatch ($(( $(date +%s) - t0 )) s)"
+  else
+    cat "$work/python.out"; fail "python job: exit $rc"
+  fi
+fi
+
+# 7. A served job (jobs/serve.sbatch): a client outside the job finds its address, asks it for
 #    its workers, copies tensors through it (disco-bench remote), then ends it.
 t0=$(date +%s)
 export DISCO_SERVE_KEY="slurm-test-$$-$RANDOM"

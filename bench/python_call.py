@@ -1,0 +1,119 @@
+"""The cost of a call from Python, against the C++ session, mpi4py and raw MPI, in one run.
+
+    mpirun -n 2 python3 bench/python_call.py [--iters 20000] [--repeats 5]
+
+Every rank runs this script. First, on every rank: mpi4py's comm.bcast (pickled) of a tuple
+equivalent to the call's arguments, and comm.Bcast of a buffer the size of disco's control frame
+(raw MPI_Bcast), each K times back to back then a barrier. Then disco.main, and on rank 0:
+- py pipelined: K calls of a C++ no-op from Python, f(7, 2.5, "text"), then one sync_all;
+- C++ pipelined: the same K calls issued by the C++ session (the runtime's own cost);
+- py synced / C++ synced: call then sync_all, each time;
+- py worker fn: the same calls of a Python no-op registered with @disco.register_func (the
+  workers run Python: the cost of a Python worker function).
+Times are microseconds per call, medians over the repeats (interleaved). Targets (#16): a
+pipelined Python call within 3x the C++ call, and at least 2x faster than mpi4py's comm.bcast.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import disco
+
+ARGS = (7, 2.5, "text")
+
+
+@disco.register_func("bench.py.noop")
+def py_noop(*args):
+    return None
+
+
+def mpi_baselines(iters, repeats, frame_bytes):
+    comm = MPI.COMM_WORLD
+    payload = (0,) + ARGS  # (function register, arguments)
+    buf = np.zeros(frame_bytes, dtype=np.uint8)
+    pickled, raw = [], []
+    for _ in range(repeats):
+        for name, op in (("pickled", lambda: comm.bcast(payload, root=0)),
+                         ("raw", lambda: comm.Bcast(buf, root=0))):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                op()
+            comm.Barrier()
+            dt = (time.perf_counter() - t0) / iters * 1e6
+            (pickled if name == "pickled" else raw).append(dt)
+    return statistics.median(pickled), statistics.median(raw)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--iters", type=int, default=20000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--frame-bytes", type=int, default=256,
+                   help="bytes of the raw broadcast (disco's inline frame: DISCO_INLINE_BYTES)")
+    a = p.parse_args()
+    comm = MPI.COMM_WORLD
+    mpi4py_us, raw_us = mpi_baselines(a.iters, a.repeats, a.frame_bytes)
+
+    def controller(sess):
+        cpp = sess.get_global_func("disco.py.noop")
+        pyf = sess.get_global_func("bench.py.noop")
+        k, ks = a.iters, max(a.iters // 10, 100)
+        results = {n: [] for n in ("py_pipe", "cpp_pipe", "py_sync", "cpp_sync", "pyfn_pipe",
+                                   "pyfn_sync")}
+
+        def py_calls(f, n, sync_each):
+            sess.sync_all()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f(*ARGS)
+                if sync_each:
+                    sess.sync_all()
+            sess.sync_all()
+            return (time.perf_counter() - t0) / n * 1e6
+
+        for _ in range(a.repeats):
+            results["py_pipe"].append(py_calls(cpp, k, False))
+            results["cpp_pipe"].append(disco._core._bench_calls(sess, cpp, ARGS, k, False) * 1e6)
+            results["py_sync"].append(py_calls(cpp, ks, True))
+            results["cpp_sync"].append(disco._core._bench_calls(sess, cpp, ARGS, ks, True) * 1e6)
+            results["pyfn_pipe"].append(py_calls(pyf, k, False))
+            results["pyfn_sync"].append(py_calls(pyf, ks, True))
+        med = {n: statistics.median(v) for n, v in results.items()}
+        print("# bench/python_call.py  ranks=%d  iters=%d  repeats=%d  disco=%s  mpi4py=%s  "
+              "mpi=%s" % (sess.num_workers, k, a.repeats, disco.__version__,
+                          __import__("mpi4py").__version__,
+                          MPI.Get_library_version().split("\n")[0].strip()))
+        print("# microseconds per call, medians of %d interleaved repeats" % a.repeats)
+        rows = [
+            ("raw MPI_Bcast of %d B (comm.Bcast)" % a.frame_bytes, raw_us, ""),
+            ("mpi4py comm.bcast of the tuple", mpi4py_us, ""),
+            ("C++ session call, pipelined", med["cpp_pipe"], ""),
+            ("Python call, pipelined", med["py_pipe"],
+             "%.2fx C++, %.2fx faster than mpi4py" % (med["py_pipe"] / med["cpp_pipe"],
+                                                     mpi4py_us / med["py_pipe"])),
+            ("C++ session call + sync_all", med["cpp_sync"], ""),
+            ("Python call + sync_all", med["py_sync"],
+             "%.2fx C++" % (med["py_sync"] / med["cpp_sync"])),
+            ("Python worker fn, pipelined", med["pyfn_pipe"],
+             "%.2fx C++ no-op" % (med["pyfn_pipe"] / med["cpp_pipe"])),
+            ("Python worker fn + sync_all", med["pyfn_sync"], ""),
+        ]
+        print("%-36s %10s  %s" % ("what", "us/call", "ratio"))
+        for what, us, ratio in rows:
+            print("%-36s %10.3f  %s" % (what, us, ratio))
+        ok = med["py_pipe"] <= 3 * med["cpp_pipe"] and mpi4py_us >= 2 * med["py_pipe"]
+        print("targets (Python pipelined <= 3x C++, >= 2x faster than mpi4py): %s"
+              % ("met" if ok else "NOT met"))
+        return 0
+
+    return disco.main(controller)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
