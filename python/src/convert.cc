@@ -223,7 +223,12 @@ Any ToAny(py::handle obj) {
   if (PyBool_Check(p)) return Any(p == Py_True);
   if (PyLong_Check(p)) return Any(ToInt64(obj));
   if (PyFloat_Check(p)) return Any(PyFloat_AS_DOUBLE(p));
-  if (PyUnicode_Check(p)) return Any(obj.cast<std::string>());
+  if (PyUnicode_Check(p)) {
+    Py_ssize_t size = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(p, &size);  // cached by str itself: no copy
+    if (utf8 == nullptr) throw py::error_already_set();
+    return Any(std::string(utf8, static_cast<size_t>(size)));
+  }
   if (PyBytes_Check(p)) {
     char* data = nullptr;
     Py_ssize_t size = 0;

@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <atomic>
 #include <csignal>
 #include <chrono>
@@ -123,23 +124,51 @@ DRef RefOf(py::handle h, const char* what) {
 
 py::object Wrap(DRef r) { return py::cast(PyDRef(std::move(r))); }
 
-PyDRef CallPacked(PySession& ps, const DRef& func, py::args args) {
+PyDRef CallPacked(PySession& ps, const DRef& func, const py::tuple& args) {
   Session& s = ps.get();
-  std::vector<Any> packed;
-  packed.reserve(args.size());
-  for (py::handle a : args) {
-    if (py::isinstance<PyDRef>(a)) {
-      packed.emplace_back(a.cast<const PyDRef&>().ref);
-    } else {
-      packed.push_back(ToAny(a));
-    }
+  // The hot path of every call from Python: arguments straight from the tuple, no heap for the
+  // usual few.
+  constexpr size_t kInline = 8;
+  const size_t n = args.size();
+  std::array<Any, kInline> small;
+  std::vector<Any> large;
+  Any* packed = small.data();
+  if (n > kInline) {
+    large.resize(n);
+    packed = large.data();
   }
+  for (size_t i = 0; i < n; ++i) packed[i] = ToAny(PyTuple_GET_ITEM(args.ptr(), i));
   DRef out;
   {
     py::gil_scoped_release release;
-    out = s.CallWithMovedArgs(func, packed.data(), packed.size());
+    out = s.CallWithMovedArgs(func, packed, n);
   }
   return PyDRef(std::move(out));
+}
+
+// DPackedFunc's tp_call: f(*args) without pybind11's dispatcher, which costs more than the call.
+PyObject* CallFunc(PyObject* self, PyObject* args, PyObject* kwargs) {
+  try {
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+      PyErr_SetString(PyExc_TypeError, "a DPackedFunc takes positional arguments only");
+      return nullptr;
+    }
+    // `self` is a DPackedFunc (tp_call is its type's): its C++ value directly.
+    auto* inst = reinterpret_cast<py::detail::instance*>(self);
+    PyFunc& f = *static_cast<PyFunc*>(inst->get_value_and_holder().value_ptr());
+    PyDRef out = CallPacked(*f.session, f.ref, py::reinterpret_borrow<py::tuple>(args));
+    return py::cast(std::move(out)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (...) {
+    try {
+      TranslateErrors(std::current_exception());
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+  return nullptr;
 }
 
 // Runs `f` on the session with the GIL released.
@@ -620,10 +649,11 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
       .def("__repr__",
            [](const PyDRef& r) { return "disco.DRef(" + std::to_string(r.ref.reg_id()) + ")"; });
 
-  py::class_<PyFunc, PyDRef>(m, "DPackedFunc", "A DRef holding a function; calling it is "
-                                               "session.call_packed(self, *args).")
-      .def("__call__",
-           [](PyFunc& f, py::args args) { return CallPacked(*f.session, f.ref, args); });
+  py::class_<PyFunc, PyDRef> func(m, "DPackedFunc",
+                                  "A DRef holding a function; calling it is "
+                                  "session.call_packed(self, *args).");
+  reinterpret_cast<PyTypeObject*>(func.ptr())->tp_call = &CallFunc;
+  PyType_Modified(reinterpret_cast<PyTypeObject*>(func.ptr()));
 
   py::class_<WorkerInfo>(m, "WorkerInfo", "Where a worker function runs.")
       .def_readonly("worker_id", &WorkerInfo::worker_id)

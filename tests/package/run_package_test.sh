@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs disco from the build tree into a scratch prefix, builds tests/package against it with
 # find_package(disco CONFIG) and with pkg-config, and runs both under mpirun at 2 ranks; then runs
-# the installed tools as a user gets them: from the prefix, with no LD_LIBRARY_PATH.
+# the installed tools as a user gets them: from the prefix, with no LD_LIBRARY_PATH; and, when the
+# build has Python, `import disco` from the prefix's package directory, in a job of 2 ranks.
 set -euo pipefail
-src=$1 build=$2 cmake=$3 mpiexec=$4
+src=$1 build=$2 cmake=$3 mpiexec=$4 python=${5:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$cmake" --install "$build" --prefix "$work/prefix" >/dev/null
@@ -27,4 +28,27 @@ done
 "$work/prefix/bin/disco-serve" --help >/dev/null
 { "$work/prefix/bin/disco-remote" 2>&1 || true; } | grep -q "usage: disco-remote"
 "$mpiexec" -n 2 --oversubscribe "$work/prefix/bin/disco-example" >/dev/null
-echo "package test: find_package and pkg-config consumers ran; installed tools start from the prefix"
+if [[ -n $python ]]; then
+  site=$(sed -n 's/^DISCO_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+  cat > "$work/app.py" <<'PY'
+import sys
+import disco
+
+@disco.register_func("package.double")
+def double(x):
+    return x * 2
+
+def controller(sess):
+    assert disco.__file__.startswith(sys.argv[1]), disco.__file__
+    y = sess.get_global_func("package.double")(21)
+    assert y.debug_get_from_remote(sess.num_workers - 1) == 42
+    print("installed disco %s from %s: %d workers" % (disco.__version__, disco.__file__,
+                                                    sess.num_workers))
+    return 0
+
+sys.exit(disco.main(controller))
+PY
+  (cd "$work" && PYTHONPATH="$work/prefix/$site" "$mpiexec" -n 2 --oversubscribe "$python" \
+    "$work/app.py" "$work/prefix/$site") | grep -q "installed disco"
+fi
+echo "package test: find_package and pkg-config consumers ran; installed tools start from the prefix${python:+; the installed Python package runs}"
