@@ -10,7 +10,7 @@ A stack of L Megatron-style MLP blocks over T tokens of width H, as in disco-dem
 
 Each worker loads only its shards of the checkpoint (session.load_tensors). With --checkpoint,
 any checkpoint disco-demo wrote works (same dataset names and layout, e.g.
-/tmp/disco-demo-float32-h1024-f4096-l2-s42.h5); without one, the workers write one from the seed
+/tmp/disco-demo-float32-h1024-f4096-l4-s1234.h5); without one, the workers write one from the seed
 first (session.save_tensors). The controller then recomputes the whole stack alone with numpy
 from the checkpoint (loaded whole through disco) and compares, like disco-demo.
 
@@ -189,12 +189,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--ffn", type=int, default=4096)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--layers", type=int, default=4)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--checkpoint", default="",
                    help="an HDF5 checkpoint (disco-demo's work); written from the seed if missing")
     p.add_argument("--tolerance", type=float, default=-1.0)
