@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# examples/tp_mlp.py on a checkpoint that disco-demo wrote (float32 and bfloat16): both pass their
+# reference checks; and a short run of bench/python_call.py (when mpi4py is there).
+#   run_examples_test.sh PYTHON DISCO_DEMO -- MPIEXEC ARGS...   (ARGS end with the -n flag)
+set -euo pipefail
+py=$1 demo=$2
+shift 2
+[ "${1:-}" = "--" ] && shift
+root=$(cd "$(dirname "$0")/../.." && pwd)
+base=${DISCO_TEST_SHARED_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$base"
+dir=$(mktemp -d -p "$base")
+trap 'rm -rf "$dir"' EXIT
+small=(--hidden 64 --ffn 256 --layers 2 --tokens 16 --steps 2)
+for dtype in float32 bfloat16; do
+  "$@" 2 "$demo" "${small[@]}" --dtype "$dtype" --checkpoint "$dir/$dtype.h5" > "$dir/demo.log" 2>&1 ||
+    { cat "$dir/demo.log"; exit 1; }
+  "$@" 2 "$py" "$root/examples/tp_mlp.py" "${small[@]}" --dtype "$dtype" \
+    --checkpoint "$dir/$dtype.h5" > "$dir/py.log" 2>&1 || { cat "$dir/py.log"; exit 1; }
+  grep "reference" "$dir/demo.log" | sed "s/^ */disco-demo $dtype: /"
+  grep "reference" "$dir/py.log" | sed "s/^ */tp_mlp.py  $dtype: /"
+  grep -q "reference: .*PASS" "$dir/py.log"
+done
+if "$py" -c "import mpi4py" 2>/dev/null; then
+  "$@" 2 "$py" "$root/bench/python_call.py" --iters 500 --repeats 1 > "$dir/bench.log" 2>&1 ||
+    { cat "$dir/bench.log"; exit 1; }
+  grep -q "Python call, pipelined" "$dir/bench.log" || { cat "$dir/bench.log"; exit 1; }
+  echo "bench/python_call.py ran (figures from a short run are not measurements)"
+else
+  echo "bench/python_call.py skipped: no mpi4py (apt-get install python3-mpi4py)"
+fi
