@@ -14,9 +14,9 @@
 
 #include "core/launcher.h"
 #include "core/process_info.h"
+#include "mpi/mpi_util.h"
 #include "session/builtins.h"
 #include "session/mpi_transport.h"
-#include "session/mpi_util.h"
 #include "session/session_impl.h"
 #include "session/watchdog.h"
 #include "session/worker.h"
@@ -203,6 +203,9 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
         FatalAbort("controller raised a non-standard exception");
       }
       exit_code = impl->Shutdown(user_code);
+      // A controller that shut the session down itself fixed the workers' code then (0); its own
+      // failure still ends rank 0, and so the job, non-zero.
+      if (exit_code == 0) exit_code = user_code;
     } else {
       exit_code = RunWorkerLoop(&transport, config, info);
     }

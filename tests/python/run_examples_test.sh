@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # examples/tp_mlp.py on a checkpoint that disco-demo wrote (float32 and bfloat16): both pass their
-# reference checks; and a short run of bench/python_call.py (when mpi4py is there).
+# reference checks, under mpirun and launch/disco-run; a session's life (lifecycle_app.py); and a
+# short run of bench/python_call.py (when mpi4py is there).
 #   run_examples_test.sh PYTHON DISCO_DEMO -- MPIEXEC ARGS...   (ARGS end with the -n flag)
 set -euo pipefail
 py=$1 demo=$2
@@ -21,6 +22,19 @@ for dtype in float32 bfloat16; do
   grep "reference" "$dir/py.log" | sed "s/^ */tp_mlp.py  $dtype: /"
   grep -q "reference: .*PASS" "$dir/py.log"
 done
+# The demo again through launch/disco-run (it picks mpirun here).
+"$root/launch/disco-run" -n 2 -- "$py" "$root/examples/tp_mlp.py" "${small[@]}" \
+  --checkpoint "$dir/float32.h5" > "$dir/run.log" 2>&1 || { cat "$dir/run.log"; exit 1; }
+grep -q "reference: .*PASS" "$dir/run.log" || { cat "$dir/run.log"; exit 1; }
+echo "tp_mlp.py through launch/disco-run: PASS"
+# A session's life: with-block shutdown, calls after it, the exit code, a session kept after main.
+rc=0
+"$@" 2 "$py" "$(dirname "$0")/lifecycle_app.py" 3 > "$dir/life.log" 2>&1 || rc=$?
+if [[ $rc -ne 3 ]] || ! grep -q "after shutdown: .*shut down" "$dir/life.log" ||
+      ! grep -q "after main: .*this disco.Session has ended" "$dir/life.log"; then
+  cat "$dir/life.log"; echo "lifecycle: exit $rc, expected 3"; exit 1
+fi
+echo "session lifecycle: ok (exit 3 as returned)"
 if "$py" -c "import mpi4py" 2>/dev/null; then
   "$@" 2 "$py" "$root/bench/python_call.py" --iters 500 --repeats 1 > "$dir/bench.log" 2>&1 ||
     { cat "$dir/bench.log"; exit 1; }

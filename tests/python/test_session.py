@@ -248,3 +248,41 @@ def test_float16_and_bfloat16_round_trip(ccl):
     np.testing.assert_array_equal(got, bits)
     back = (got.astype("uint32") << 16).view("float32")
     np.testing.assert_array_equal(back, [1.0, 3.0, -0.5])
+
+
+class Producer:
+    """A DLPack producer that is not numpy (it lends a numpy array's capsule)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_any_dlpack_producer_is_a_tensor(sess):
+    host = np.arange(6, dtype="int32")
+    r = sess.copy_to_worker_0(Producer(host))
+    back = np.zeros(6, dtype="int32")
+    sess.copy_from_worker_0(Producer(back), r)  # written in place through the capsule
+    np.testing.assert_array_equal(back, host)
+    t = disco.Tensor.from_dlpack(Producer(host))
+    host[0] = 42
+    assert t.numpy()[0] == 42  # shares the memory
+
+
+def test_numpy_dtypes_disco_does_not_reduce_are_clear_errors(sess):
+    with pytest.raises(TypeError, match="bool"):
+        sess.copy_to_worker_0(np.zeros(3, dtype=bool))
+    # Complex tensors are plain data to disco (no collective reduces them): they travel, or the
+    # wire refuses them naming the type.
+    try:
+        c = sess.copy_to_worker_0(np.ones(2, dtype=np.complex64))
+        got = c.debug_get_from_remote(0)
+    except ValueError as e:
+        assert "complex" in str(e)
+    else:
+        assert got.dtype == np.complex64 and (got == 1).all()
