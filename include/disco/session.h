@@ -32,6 +32,17 @@
 /// the socket the workers park (sleep in a nonblocking barrier) rather than spin for the next
 /// frame. The client's `Session` is the same class, driving a remote backend.
 ///
+/// **Layers** (src/; each includes only those below it, checked by tests/layers/check_layers.sh):
+///
+///     tools (src/tools), python (python/src)      programs and bindings
+///     remote                                      TCP clients and servers of a session
+///     session                                     controller, worker loop, transport, watchdog
+///     ccl | io                                    collectives (backends ccl/mpi, ccl/nccl) | HDF5
+///     mpi                                         MPI handles, DISCO_MPI_CALL, agreement helpers
+///     protocol                                    frames and (de)serialization, no MPI
+///     core                                        values, tensors, registry, worker identity and
+///                                                 call context, wait record, logging, knobs
+///
 /// **Errors.** A function that throws on a worker poisons its result register and reports (worker
 /// id, function, message) to rank 0; the controller raises `disco::RemoteError` at the next
 /// `SyncWorker`, `SyncAll` or debug read, and the session stays usable. An uncaught exception in

@@ -84,8 +84,8 @@ Tensor FromNumpy(py::array array) {
   constexpr int kNeed = py::array::c_style;
   if (!(array.flags() & kNeed) || !array.writeable()) {
     // Read-only or strided: the tensor gets a compact copy of its own.
-    array = py::array::ensure(py::module_::import("numpy").attr("array")(array, py::arg("copy") = true,
-                                                                       py::arg("order") = "C"));
+    array = py::array::ensure(py::module_::import("numpy").attr("array")(
+        array, py::arg("copy") = true, py::arg("order") = "C"));
   }
   DLDataType dtype = FromNumpyDType(array.dtype(), "array");
   auto lease = std::make_unique<NumpyLease>(array);

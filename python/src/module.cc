@@ -16,8 +16,8 @@
 
 #include <array>
 #include <atomic>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -257,7 +257,8 @@ int RunController(py::function controller, Session& session) {
     if (e.matches(PyExc_SystemExit)) {
       py::object c = e.value().attr("code");
       code = c.is_none() ? 0 : (py::isinstance<py::int_>(c) ? c.cast<int>() : 1);
-      if (!c.is_none() && !py::isinstance<py::int_>(c)) py::print(c, py::arg("file") = py::module_::import("sys").attr("stderr"));
+      if (!c.is_none() && !py::isinstance<py::int_>(c))
+        py::print(c, py::arg("file") = py::module_::import("sys").attr("stderr"));
     } else {
       code = e.matches(PyExc_KeyboardInterrupt) ? 130 : 1;
       e.restore();
@@ -280,9 +281,9 @@ int Main(py::function controller, std::vector<std::string> argv) {
   int argc = static_cast<int>(argv.size());
   char** argvp = cargv.data();
   g_session_thread = std::this_thread::get_id();
-  const bool main_thread =
-      py::module_::import("threading").attr("current_thread")().is(
-          py::module_::import("threading").attr("main_thread")());
+  const bool main_thread = py::module_::import("threading")
+                               .attr("current_thread")()
+                               .is(py::module_::import("threading").attr("main_thread")());
   struct sigaction old_int {};
   sigaction(SIGINT, nullptr, &old_int);
   // An ignored SIGINT (nohup, a background job of a script) stays ignored.
@@ -299,7 +300,8 @@ int Main(py::function controller, std::vector<std::string> argv) {
   int code;
   {
     py::gil_scoped_release release;
-    code = disco::Main(argc, argvp, [&controller](Session& s) { return RunController(controller, s); });
+    code = disco::Main(argc, argvp,
+                       [&controller](Session& s) { return RunController(controller, s); });
   }
   g_controller_running.store(false);
   monitor.join();
@@ -355,11 +357,16 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             Shape sh = ToShape(shape);
             DLDataType dt = ToDataType(dtype);
             DLDevice dev = ToDevice(device);
-            return PyDRef(Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
+            return PyDRef(
+                Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
           },
           py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none(),
           py::arg("worker0_only") = false, py::arg("in_group") = true)
-      .def("sync_worker_0", [](PySession& s) { Session& x = s.get(); Released([&] { x.SyncWorker(0); }); })
+      .def("sync_worker_0",
+           [](PySession& s) {
+             Session& x = s.get();
+             Released([&] { x.SyncWorker(0); });
+           })
       .def(
           "sync_worker",
           [](PySession& s, int i) {
@@ -367,7 +374,11 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             Released([&] { x.SyncWorker(i); });
           },
           py::arg("worker_id"))
-      .def("sync_all", [](PySession& s) { Session& x = s.get(); Released([&] { x.SyncAll(); }); })
+      .def("sync_all",
+           [](PySession& s) {
+             Session& x = s.get();
+             Released([&] { x.SyncAll(); });
+           })
       .def(
           "copy_to_worker_0",
           [](PySession& s, py::handle host, py::handle remote) -> py::object {
@@ -494,7 +505,8 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           py::arg("in_group") = false)
       .def(
           "load_tensors",
-          [](PySession& s, const std::string& path, py::dict plan, bool in_group, py::object device) {
+          [](PySession& s, const std::string& path, py::dict plan, bool in_group,
+             py::object device) {
             Session& x = s.get();
             std::vector<h5::LoadEntry> entries;
             for (auto kv : plan) {
@@ -555,13 +567,16 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
 
 void BindValues(py::module_& m) {
   py::class_<DLDevice>(m, "Device", "A DLPack device: (device_type, device_id).")
-      .def(py::init([](int type, int id) { return DLDevice{static_cast<DLDeviceType>(type), id}; }),
+      .def(py::init([](int type, int id) {
+             return DLDevice{static_cast<DLDeviceType>(type), id};
+           }),
            py::arg("device_type"), py::arg("device_id") = 0)
       .def_property_readonly("device_type", [](const DLDevice& d) { return int(d.device_type); })
       .def_property_readonly("device_id", [](const DLDevice& d) { return d.device_id; })
       .def("__eq__", [](const DLDevice& a, const DLDevice& b) { return a == b; })
       .def("__hash__", [](const DLDevice& d) { return int(d.device_type) * 1000003 + d.device_id; })
-      .def("__repr__", [](const DLDevice& d) { return "disco.Device('" + DeviceToString(d) + "')"; })
+      .def("__repr__",
+           [](const DLDevice& d) { return "disco.Device('" + DeviceToString(d) + "')"; })
       .def("__str__", [](const DLDevice& d) { return DeviceToString(d); });
 
   py::class_<Tensor>(m, "Tensor", R"doc(A DLPack tensor of disco's runtime.
@@ -680,9 +695,9 @@ PYBIND11_MODULE(_core, m) {
       "disco.RemoteError", "A worker failed; `worker` is its id.", PyExc_RuntimeError, nullptr);
   g_protocol_error = PyErr_NewExceptionWithDoc(
       "disco.ProtocolError", "A malformed message on the wire.", PyExc_RuntimeError, nullptr);
-  g_internal_error = PyErr_NewExceptionWithDoc(
-      "disco.InternalError", "A broken invariant of disco itself (a bug).", PyExc_RuntimeError,
-      nullptr);
+  g_internal_error = PyErr_NewExceptionWithDoc("disco.InternalError",
+                                               "A broken invariant of disco itself (a bug).",
+                                               PyExc_RuntimeError, nullptr);
   m.attr("RemoteError") = py::handle(g_remote_error);
   m.attr("ProtocolError") = py::handle(g_protocol_error);
   m.attr("InternalError") = py::handle(g_internal_error);
@@ -722,7 +737,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("max_packet_bytes", &disco::ServeOptions::max_packet_bytes)
       .def_readwrite("max_clients", &disco::ServeOptions::max_clients);
   // A C++ no-op, and the same calls issued from C++: the baselines of bench/python_call.py.
-  disco::Registry::Register("disco.py.noop", true).set_body_packed([](const disco::Args&, disco::Any*) {});
+  disco::Registry::Register("disco.py.noop", true)
+      .set_body_packed([](const disco::Args&, disco::Any*) {});
   m.def(
       "_bench_calls",
       [](PySession& s, const PyDRef& func, py::tuple args, int64_t k, bool sync_each) {

@@ -18,9 +18,9 @@
 
 #include "ccl/context.h"
 #include "ccl/reduce.h"
+#include "core/call_context.h"
 #include "core/device_memory.h"
-#include "session/mpi_util.h"
-#include "session/worker.h"
+#include "mpi/mpi_util.h"
 
 namespace disco {
 namespace ccl {

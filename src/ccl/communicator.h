@@ -10,7 +10,7 @@
 
 #include <mpi.h>
 
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 
 #include <memory>
 #include <string>

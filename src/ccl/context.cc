@@ -5,9 +5,9 @@
 #include <disco/session.h>
 
 #include "ccl/mpi/communicator.h"
+#include "core/call_context.h"
 #include "core/device_memory.h"
-#include "session/mpi_util.h"
-#include "session/worker.h"
+#include "mpi/mpi_util.h"
 #if DISCO_HAVE_NCCL
 #include "ccl/nccl/communicator.h"
 #endif

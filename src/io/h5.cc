@@ -30,7 +30,7 @@
 #include "core/device_memory.h"
 #include "core/env.h"
 #include "core/process_info.h"
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 
 #if DISCO_HAVE_HDF5
 #include <hdf5.h>
@@ -608,8 +608,8 @@ void CheckSharedDirectory(const std::string& target, const std::string& path, MP
         std::fclose(f);
       }
       DISCO_CHECK(seen == target, RuntimeError)
-          << where << ": the directory '" << DirectoryOf(path) << "' on "
-          << GetProcessInfo().host << " (rank " << GetProcessInfo().rank
+          << where << ": the directory '" << DirectoryOf(path) << "' on " << GetProcessInfo().host
+          << " (rank " << GetProcessInfo().rank
           << ") is not the one rank 0 writes to (it does not see rank 0's file there): every "
              "worker writes the file, so it must be on a file system all nodes share (a "
              "node-local /tmp is not)";

@@ -1,4 +1,4 @@
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,6 +1,6 @@
 // MPI helpers: the DISCO_MPI_CALL wrapper and RAII for communicators.
-#ifndef DISCO_SESSION_MPI_UTIL_H_
-#define DISCO_SESSION_MPI_UTIL_H_
+#ifndef DISCO_MPI_MPI_UTIL_H_
+#define DISCO_MPI_MPI_UTIL_H_
 
 #include <disco/error.h>
 #include <mpi.h>
@@ -113,4 +113,4 @@ void AgreeOnPolledStep(MPI_Comm comm, const std::function<StepState()>& poll,
 }  // namespace mpi
 }  // namespace disco
 
-#endif  // DISCO_SESSION_MPI_UTIL_H_
+#endif  // DISCO_MPI_MPI_UTIL_H_

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "mpi/mpi_util.h"
 #include "protocol/frame.h"
-#include "session/mpi_util.h"
 
 namespace disco {
 

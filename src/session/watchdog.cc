@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/launcher.h"
+#include "core/wait_record.h"
 
 namespace disco {
 namespace watchdog {
@@ -49,7 +50,6 @@ struct State {
   std::atomic<uint64_t> next{0};  // records written so far
   std::atomic<bool> busy{false};
   std::atomic<int64_t> start_ns{0};
-  std::atomic<int> waiting_for{-1};
   std::atomic<bool> dump_requested{false};
   char prefix[96] = {0};
   int rank = 0;
@@ -307,7 +307,7 @@ void Fire(double elapsed_s) {
   std::ostringstream line;
   line << "watchdog: " << Describe(current) << " has run for " << elapsed_s
        << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
-  int peer = s.waiting_for.load();
+  int peer = wait_record::Peer();
   if (peer >= 0) {
     line << "; it waits for rank " << peer << " in a collective"
          << (s.rank == 0 ? ", which never arrived" : "");
@@ -441,14 +441,12 @@ void Begin(uint64_t seq, const char* action, const std::string& function) {
 void End() {
   State& s = S();
   s.busy.store(false, std::memory_order_release);
-  s.waiting_for.store(-1, std::memory_order_relaxed);
+  wait_record::Clear();
   const uint64_t next = s.next.load(std::memory_order_relaxed);
   if (next == 0) return;
   Record& r = s.records[(next - 1) % kFlightRecords];
   r.duration_ns = NowNs() - r.start_ns;
 }
-
-void WaitingFor(int peer) { S().waiting_for.store(peer, std::memory_order_relaxed); }
 
 void Dump(const std::string& why) {
   State& s = S();

@@ -33,8 +33,6 @@ void Stop();
 void Begin(uint64_t seq, const char* action, const std::string& function);
 /// The running function returned (or threw).
 void End();
-/// Inside a collective: the peer this rank waits for (-1: none, or unknown).
-void WaitingFor(int peer);
 
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);

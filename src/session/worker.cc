@@ -25,11 +25,6 @@ namespace {
 // Error reports stay below Open MPI's shared-memory eager limit, so reporting never blocks.
 constexpr size_t kMaxErrorMessage = 3000;
 
-WorkerInfo& ThisWorkerStorage() {
-  static WorkerInfo info;
-  return info;
-}
-
 std::string Truncate(const std::string& s) {
   if (s.size() <= kMaxErrorMessage) return s;
   return s.substr(0, kMaxErrorMessage) + "... (" + std::to_string(s.size()) + " bytes in all)";
@@ -82,18 +77,9 @@ static const Worker*& CurrentWorkerStorage() {
   return worker;
 }
 
-static CallOrigins& OriginStorage() {
-  static CallOrigins origins;
-  return origins;
-}
-
 namespace detail {
-const CallOrigins& CurrentCallOrigins() { return OriginStorage(); }
-void SetThisWorker(const WorkerInfo& info) { ThisWorkerStorage() = info; }
 const Worker* CurrentWorker() { return CurrentWorkerStorage(); }
 }  // namespace detail
-
-const WorkerInfo& ThisWorker() { return ThisWorkerStorage(); }
 
 Worker::Worker(const WorkerInfo& info, ErrorSink sink) : info_(info), sink_(std::move(sink)) {
   regs_.resize(1);  // register 0 is never handed out
@@ -224,7 +210,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     const Any* call_args = args;
     // Only collectives read where their arguments came from (see CallOrigins).
     const bool collective = f->get()->collective;
-    CallOrigins& origins = OriginStorage();
+    CallOrigins& origins = detail::MutableCallOrigins();
     if (collective) origins.args.assign(n, ArgOrigin{});
     for (size_t i = 0; i < n; ++i) {
       if (args[i].type_code() != TypeCode::kDRef) continue;
@@ -247,7 +233,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     // Whatever the function threw (a ProtocolError of its own, or no std::exception at all:
     // `throw 42;`) is its failure; only Store/Fail below raise for a corrupt command, and that
     // ends the job.
-    OriginStorage().function = nullptr;
+    detail::MutableCallOrigins().function = nullptr;
     scratch_.clear();
     Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), CurrentExceptionText());
     return;

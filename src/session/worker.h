@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/call_context.h"
 #include "protocol/serializer.h"
 #include "session/config.h"
 
@@ -99,27 +100,10 @@ class Worker {
 /// Runs the loop of a worker on ranks 1..N-1 until shutdown; returns the job's exit code.
 int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info);
 
-/// Where an argument of the command running on this worker came from: the register it was read
-/// from and that register's version (reg 0: passed by value). The command frame is the same on
-/// every worker and so are versions, so these are too. Collectives use them to recognise
-/// arguments whose metadata every worker already agreed on.
-struct ArgOrigin {
-  int64_t reg = 0;
-  uint64_t version = 0;
-};
-struct CallOrigins {
-  const FunctionObj* function = nullptr;  // the function the command called (not nested calls)
-  std::vector<ArgOrigin> args;
-};
-
 namespace detail {
 /// Fault injection for tests: this rank's worker loop corrupts the next command frame it
 /// receives (its magic), as a damaged message on one rank would.
 void TestCorruptNextFrame();
-/// The origins of the command running now (function null outside one).
-const CallOrigins& CurrentCallOrigins();
-/// Sets the WorkerInfo returned by ThisWorker().
-void SetThisWorker(const WorkerInfo& info);
 /// The worker of this process (for introspection by tests and debug builtins); null outside a
 /// session.
 const Worker* CurrentWorker();

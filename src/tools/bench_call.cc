@@ -13,8 +13,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "mpi/mpi_util.h"
 #include "protocol/frame.h"
-#include "session/mpi_util.h"
 #include "session/session_impl.h"
 #include "tools/bench_common.h"
 

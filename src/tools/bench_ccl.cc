@@ -16,7 +16,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 #include "tools/bench_common.h"
 
 namespace disco {

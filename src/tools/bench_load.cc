@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <string>
 
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 #include "tools/bench_common.h"
 
 #if DISCO_HAVE_HDF5

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 #include "tools/bench_common.h"
 
 namespace disco {

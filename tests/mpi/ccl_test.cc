@@ -18,7 +18,7 @@
 #include "ccl/context.h"
 #include "ccl/reduce.h"
 #include "mpi/mpi_test_env.h"
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 #include "session/session_impl.h"
 
 namespace disco {
@@ -31,7 +31,10 @@ using testing::Store;
 
 const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",    "uint8",   "uint16",
                          "uint32", "uint64", "float16", "bfloat16", "float32", "float64"};
-const int64_t kCounts[] = {0, 1, 7, (1 << 20) + 3};
+// The largest count takes every path at every dtype: over the shared-memory channel's slot and
+// split sizes (256 KiB, 64 KiB) and the ring's threshold (256 KiB) even for int8, with remainders
+// that do not divide among 2..4 ranks. (Larger tensors: AllReduceOfTensorsLargerThanTheCaches.)
+const int64_t kCounts[] = {0, 1, 7, (1 << 18) + 3};
 
 // ---- Exact values: small integers, representable in every dtype (bfloat16 included) -----------
 

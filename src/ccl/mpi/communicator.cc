@@ -15,8 +15,8 @@
 #include "ccl/mpi/shm.h"
 #include "ccl/reduce.h"
 #include "core/env.h"
+#include "mpi/mpi_util.h"
 #include "protocol/frame.h"
-#include "session/mpi_util.h"
 
 namespace disco {
 namespace ccl {

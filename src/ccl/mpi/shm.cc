@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "ccl/reduce.h"
-#include "session/mpi_util.h"
-#include "session/watchdog.h"
+#include "core/wait_record.h"
+#include "mpi/mpi_util.h"
 
 namespace disco {
 namespace ccl {
@@ -305,7 +305,7 @@ void ShmChannel::Exchange() {
       } else {
         if (spins == spins_before_yield_) {
           ++spins;
-          watchdog::WaitingFor(world_ranks_[r]);  // a slow peer: tell the watchdog who it is
+          wait_record::WaitingFor(world_ranks_[r]);  // a slow peer: tell the watchdog who it is
         }
         // Keep MPI progressing while we wait: the peer may be sending this rank a control frame
         // (a broadcast that worker 0 issues before it joins this collective), and a send that

@@ -32,7 +32,7 @@
 #include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
 #include "core/process_info.h"
-#include "session/mpi_util.h"
+#include "mpi/mpi_util.h"
 
 namespace disco {
 namespace ccl {

@@ -1,0 +1,40 @@
+// What a function running on a worker may know about the command that runs it, below the session
+// that sets it: the worker's identity (ThisWorker(), disco/session.h) and where each argument of
+// the running command came from. The collectives (src/ccl) read these; the worker loop
+// (src/session/worker.cc) writes them. One worker per process: plain process-wide state.
+#ifndef DISCO_CORE_CALL_CONTEXT_H_
+#define DISCO_CORE_CALL_CONTEXT_H_
+
+#include <disco/function.h>
+#include <disco/session.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace disco {
+
+/// Where an argument of the command running on this worker came from: the register it was read
+/// from and that register's version (reg 0: passed by value). The command frame is the same on
+/// every worker and so are versions, so these are too. Collectives use them to recognise
+/// arguments whose metadata every worker already agreed on.
+struct ArgOrigin {
+  int64_t reg = 0;
+  uint64_t version = 0;
+};
+struct CallOrigins {
+  const FunctionObj* function = nullptr;  // the function the command called (not nested calls)
+  std::vector<ArgOrigin> args;
+};
+
+namespace detail {
+/// The origins of the command running now (function null outside one).
+const CallOrigins& CurrentCallOrigins();
+/// The worker loop's handle on them, set before each call and cleared after.
+CallOrigins& MutableCallOrigins();
+/// Sets the WorkerInfo returned by ThisWorker() (the worker loop; InitCCL sets the device).
+void SetThisWorker(const WorkerInfo& info);
+}  // namespace detail
+
+}  // namespace disco
+
+#endif  // DISCO_CORE_CALL_CONTEXT_H_

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The layers of src/ point down only. Each directory has a rank; a file may include the private
+# headers ("dir/file.h") of its own rank or below:
+#   core 0 < protocol 1 < mpi 2 < ccl, io 3 < session 4 < remote 5 < tools, python/src 6
+# ccl and io are siblings (neither includes the other), and the collective backends (ccl/mpi/,
+# ccl/nccl/) are private to ccl: the session reaches them through ccl/context.h only. Prints
+# every include that breaks a rule, and a summary line.
+#   check_layers.sh [SOURCE_DIR]
+set -uo pipefail
+root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$root" || exit 2
+rank_of() {
+  case $1 in
+    core) echo 0 ;; protocol) echo 1 ;; mpi) echo 2 ;; ccl | io) echo 3 ;; session) echo 4 ;;
+    remote) echo 5 ;; tools | python) echo 6 ;; *) echo -1 ;;
+  esac
+}
+bad=0 files=0 includes=0
+while IFS= read -r file; do
+  files=$((files + 1))
+  if [[ $file == python/src/* ]]; then layer=python; else layer=${file#src/}; layer=${layer%%/*}; fi
+  mine=$(rank_of "$layer")
+  while IFS=: read -r line inc; do
+    [[ -n $inc ]] || continue
+    target=${inc#*\"}
+    target=${target%\"*}
+    dir=${target%%/*}
+    [[ $target == */* ]] || continue  # a header next to the file (python/src)
+    includes=$((includes + 1))
+    theirs=$(rank_of "$dir")
+    ((theirs >= 0)) || continue  # not a layer of src/
+    why=""
+    if ((theirs > mine)); then
+      why="$layer (layer $mine) includes $dir (layer $theirs), which is above it"
+    elif [[ $layer != "$dir" && $theirs -eq $mine ]]; then
+      why="$layer and $dir are siblings: neither includes the other"
+    elif [[ $layer != ccl && ( $target == ccl/mpi/* || $target == ccl/nccl/* ) ]]; then
+      why="a collective backend is private to ccl (include ccl/context.h or ccl/communicator.h)"
+    fi
+    if [[ -n $why ]]; then
+      echo "$file:$line: #include \"$target\": $why"
+      bad=$((bad + 1))
+    fi
+  done < <(grep -n '^#include "' "$file" | sed 's/^\([0-9]*\):/\1:/')
+done < <(find src python/src -name '*.h' -o -name '*.cc' -o -name '*.cu' | sort)
+echo "layers: $files files, $includes includes of src/ headers, $bad breaking the rules"
+((bad == 0))
