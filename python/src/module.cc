@@ -130,14 +130,28 @@ PyDRef CallPacked(PySession& ps, const DRef& func, const py::tuple& args) {
   // usual few.
   constexpr size_t kInline = 8;
   const size_t n = args.size();
-  std::array<Any, kInline> small;
+  // Only the arguments given are constructed (and destroyed), in place.
+  alignas(Any) unsigned char small[kInline * sizeof(Any)];
   std::vector<Any> large;
-  Any* packed = small.data();
+  Any* packed = reinterpret_cast<Any*>(small);
+  size_t made = 0;
+  struct Destroy {
+    Any* items;
+    size_t* count;
+    bool inline_storage;
+    ~Destroy() {
+      if (inline_storage) {
+        for (size_t i = 0; i < *count; ++i) items[i].~Any();
+      }
+    }
+  } destroy{packed, &made, n <= kInline};
   if (n > kInline) {
-    large.resize(n);
+    large.reserve(n);
+    for (size_t i = 0; i < n; ++i) large.push_back(ToAny(PyTuple_GET_ITEM(args.ptr(), i)));
     packed = large.data();
+  } else {
+    for (; made < n; ++made) new (packed + made) Any(ToAny(PyTuple_GET_ITEM(args.ptr(), made)));
   }
-  for (size_t i = 0; i < n; ++i) packed[i] = ToAny(PyTuple_GET_ITEM(args.ptr(), i));
   DRef out;
   {
     py::gil_scoped_release release;

@@ -79,10 +79,10 @@ bool MpiTransport::Probe(int tag, int* source) {
   return flag != 0;
 }
 
-void MpiTransport::GatherU64(uint64_t mine, std::vector<uint64_t>* all) {
-  if (rank_ == 0) all->assign(size_, 0);
-  DISCO_MPI_CALL(MPI_Gather(&mine, 1, MPI_UINT64_T, rank_ == 0 ? all->data() : nullptr, 1,
-                            MPI_UINT64_T, 0, comm_.get()));
+uint64_t MpiTransport::ReduceSumU64(uint64_t mine) {
+  uint64_t sum = 0;
+  DISCO_MPI_CALL(MPI_Reduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, 0, comm_.get()));
+  return sum;
 }
 
 int64_t MpiTransport::BroadcastI64(int64_t value) {

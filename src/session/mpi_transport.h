@@ -44,8 +44,8 @@ class MpiTransport {
   size_t ReceiveSmall(int source, int tag, protocol::ByteBuffer* buf, size_t capacity);
   /// True when a message with `tag` from anyone is waiting; sets `*source`.
   bool Probe(int tag, int* source);
-  /// MPI_Gather of one uint64 per rank to rank 0 (`all` is filled on rank 0 only).
-  void GatherU64(uint64_t mine, std::vector<uint64_t>* all);
+  /// The sum over ranks of `mine`, at rank 0 (MPI_Reduce: log P steps, nothing per rank kept).
+  uint64_t ReduceSumU64(uint64_t mine);
   /// MPI_Bcast of one int64 from rank 0.
   int64_t BroadcastI64(int64_t value);
   /// Workers: joins a nonblocking barrier and sleeps between tests of it (1 us, doubling up to

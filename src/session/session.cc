@@ -349,6 +349,25 @@ void SessionImpl::CollectErrors(int worker, uint64_t sent) {
     DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
         << "worker " << worker << " sent a non-error message on the error channel";
     ++errors_received_[worker];
+    ++errors_received_total_;
+    pending_errors_.push_back(std::move(reply.error));
+  }
+}
+
+// Every worker's error reports, in O(log P): the workers' counts are summed by a reduce, and only
+// the reports not received yet are read, from whichever workers sent them (each worker sends its
+// reports before it joins the reduce, so they are all on their way).
+void SessionImpl::CollectAllErrors() {
+  const uint64_t total = transport_->ReduceSumU64(0);
+  while (errors_received_total_ < total) {
+    const int source = transport_->Receive(MPI_ANY_SOURCE, MpiTransport::kTagError, &reply_buf_,
+                                           config_.max_payload());
+    protocol::Reply reply;
+    protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
+    DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
+        << "worker " << source << " sent a non-error message on the error channel";
+    ++errors_received_[source];
+    ++errors_received_total_;
     pending_errors_.push_back(std::move(reply.error));
   }
 }
@@ -425,9 +444,7 @@ void SessionImpl::SyncAll() {
   if (transport_->size() > 1) {
     Any head[1] = {Any(-1)};
     Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);
-    std::vector<uint64_t> sent;
-    transport_->GatherU64(0, &sent);
-    for (int w = 1; w < num_workers(); ++w) CollectErrors(w, sent[w]);
+    CollectAllErrors();
   }
   RaisePending();
 }
@@ -498,11 +515,7 @@ int SessionImpl::Shutdown(int exit_code) {
   Broadcast(protocol::Action::kShutdown, head, 1, nullptr, 0);
   shut_down_ = true;
   ccl::Reset();  // every rank frees its communicators on the shutdown command
-  if (transport_->size() > 1) {
-    std::vector<uint64_t> sent;
-    transport_->GatherU64(0, &sent);
-    for (int w = 1; w < num_workers(); ++w) CollectErrors(w, sent[w]);
-  }
+  if (transport_->size() > 1) CollectAllErrors();
   int code = exit_code;
   if (!pending_errors_.empty()) {
     for (const protocol::ErrorReport& e : pending_errors_) {

@@ -81,6 +81,7 @@ class SessionImpl final : public SessionBackend {
   void FlushWorker0();
   /// Receives error reports from `worker` until `sent` have arrived.
   void CollectErrors(int worker, uint64_t sent);
+  void CollectAllErrors();
   /// Receives every error report already waiting.
   void DrainErrors();
   /// Throws RemoteError for the queued reports (all of them in one message) and clears them.
@@ -96,6 +97,7 @@ class SessionImpl final : public SessionBackend {
   std::vector<int64_t> free_regs_;
   std::vector<int64_t> pending_kills_;
   std::vector<uint64_t> errors_received_;
+  uint64_t errors_received_total_ = 0;  // the sum of errors_received_
   std::vector<protocol::ErrorReport> pending_errors_;
   protocol::ByteBuffer frame_;
   std::vector<protocol::BulkSegment> bulk_;

@@ -408,7 +408,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
       case protocol::Action::kShutdown: {
         watchdog::ShuttingDown();
         ccl::Reset();
-        transport->GatherU64(worker.errors_reported(), nullptr);
+        transport->ReduceSumU64(worker.errors_reported());
         transport->ProgressSends(/*wait=*/true);
         return static_cast<int>(transport->BroadcastI64(0));
       }
@@ -432,7 +432,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
       case protocol::Action::kSyncWorker: {
         int64_t target = Operand<int64_t>(cmd, 0, "worker id");
         if (target == -1) {
-          transport->GatherU64(worker.errors_reported(), nullptr);
+          transport->ReduceSumU64(worker.errors_reported());
         } else if (target == info.worker_id) {
           protocol::EncodeSyncAck(&out, worker.errors_reported());
           transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
