@@ -295,9 +295,8 @@ int Main(py::function controller, std::vector<std::string> argv) {
   int argc = static_cast<int>(argv.size());
   char** argvp = cargv.data();
   g_session_thread = std::this_thread::get_id();
-  const bool main_thread = py::module_::import("threading")
-                               .attr("current_thread")()
-                               .is(py::module_::import("threading").attr("main_thread")());
+  py::module_ threading = py::module_::import("threading");
+  const bool main_thread = threading.attr("current_thread")().is(threading.attr("main_thread")());
   struct sigaction old_int {};
   sigaction(SIGINT, nullptr, &old_int);
   // An ignored SIGINT (nohup, a background job of a script) stays ignored.

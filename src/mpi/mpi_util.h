@@ -91,6 +91,11 @@ class CopiedSends {
 /// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).
 int NodeLocalRank(MPI_Comm comm);
 
+/// Turns MPI's progress engine once, for a rank that waits outside MPI (spinning on shared memory
+/// or a GPU stream): a message sent to it that MPI has not buffered, such as worker 0's next
+/// control frame, completes only through the receiver's progress.
+void Progress();
+
 /// Every rank of `comm` learns whether all of them succeeded (`local` is this rank's failure, or
 /// null): a failed rank rethrows its own error, the others throw one naming `what`. Call it
 /// between local checks and the next collective step, so that no rank waits for one that left.

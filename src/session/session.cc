@@ -341,17 +341,20 @@ void SessionImpl::OnError(const protocol::ErrorReport& report) {
   pending_errors_.push_back(report);
 }
 
-void SessionImpl::CollectErrors(int worker, uint64_t sent) {
+void SessionImpl::ReceiveError(int source) {
+  const int worker =
+      transport_->Receive(source, MpiTransport::kTagError, &reply_buf_, config_.max_payload());
   protocol::Reply reply;
-  while (errors_received_[worker] < sent) {
-    transport_->Receive(worker, MpiTransport::kTagError, &reply_buf_, config_.max_payload());
-    protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
-    DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
-        << "worker " << worker << " sent a non-error message on the error channel";
-    ++errors_received_[worker];
-    ++errors_received_total_;
-    pending_errors_.push_back(std::move(reply.error));
-  }
+  protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
+  DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
+      << "worker " << worker << " sent a non-error message on the error channel";
+  ++errors_received_[worker];
+  ++errors_received_total_;
+  pending_errors_.push_back(std::move(reply.error));
+}
+
+void SessionImpl::CollectErrors(int worker, uint64_t sent) {
+  while (errors_received_[worker] < sent) ReceiveError(worker);
 }
 
 // Every worker's error reports, in O(log P): the workers' counts are summed by a reduce, and only
@@ -359,17 +362,7 @@ void SessionImpl::CollectErrors(int worker, uint64_t sent) {
 // reports before it joins the reduce, so they are all on their way).
 void SessionImpl::CollectAllErrors() {
   const uint64_t total = transport_->ReduceSumU64(0);
-  while (errors_received_total_ < total) {
-    const int source = transport_->Receive(MPI_ANY_SOURCE, MpiTransport::kTagError, &reply_buf_,
-                                           config_.max_payload());
-    protocol::Reply reply;
-    protocol::DecodeReply(reply_buf_.data(), reply_buf_.size(), &reply);
-    DISCO_CHECK(reply.kind == protocol::ReplyKind::kError, ProtocolError)
-        << "worker " << source << " sent a non-error message on the error channel";
-    ++errors_received_[source];
-    ++errors_received_total_;
-    pending_errors_.push_back(std::move(reply.error));
-  }
+  while (errors_received_total_ < total) ReceiveError(MPI_ANY_SOURCE);
 }
 
 void SessionImpl::DrainErrors() {

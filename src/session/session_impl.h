@@ -79,8 +79,11 @@ class SessionImpl final : public SessionBackend {
   void FlushKills();
   /// Runs worker 0's deferred call, if any, then the register frees that waited for it.
   void FlushWorker0();
+  /// Receives one error report from `source` (a worker, or MPI_ANY_SOURCE) and queues it.
+  void ReceiveError(int source);
   /// Receives error reports from `worker` until `sent` have arrived.
   void CollectErrors(int worker, uint64_t sent);
+  /// Receives every report the workers have sent (SyncAll, shutdown): one reduce of the counts.
   void CollectAllErrors();
   /// Receives every error report already waiting.
   void DrainErrors();

@@ -7,6 +7,11 @@ import numpy as np
 import pytest
 
 
+# TVM's reductions and their numpy counterparts.
+OPS = [("sum", np.add), ("prod", np.multiply), ("min", np.minimum), ("max", np.maximum),
+       ("avg", lambda a, b: (a + b) * 0.5)]
+
+
 def two(ccl):
     if ccl.num_workers != 2:
         pytest.skip("TVM's test uses exactly 2 workers; the job has %d" % ccl.num_workers)
@@ -31,8 +36,7 @@ def test_allreduce(ccl):
     d_array = sess.empty((3, 4), "float32")
     d_array.debug_copy_from(0, array_1)
     d_array.debug_copy_from(1, array_2)
-    for op, np_op in [("sum", np.add), ("prod", np.multiply), ("min", np.minimum),
-                      ("max", np.maximum), ("avg", lambda a, b: (a + b) * 0.5)]:
+    for op, np_op in OPS:
         dst_array = sess.empty((3, 4), "float32")
         sess.allreduce(d_array, dst_array, op=op)
         result = dst_array.debug_get_from_remote(0)
@@ -52,8 +56,7 @@ def test_group_allreduce(ccl):
     d_array_1.debug_copy_from(1, array_2)
     d_array_2.debug_copy_from(2, array_3)
     d_array_2.debug_copy_from(3, array_4)
-    for op, np_op in [("sum", np.add), ("prod", np.multiply), ("min", np.minimum),
-                      ("max", np.maximum), ("avg", lambda a, b: (a + b) * 0.5)]:
+    for op, np_op in OPS:
         dst_array_1 = sess.empty((3, 4), "float32")
         dst_array_2 = sess.empty((5, 6), "float32")
         # Group 0 reduces the first tensors, group 1 the second: each register is used by its

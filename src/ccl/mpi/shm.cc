@@ -5,7 +5,6 @@
 #include <disco/log.h>
 #include <disco/types.h>
 #include <fcntl.h>
-#include <mpi.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -307,11 +306,7 @@ void ShmChannel::Exchange() {
           ++spins;
           wait_record::WaitingFor(world_ranks_[r]);  // a slow peer: tell the watchdog who it is
         }
-        // Keep MPI progressing while we wait: the peer may be sending this rank a control frame
-        // (a broadcast that worker 0 issues before it joins this collective), and a send that
-        // MPI has not buffered completes only when the receiver's progress engine takes it.
-        int pending = 0;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE);
+        mpi::Progress();  // worker 0 may be sending this rank its next control frame
         sched_yield();
       }
     }

@@ -355,10 +355,7 @@ class NcclCommunicator final : public Communicator {
         DISCO_THROW(RuntimeError) << "NCCL " << what << " failed asynchronously: " << text
                                   << "; the communicator was aborted";
       }
-      // Keep MPI progressing: worker 0 may be broadcasting a control frame to this rank before
-      // it joins this collective, and that send may complete only through our progress engine.
-      int pending = 0;
-      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE);
+      mpi::Progress();  // worker 0 may be sending this rank its next control frame
       std::this_thread::yield();
     }
   }
