@@ -127,6 +127,9 @@ void CheckRootTensor(const std::optional<Tensor>& rooted, const char* rooted_nam
 struct Agreement {
   const FunctionObj* self = nullptr;  // this builtin's registered function
   std::vector<int> tensor_args;       // argument positions of its tensors (at most 2)
+  // Its checks read the same things on every rank (no root-only checks), so tensors of uniform
+  // metadata pass or fail them alike everywhere and need no agreement round.
+  bool same_checks_everywhere = true;
 };
 
 // A key for the collective now running; `valid` is false when it cannot be cached: the builtin was
@@ -137,11 +140,13 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
   if (a.self == nullptr || origins.function != a.self) return key;
   key.self = a.self;
   key.extra = extra;
+  key.uniform = true;
   for (size_t i = 0; i < a.tensor_args.size() && i < 2; ++i) {
     int pos = a.tensor_args[i];
     if (pos >= static_cast<int>(origins.args.size()) || origins.args[pos].reg == 0) return key;
     key.reg[i] = origins.args[pos].reg;
     key.version[i] = origins.args[pos].version;
+    key.uniform = key.uniform && origins.args[pos].uniform;
   }
   key.valid = true;
   return key;
@@ -150,12 +155,18 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
 // Runs the checks; the ranks of `c` then agree (`data` is the communicator that will move the
 // tensors). Every rank throws when any rank failed: the failing ranks their own error, the others
 // one that points at them. A collective whose key already passed skips both (its tensors'
-// metadata cannot have changed since).
+// metadata cannot have changed since). One whose tensors the controller made alike on every
+// worker (key.uniform: disco.empty) skips the round: the checks, which read nothing but that
+// metadata and the command, pass or fail alike on every rank.
 void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, const Tensor& sizing,
                    const Agreement& a, int64_t extra, const std::function<void()>& checks) {
   Context* ctx = CurrentContext();
   AgreedKey key = MakeKey(a, extra);
   if (key.valid && ctx->agreed.count(key) != 0) return;
+  if (key.valid && key.uniform && a.same_checks_everywhere) {
+    checks();
+    return;
+  }
   std::exception_ptr local;
   try {
     checks();
@@ -164,6 +175,7 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
   }
   const Extent e = ExtentOf(sizing, data);
   int64_t all[7] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype, e.location, -e.location};
+  ++ctx->agreement_rounds;
   c.HostMax(all, 7);
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(all[0] == 0, ValueError)
@@ -188,9 +200,10 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
 // the Agreement to pass to CheckAndAgree.
 template <typename F>
 void RegisterCollective(const std::string& name, std::vector<int> tensor_args,
-                        std::vector<std::string> params, F make_body) {
+                        std::vector<std::string> params, F make_body, bool rooted = false) {
   auto* agreement = new Agreement();  // lives as long as the registry entry
   agreement->tensor_args = std::move(tensor_args);
+  agreement->same_checks_everywhere = !rooted;
   Registry::Register(name, true)
       .set_body_typed(make_body(agreement), std::move(params))
       .mark_collective();
@@ -220,7 +233,8 @@ void RegisterFromRoot(const char* fn, bool scatter) {
             c.Broadcast(send.value_or(Tensor()), recv, Root(in_group));
           }
         };
-      });
+      },
+      /*rooted=*/true);
 }
 
 void RegisterAll() {
@@ -314,7 +328,8 @@ void RegisterAll() {
                          });
                          c.Gather(send, recv.value_or(Tensor()), Root(in_group));
                        };
-                     });
+                     },
+                     /*rooted=*/true);
 
   RegisterCollective("disco.recv_from_worker0", {0}, {"buffer"}, [](const Agreement* agreement) {
     return [agreement](Any buffer_arg) {

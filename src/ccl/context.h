@@ -20,6 +20,9 @@ struct AgreedKey {
   int64_t extra = 0;
   int64_t reg[2] = {0, 0};
   uint64_t version[2] = {0, 0};
+  // Every tensor argument's register has the same metadata on every worker (ArgOrigin::uniform);
+  // not part of the key's identity.
+  bool uniform = false;
   bool operator==(const AgreedKey& o) const {
     return self == o.self && extra == o.extra && reg[0] == o.reg[0] && reg[1] == o.reg[1] &&
            version[0] == o.version[0] && version[1] == o.version[1];
@@ -49,6 +52,8 @@ struct Context {
   // workers already agreed on: repeating one skips the agreement round. Cleared when full, which
   // happens at the same command everywhere.
   std::unordered_set<AgreedKey, AgreedKeyHash> agreed;
+  // Agreement rounds run so far (diagnostics and tests).
+  uint64_t agreement_rounds = 0;
 };
 
 /// The context made by InitCCL, or nullptr.

@@ -20,6 +20,8 @@ namespace disco {
 struct ArgOrigin {
   int64_t reg = 0;
   uint64_t version = 0;
+  /// The register's tensor has the same metadata on every worker (FunctionObj::uniform_result).
+  bool uniform = false;
 };
 struct CallOrigins {
   const FunctionObj* function = nullptr;  // the function the command called (not nested calls)

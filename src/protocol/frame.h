@@ -6,7 +6,7 @@
 //   0       4     magic 0x4F435344 ("DSCO" in little-endian byte order)
 //   4       1     version (kVersion)
 //   5       1     action (Action)
-//   6       2     flags (0)
+//   6       2     flags (kFlagNextFrameNonblocking or 0)
 //   8       8     sequence number (1, 2, 3, ... per session; workers check it)
 //   16      4     payload length in bytes
 //   20      4     reserved (0)
@@ -93,6 +93,12 @@ const char* ActionName(Action action);
 
 enum class ReplyKind : uint8_t { kSyncAck = 1, kDebugValue = 2, kError = 3 };
 
+/// Frame flag: the frame after this one travels by MPI_Ibcast, which the workers post before they
+/// run this command (a collective call), so that the next frame moves down the broadcast tree
+/// while they wait in the collective instead of after it.
+constexpr uint16_t kFlagNextFrameNonblocking = 1;
+constexpr uint16_t kKnownFlags = kFlagNextFrameNonblocking;
+
 struct FrameHeader {
   uint32_t magic = kMagic;
   uint8_t version = kVersion;
@@ -107,6 +113,10 @@ static_assert(sizeof(FrameHeader) == kHeaderBytes, "FrameHeader layout");
 /// Writes `header` into the first kHeaderBytes of `dst`.
 inline void WriteHeader(uint8_t* dst, const FrameHeader& header) {
   std::memcpy(dst, &header, kHeaderBytes);
+}
+/// Sets the flags of the frame encoded at `dst`.
+inline void SetFlags(uint8_t* dst, uint16_t flags) {
+  std::memcpy(dst + offsetof(FrameHeader, flags), &flags, sizeof flags);
 }
 /// Reads and validates a header from `size` bytes: magic, version, action, and a payload length
 /// no larger than `max_payload`.

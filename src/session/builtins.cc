@@ -60,7 +60,16 @@ void RegisterAll() {
             }
             return Any(Tensor::Empty(shape, dtype, ResolveDevice(device, "disco.empty")));
           },
-          {"shape", "dtype", "device", "worker0_only", "in_group"});
+          {"shape", "dtype", "device", "worker0_only", "in_group"})
+      // Every worker's tensor has the shape and dtype of the command, and is in host memory or
+      // on this worker's GPU (an explicit cuda:N is worker N's GPU on one worker only).
+      .mark_uniform_result([](const Any* args, size_t n) {
+        if (n != 5) return false;
+        std::optional<DLDevice> device = args[2].as<DLDevice>();
+        std::optional<bool> worker0_only = args[3].as<bool>();
+        return device && worker0_only && !*worker0_only &&
+               (device->device_type == kDLCPU || *device == ThisWorkerGpu());
+      });
   // A copy of `tensor` on `device` (ThisWorkerGpu(): this worker's GPU); h5::LoadTensors uses it
   // to place loaded shards.
   Registry::Register("disco.copy_to", true)

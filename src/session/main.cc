@@ -77,7 +77,8 @@ std::string LauncherMismatch(int world_size) {
 // enter different collectives). A launcher need not pass the environment to every node (mpirun
 // without -x), so rank 0's values are made every rank's, in its environment, before anything
 // reads them; a rank whose own value differed says so (warn level). DISCO_NUM_GROUPS,
-// DISCO_TIMEOUT, DISCO_INLINE_BYTES and DISCO_MAX_FRAME_BYTES travel in the SessionConfig.
+// DISCO_TIMEOUT, DISCO_INLINE_BYTES, DISCO_MAX_FRAME_BYTES and DISCO_PREPOST_FRAMES travel in the
+// SessionConfig.
 constexpr const char* kJobKnobs[] = {"DISCO_CCL", "DISCO_CCL_SHM", "DISCO_CCL_SYNC_SEND",
                                      "DISCO_H5_INDEPENDENT"};
 
@@ -109,13 +110,15 @@ void AgreeOnJobKnobs(int rank) {
 
 // Rank 0's settings, so that every rank agrees on the frame size.
 SessionConfig AgreeOnConfig(const SessionConfig& mine) {
-  int64_t values[4] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups, mine.timeout_s};
-  DISCO_MPI_CALL(MPI_Bcast(values, 4, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  int64_t values[5] = {mine.inline_bytes, mine.max_frame_bytes, mine.num_groups, mine.timeout_s,
+                       mine.prepost_frames};
+  DISCO_MPI_CALL(MPI_Bcast(values, 5, MPI_INT64_T, 0, MPI_COMM_WORLD));
   SessionConfig c;
   c.inline_bytes = values[0];
   c.max_frame_bytes = values[1];
   c.num_groups = values[2];
   c.timeout_s = values[3];
+  c.prepost_frames = values[4];
   return c;
 }
 

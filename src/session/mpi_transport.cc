@@ -25,6 +25,21 @@ void MpiTransport::Broadcast(void* data, size_t n) {
   }
 }
 
+void MpiTransport::BroadcastNonblocking(void* data, size_t n) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  DISCO_MPI_CALL(MPI_Ibcast(data, static_cast<int>(n), MPI_BYTE, 0, comm_.get(), &req));
+  DISCO_MPI_CALL(MPI_Wait(&req, MPI_STATUS_IGNORE));
+}
+
+void MpiTransport::PostBroadcast(void* data, size_t n) {
+  DISCO_ICHECK(posted_ == MPI_REQUEST_NULL) << "a broadcast is already posted";
+  DISCO_MPI_CALL(MPI_Ibcast(data, static_cast<int>(n), MPI_BYTE, 0, comm_.get(), &posted_));
+}
+
+void MpiTransport::WaitPosted() {
+  if (posted_ != MPI_REQUEST_NULL) DISCO_MPI_CALL(MPI_Wait(&posted_, MPI_STATUS_IGNORE));
+}
+
 void MpiTransport::Send(int dest, int tag, const void* data, size_t n) {
   DISCO_CHECK(n <= static_cast<size_t>(INT_MAX), ValueError)
       << "a reply of " << n << " bytes exceeds MPI's 2 GiB message limit";

@@ -30,6 +30,15 @@ class MpiTransport {
 
   /// MPI_Bcast of `n` bytes from rank 0 (split into chunks of at most 1 GiB).
   void Broadcast(void* data, size_t n);
+  /// The same through MPI_Ibcast, completed before it returns: the root's side of a frame that the
+  /// workers receive with PostBroadcast (a nonblocking collective matches only a nonblocking one).
+  void BroadcastNonblocking(void* data, size_t n);
+  /// Workers: posts the MPI_Ibcast of the next `n` (<= 2 GiB) bytes into `data`, which must stay
+  /// put until WaitPosted returns; MPI moves it on (down the broadcast tree) inside any MPI call.
+  void PostBroadcast(void* data, size_t n);
+  /// Completes the posted broadcast (no-op when none is posted).
+  void WaitPosted();
+  bool posted() const { return posted_ != MPI_REQUEST_NULL; }
   /// Blocking send of `n` bytes to `dest`.
   void Send(int dest, int tag, const void* data, size_t n);
   /// Non-blocking send of a copy of `n` bytes; the copy lives until the send completes.
@@ -59,6 +68,7 @@ class MpiTransport {
   int rank_ = 0;
   int size_ = 1;
   mpi::CopiedSends sends_;
+  MPI_Request posted_ = MPI_REQUEST_NULL;
 };
 
 }  // namespace disco

@@ -20,6 +20,10 @@ SessionConfig SessionConfig::FromEnv(int num_workers) {
   c.max_frame_bytes = env::GetInt("DISCO_MAX_FRAME_BYTES", 1 << 16, INT32_MAX);
   c.num_groups = env::GetInt("DISCO_NUM_GROUPS", 1, num_workers);
   c.timeout_s = env::GetInt("DISCO_TIMEOUT", 0, int64_t{365} * 24 * 3600);
+  const std::string prepost = env::GetString("DISCO_PREPOST_FRAMES");
+  DISCO_CHECK(prepost.empty() || prepost == "auto" || prepost == "0" || prepost == "1", ValueError)
+      << "DISCO_PREPOST_FRAMES='" << prepost << "' is not auto, 0 or 1";
+  c.prepost_frames = prepost == "0" ? 0 : prepost == "1" ? 1 : -1;
   DISCO_CHECK(num_workers % c.num_groups == 0, ValueError)
       << "DISCO_NUM_GROUPS=" << c.num_groups << " does not divide the " << num_workers
       << " workers";
@@ -115,6 +119,8 @@ SessionImpl::SessionImpl(MpiTransport* transport, const SessionConfig& config,
       worker0_(worker0, [this](const protocol::ErrorReport& r) { OnError(r); }),
       errors_received_(transport->size(), 0) {
   frame_.Reserve(static_cast<size_t>(config_.inline_bytes));
+  prepost_frames_ = config_.prepost_frames == 1 ||
+                    (config_.prepost_frames == -1 && transport->size() > kPrepostMinRanks);
 }
 
 SessionImpl::~SessionImpl() {
@@ -198,7 +204,7 @@ void SessionImpl::FlushKills() {
 }
 
 uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t num_head,
-                                const Any* args, size_t num_args) {
+                                const Any* args, size_t num_args, uint16_t flags) {
   const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
   if (parked_) {  // parked workers sleep in a barrier: join it, then they take frames again
     transport_->Unpark();
@@ -226,11 +232,15 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
     }
     seq_ = seq;
     if (transport_->size() > 1) {
-      if (total <= inline_bytes) {
-        frame_.Resize(inline_bytes);  // padding: workers always receive a whole inline frame
-        transport_->Broadcast(frame_.data(), inline_bytes);
+      if (flags != 0) protocol::SetFlags(frame_.data(), flags);
+      if (total <= inline_bytes) frame_.Resize(inline_bytes);  // padding: a whole inline frame
+      if (next_nonblocking_) {
+        transport_->BroadcastNonblocking(frame_.data(), inline_bytes);
       } else {
         transport_->Broadcast(frame_.data(), inline_bytes);
+      }
+      next_nonblocking_ = (flags & protocol::kFlagNextFrameNonblocking) != 0;
+      if (total > inline_bytes) {
         transport_->Broadcast(frame_.data() + inline_bytes, total - inline_bytes);
       }
       for (const protocol::BulkSegment& b : bulk_) {
@@ -251,7 +261,12 @@ void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
   frame_.Resize(inline_bytes);
   std::fill(frame_.data(), frame_.data() + inline_bytes, 0);
   std::copy(data, data + n, frame_.data());
-  transport_->Broadcast(frame_.data(), inline_bytes);
+  if (next_nonblocking_) {
+    transport_->BroadcastNonblocking(frame_.data(), inline_bytes);
+  } else {
+    transport_->Broadcast(frame_.data(), inline_bytes);
+  }
+  next_nonblocking_ = false;
 }
 
 DRef SessionImpl::GetGlobalFunc(const std::string& name) {
@@ -282,15 +297,17 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
   CheckOwnRefs(&func, args, num_args, "CallPacked");
   int64_t reg = AllocateReg();
   Any head[2] = {Any(reg), Any(func)};
+  const bool collective = worker0_.HoldsCollective(func.reg_id());
   uint64_t seq;
   try {
-    seq = Broadcast(protocol::Action::kCallPacked, head, 2, args, num_args);
+    seq = Broadcast(protocol::Action::kCallPacked, head, 2, args, num_args,
+                    collective && prepost_frames_ ? protocol::kFlagNextFrameNonblocking : 0);
   } catch (...) {
     free_regs_.push_back(reg);
     throw;
   }
   FlushWorker0();  // the previous call, now that this frame is on its way
-  bool run_now = !worker0_.HoldsCollective(func.reg_id());
+  bool run_now = !collective;
   for (size_t i = 0; i < num_args && !run_now; ++i) {
     run_now = args[i].type_code() == TypeCode::kTensor;
   }

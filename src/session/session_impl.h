@@ -73,9 +73,10 @@ class SessionImpl final : public SessionBackend {
   void CheckOwnRefs(const DRef* func, const Any* values, size_t n, const char* what) const;
   int64_t AllocateReg();
   DRef MakeDRef(int64_t reg);
-  /// Encodes and broadcasts one command (with the pending kills); returns its sequence number.
+  /// Encodes and broadcasts one command (with the pending kills) with frame `flags`; returns its
+  /// sequence number.
   uint64_t Broadcast(protocol::Action action, const Any* head, size_t num_head, const Any* args,
-                     size_t num_args);
+                     size_t num_args, uint16_t flags = 0);
   void FlushKills();
   /// Runs worker 0's deferred call, if any, then the register frees that waited for it.
   void FlushWorker0();
@@ -122,6 +123,13 @@ class SessionImpl final : public SessionBackend {
   std::vector<int64_t> worker0_kills_;
   bool shut_down_ = false;
   bool parked_ = false;
+  // The last frame said the next one comes by MPI_Ibcast (protocol::kFlagNextFrameNonblocking):
+  // the workers posted it before they ran that frame's collective, and a nonblocking broadcast
+  // matches only a nonblocking one.
+  bool next_nonblocking_ = false;
+  // Whether a collective call's frame asks for the next frame by MPI_Ibcast
+  // (SessionConfig::prepost_frames).
+  bool prepost_frames_ = false;
   int final_exit_code_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -110,6 +111,7 @@ void Worker::Store(uint64_t seq, int64_t reg, Any value) {
   slot->value = std::move(value);
   slot->failure.reset();
   slot->used = true;
+  slot->uniform = false;
 }
 
 void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
@@ -119,6 +121,7 @@ void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
   slot->value = Any();
   slot->failure = std::make_shared<const Failure>(Failure{function, Truncate(message)});
   slot->used = true;
+  slot->uniform = false;
   Report(seq, reg, function, slot->failure->message);
 }
 
@@ -145,6 +148,7 @@ void Worker::KillRegs(const int64_t* regs, size_t n) {
       r.failure.reset();
       r.used = false;
       r.version = 0;
+      r.uniform = false;
     }
   }
 }
@@ -219,7 +223,8 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
         scratch_[j] = Resolve(args[j], j, f->name());
         const DRef* ref = std::get_if<DRef>(&args[j].storage());
         if (collective && ref != nullptr) {
-          origins.args[j] = ArgOrigin{ref->reg_id(), regs_[ref->reg_id()].version};
+          const Register& r = regs_[ref->reg_id()];
+          origins.args[j] = ArgOrigin{ref->reg_id(), r.version, r.uniform};
         }
       }
       call_args = scratch_.data();
@@ -238,7 +243,10 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), CurrentExceptionText());
     return;
   }
+  const bool uniform = f->get()->uniform_result != nullptr && rv.type_code() == TypeCode::kTensor &&
+                       f->get()->uniform_result(args, n);
   Store(seq, result_reg, std::move(rv));
+  if (uniform) regs_[result_reg].uniform = true;
 }
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
@@ -267,9 +275,10 @@ void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
     }
     CheckCopyInto(dst, *src, reg);
     dst.CopyFrom(*src);
-    Slot(reg)->version = seq;
+    TouchRegister(seq, reg);  // as on the other workers
   } catch (const std::exception& e) {
-    Report(seq, reg, "DebugSetRegister", e.what());  // the register keeps its value
+    TouchRegister(seq, reg);  // the register keeps its value; its version follows the others'
+    Report(seq, reg, "DebugSetRegister", e.what());
   }
 }
 
@@ -288,7 +297,10 @@ void Worker::CheckCopyInto(const Tensor& dst, const Tensor& src, int64_t reg) co
 }
 
 void Worker::TouchRegister(uint64_t seq, int64_t reg) {
-  if (reg >= 1 && static_cast<uint64_t>(reg) < regs_.size()) regs_[reg].version = seq;
+  if (reg >= 1 && static_cast<uint64_t>(reg) < regs_.size()) {
+    regs_[reg].version = seq;
+    regs_[reg].uniform = false;  // the written worker's value may differ now
+  }
 }
 
 protocol::DebugStatus Worker::DebugGetRegister(int64_t reg, Any* out) const {
@@ -376,11 +388,18 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
   const size_t max_payload = config.max_payload();
   protocol::ByteBuffer frame;
   frame.Reserve(inline_bytes);
+  // The next frame, when the last one asked for it by MPI_Ibcast (kFlagNextFrameNonblocking).
+  std::vector<uint8_t> posted(inline_bytes);
   protocol::Command cmd;
   uint64_t expected_seq = 1;
   for (;;) {
     frame.Resize(inline_bytes);
-    transport->Broadcast(frame.data(), inline_bytes);
+    if (transport->posted()) {
+      transport->WaitPosted();
+      std::memcpy(frame.data(), posted.data(), inline_bytes);
+    } else {
+      transport->Broadcast(frame.data(), inline_bytes);
+    }
     if (g_corrupt_next_frame.exchange(false)) frame.data()[0] ^= 0xFF;
     protocol::FrameHeader header = protocol::ParseHeader(frame.data(), inline_bytes, max_payload);
     size_t total = protocol::kHeaderBytes + header.payload_bytes;
@@ -396,6 +415,10 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
         << protocol::ActionName(cmd.action()) << "); this rank and the controller disagree on "
         << "the command sequence";
     ++expected_seq;
+    // Posted before the command runs: MPI forwards the next frame inside the collective's calls.
+    if (header.flags & protocol::kFlagNextFrameNonblocking) {
+      transport->PostBroadcast(posted.data(), inline_bytes);
+    }
     if (!cmd.kills.empty()) worker.KillRegs(cmd.kills.data(), cmd.kills.size());
     // The flight recorder and the watchdog see every command; call_packed records itself (with
     // its function's name), and parking and shutdown are waits, not work.

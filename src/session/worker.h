@@ -80,6 +80,9 @@ class Worker {
     // Sequence number of the last command that wrote the register. Every worker records it for
     // every command (a debug write on one worker included), so it is the same on all workers.
     uint64_t version = 0;
+    // The tensor has the same metadata on every worker (FunctionObj::uniform_result); decided
+    // from the command alone, so the same on all workers, and cleared by any other write.
+    bool uniform = false;
   };
 
   Register* Slot(int64_t reg);

@@ -219,8 +219,8 @@ int RunCclBench(Session& s, const Options& opts) {
       double raw_alg = size / rt / 1e3, disco_alg = size / dt / 1e3;  // GB/s
       double f = kind.busbw_factor(n);
       table.AddRow({k, std::to_string(static_cast<int64_t>(size)), std::to_string(total), "float32",
-                    k == "allgather" || k == "broadcast" ? "none" : "sum", Fmt(rt, 1),
-                    Fmt(raw_alg, 2), Fmt(raw_alg * f, 2), std::to_string(raw_wrong), Fmt(dt, 1),
+                    k == "allgather" || k == "broadcast" ? "none" : "sum", Fmt(rt, 3),
+                    Fmt(raw_alg, 2), Fmt(raw_alg * f, 2), std::to_string(raw_wrong), Fmt(dt, 3),
                     Fmt(disco_alg, 2), Fmt(disco_alg * f, 2), std::to_string(disco_wrong),
                     Fmt(n > 1    ? (disco_alg * f) / (raw_alg * f)
                         : dt > 0 ? rt / dt

@@ -5,19 +5,18 @@
 #include <disco/disco.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "mpi/clock.h"
+
 namespace disco {
 namespace bench {
 
-inline double NowUs() {
-  using namespace std::chrono;
-  return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
-}
+/// The runtime's clock (mpi/clock.h): the simulated time when disco runs under SMPI.
+inline double NowUs() { return mpi::NowUs(); }
 
 inline double Median(std::vector<double> v) {
   if (v.empty()) return 0;

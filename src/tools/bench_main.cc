@@ -129,6 +129,9 @@ DISCO_REGISTER_GLOBAL("bench.num_nodes").set_body_typed([]() {
 // The value of an MPI library's string setting (Open MPI: "btl", "pml"), read through the MPI
 // tool interface: "" when the library has none or it is unset (its default applies).
 std::string MpiStringSetting(const std::string& wanted) {
+#if DISCO_SIMULATED
+  return "";  // SMPI has no tool interface (and no transports to choose)
+#else
   int provided = 0, count = 0;
   if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "";
   std::string value;
@@ -154,6 +157,7 @@ std::string MpiStringSetting(const std::string& wanted) {
   }
   MPI_T_finalize();
   return value;
+#endif
 }
 
 // How the ranks reach each other: shared memory within a node, the network between nodes; and the

@@ -7,7 +7,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +16,7 @@
 #include "ccl/reduce.h"
 #include "core/process_info.h"
 #include "io/h5.h"
+#include "mpi/clock.h"
 
 #if DISCO_DEMO_CUDA
 #include <cublas_v2.h>
@@ -36,11 +36,7 @@ const bool kOneBlasThreadPerRank = [] {
   return true;
 }();
 
-double NowMs() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double NowMs() { return mpi::NowUs() * 1e-3; }
 
 // ---- Deterministic parameters -----------------------------------------------------------------
 

@@ -640,6 +640,63 @@ TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
   }
 }
 
+DISCO_REGISTER_GLOBAL("test.ccl.agreement_rounds").set_body_typed([]() {
+  return static_cast<int64_t>(ccl::CurrentContext()->agreement_rounds);
+});
+
+TEST_F(CclTest, TensorsTheControllerMadeNeedNoAgreementRound) {
+  auto rounds = [&] {
+    return s().CallPacked(F("test.ccl.agreement_rounds")).DebugGetFromRemote(n() - 1).cast<int64_t>();
+  };
+  const int64_t start = rounds();
+  // New tensors every call, from Session::Empty: their metadata is the command's, on every worker.
+  for (int i = 0; i < 4; ++i) {
+    DRef send = s().Empty(Shape{1000}, DataType("float32"));
+    DRef recv = s().Empty(Shape{1000}, DataType("float32"));
+    s().CallPacked(F("test.ccl.fill"), send, "sum", 0);
+    s().AllReduce(send, "sum", i % 2 == 1, recv);
+    s().CallPacked(F("test.ccl.expect_allreduce"), recv, "sum", i % 2 == 1);
+    DRef gathered = s().Empty(Shape{1000 * n()}, DataType("float32"));
+    s().AllGather(send, false, gathered);
+  }
+  Check("allreduce and allgather of new tensors");
+  EXPECT_EQ(rounds() - start, 0);
+  // A tensor a function made (its shape may differ between workers) is agreed on, once.
+  DRef made = s().CallPacked(F("test.ccl.empty_on_last"), 1000, 1000);
+  DRef out = s().Empty(Shape{1000}, DataType("float32"));
+  s().CallPacked(F("test.ccl.fill"), made, "sum", 0);
+  for (int i = 0; i < 3; ++i) s().AllReduce(made, "sum", false, out);
+  s().CallPacked(F("test.ccl.expect_allreduce"), out, "sum", false);
+  Check("allreduce of a function's tensor");
+  EXPECT_EQ(rounds() - start, 1);
+  // Rooted collectives check the root's tensor on the root only: always agreed.
+  DRef from = s().Empty(Shape{1000}, DataType("float32"));
+  s().Broadcast(from, false, out);
+  Check("broadcast");
+  EXPECT_EQ(rounds() - start, 2);
+  // A debug write on one worker makes the register's metadata that worker's: agreed again, and
+  // a mismatch is an error everywhere, not a hang.
+  if (n() > 1) {
+    DRef send = s().Empty(Shape{1000}, DataType("float32"));
+    DRef recv = s().Empty(Shape{1000}, DataType("float32"));
+    s().AllReduce(send, "sum", false, recv);
+    recv.DebugCopyFrom(n() - 1, Any(int64_t{0}));
+    recv.DebugCopyFrom(n() - 1, Any(s().CallPacked(F("test.ccl.empty_on_last"), 999, 999)));
+    s().AllReduce(send, "sum", false, recv);
+    std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+    EXPECT_NE(msg.find("'send' has 1000 elements, 'recv' 999"), std::string::npos) << msg;
+    EXPECT_EQ(rounds() - start, 3);
+  }
+  // Bad metadata on tensors alike everywhere fails alike everywhere, without a round.
+  DRef f32 = s().Empty(Shape{8}, DataType("float32"));
+  DRef f32_9 = s().Empty(Shape{9}, DataType("float32"));
+  const int64_t before = rounds();
+  s().AllReduce(f32, "sum", false, f32_9);
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("'send' has 8 elements, 'recv' 9"), std::string::npos) << msg;
+  EXPECT_EQ(rounds(), before);
+}
+
 TEST_F(CclTest, ParkingRightAfterACollectiveRunsItFirstAndWakingResumes) {
   if (s().impl() == nullptr) GTEST_SKIP() << "parking is done by the serving side";
   DRef send = s().Empty(Shape{4096}, DataType("float32"));

@@ -134,6 +134,19 @@ TEST(ProtocolTest, StructuralMutationsAreProtocolErrors) {
     b[5] = static_cast<uint8_t>(v);
     expect_error(b, "action " + std::to_string(v));
   }
+  // Flags: only kFlagNextFrameNonblocking is known, and only a call frame may carry it.
+  for (uint16_t flags : {2, 3, 0x100, 0x8000, 0xFFFF}) {
+    auto b = layout.bytes;
+    SetFlags(b.data(), flags);
+    expect_error(b, "flags " + std::to_string(flags));
+  }
+  {
+    auto b = layout.bytes;
+    SetFlags(b.data(), kFlagNextFrameNonblocking);
+    EXPECT_EQ(Decode(b), 0) << "a call frame asking for the next frame by MPI_Ibcast";
+    b[5] = static_cast<uint8_t>(Action::kSyncWorker);
+    expect_error(b, "the nonblocking-next flag on a sync frame");
+  }
   for (uint32_t len : {0u, 1u, 0xFFFFFFFFu, static_cast<uint32_t>(layout.bytes.size())}) {
     auto b = layout.bytes;
     std::memcpy(b.data() + 16, &len, 4);

@@ -1,5 +1,6 @@
 #include "ccl/mpi/communicator.h"
 
+#include <disco/config.h>
 #include <disco/error.h>
 #include <disco/log.h>
 #include <disco/types.h>
@@ -113,8 +114,10 @@ class MpiCommunicator final : public Communicator {
     InitHalfTypes();
     rank_ = comm_.rank();
     size_ = comm_.size();
-    // The same value on every rank (mpirun passes one environment), so all or none create it.
-    if (size_ > 1 && env::GetInt("DISCO_CCL_SHM", 0, 1) == 1)
+    // The same value on every rank (rank 0's, AgreeOnJobKnobs), so all or none create it. Under
+    // SimGrid SMPI there is no shared memory to model: the collectives are MPI's, as the
+    // simulation skeleton (bench/sim) assumes.
+    if (size_ > 1 && !DISCO_SIMULATED && env::GetInt("DISCO_CCL_SHM", 0, 1) == 1)
       shm_ = ShmChannel::Create(comm_.get());
     sync_sends_ = env::GetInt("DISCO_CCL_SYNC_SEND", 0, 1) == 1;
   }
@@ -139,7 +142,7 @@ class MpiCommunicator final : public Communicator {
       if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), send.nbytes());
     } else if (shm_) {
       shm_->AllReduce(Bytes(send), Bytes(recv), n, t, op);
-    } else if (send.nbytes() < kRingMinBytes) {
+    } else if (!UseRing(send.nbytes(), size_)) {
       const void* src = send.same_as(recv) ? MPI_IN_PLACE : send.data();
       DISCO_MPI_CALL(MPI_Allreduce(src, recv.data(), CheckedCount(n, "allreduce"), ToMpiType(t),
                                    ToMpiOp(op, t), comm_.get()));
@@ -173,7 +176,7 @@ class MpiCommunicator final : public Communicator {
       if (!send.same_as(recv)) std::memcpy(recv.data(), send.data(), recv.nbytes());
     } else if (shm_) {
       shm_->ReduceScatter(Bytes(send), Bytes(recv), m, t, op);
-    } else if (send.nbytes() < kRingMinBytes) {
+    } else if (!UseRing(send.nbytes(), size_)) {
       DISCO_MPI_CALL(MPI_Reduce_scatter_block(send.data(), recv.data(),
                                               CheckedCount(m, "reduce_scatter"), ToMpiType(t),
                                               ToMpiOp(op, t), comm_.get()));

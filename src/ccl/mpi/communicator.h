@@ -18,6 +18,19 @@ std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm parent, int color, in
 /// Messages from this size on take disco's own ring algorithms with persistent staging instead of
 /// MPI_Allreduce / MPI_Reduce_scatter_block, which allocate a full-size temporary on every call.
 constexpr size_t kRingMinBytes = 256 * 1024;
+/// ... and only while each rank's share of the tensor is at least this large. The ring takes
+/// 2(P-1) steps of one share each, overlapping each share's reduction with the next transfer; MPI's
+/// own large allreduce (Open MPI 4.1: Rabenseifner's reduce-scatter + allgather) takes 2 log2 P
+/// steps but copies and reduces outside the transfers. The ring's extra latency grows with P,
+/// its saving with the bytes, and they cross where the shares are 32-64 KiB (simulated with
+/// bench/sim on a fat tree at 2 ... 4096 ranks: the ring beats Open MPI up to 1024 ranks at
+/// 64 MiB and loses from 2048); below this share disco calls MPI, so it is never slower than
+/// MPI's own.
+constexpr size_t kRingMinShareBytes = 64 * 1024;
+/// Whether a reduction of `bytes` over `ranks` ranks takes disco's ring.
+inline bool UseRing(size_t bytes, int ranks) {
+  return bytes >= kRingMinBytes && bytes / static_cast<size_t>(ranks) >= kRingMinShareBytes;
+}
 
 }  // namespace ccl
 }  // namespace disco

@@ -1,0 +1,66 @@
+# Shared by bench/sim's scripts and jobs/predict.sh (sourced): where the simulation builds live,
+# the SMPI settings every simulated run uses, and helpers.
+SIM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SIM_REPO=$(cd "$SIM_DIR/../.." && pwd)
+SIM_BUILD=${DISCO_SIM_BUILD:-$SIM_REPO/build-sim}
+
+# SimGrid 3.32 settings (bench/sim/README.md says why each is there):
+#  - Open MPI 4.1's collective choices (SimGrid's "ompi" selector copies its decision tables);
+#  - no benchmarking of the code between MPI calls: CPU costs are injected explicitly;
+#  - eager messages up to 8 KiB (UCX-like), sent without waiting for the receive;
+#  - MPI_Iprobe / MPI_Test cost 0.1 / 0.05 us (SMPI's default is 100 us, and growing);
+#  - no Ethernet calibration factors: the platform's latency and 97 % of its bandwidth.
+sim_cfg=(
+  --cfg=smpi/coll-selector:ompi --cfg=smpi/simulate-computation:no --cfg=smpi/cpu-threshold:0
+  --cfg=smpi/host-speed:1Gf
+  --cfg=smpi/async-small-thresh:8192 --cfg=smpi/send-is-detached-thresh:8192
+  --cfg=smpi/iprobe:1e-7 --cfg=smpi/test:5e-8 --cfg=smpi/grow-injected-times:no --cfg=smpi/wtime:0
+  --cfg=smpi/lat-factor:0:1 --cfg=smpi/bw-factor:0:0.97 --cfg=network/crosstraffic:0
+  --cfg=contexts/stack-size:256 --cfg=contexts/guard-size:0
+  --cfg=smpi/shared-malloc-blocksize:67108864
+  --log=root.thres:error --log=smpi_utils.thres:error
+)
+
+sim_need() {
+  command -v smpicxx > /dev/null && command -v smpirun > /dev/null && return 0
+  echo "bench/sim: SimGrid's SMPI is not installed (Debian: apt-get install libsimgrid-dev)" >&2
+  return 77
+}
+
+# Builds the skeleton for SMPI when missing or older than its source; prints its path.
+sim_skeleton() {
+  mkdir -p "$SIM_BUILD"
+  local bin=$SIM_BUILD/skeleton-sim
+  if [[ ! -x $bin || $SIM_DIR/skeleton.cc -nt $bin ]]; then
+    smpicxx -O2 -DSKEL_SIM -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/skeleton-sim.log" || {
+      cat "$SIM_BUILD/skeleton-sim.log" >&2
+      return 1
+    }
+  fi
+  echo "$bin"
+}
+
+# The real-MPI build of the skeleton (calibration, --rates); prints its path.
+sim_skeleton_real() {
+  mkdir -p "$SIM_BUILD"
+  local bin=$SIM_BUILD/skeleton-real
+  if [[ ! -x $bin || $SIM_DIR/skeleton.cc -nt $bin ]]; then
+    mpicxx -O3 -march=native -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/skeleton-real.log" || {
+      cat "$SIM_BUILD/skeleton-real.log" >&2
+      return 1
+    }
+  fi
+  echo "$bin"
+}
+
+# sim_platform KIND P: writes the platform and sets SIM_XML and SIM_HOSTS.
+sim_platform() {
+  local files
+  mapfile -t files < <(python3 "$SIM_DIR/platform.py" "$1" "$2" "$SIM_BUILD/platforms")
+  SIM_XML=${files[0]}
+  SIM_HOSTS=${files[1]}
+  [[ -n $SIM_XML && -n $SIM_HOSTS ]]
+}
+
+# value_of KEY LINE: the value of KEY=VALUE in a RESULT line.
+value_of() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< "$2"; }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Keeps the simulation skeleton true to the code: builds disco itself with SimGrid's smpicxx and
+# the skeleton both ways, runs disco-bench (call, and ccl allreduce at 4 KiB ... 1 MiB: MPI's
+# allreduce below the ring, MPI's above it with small shares, disco's ring) and the skeleton's
+# matching modes on the same simulated platform (ft8: 8 ranks on one node of a fat tree) with no
+# injected CPU cost, and fails when a figure differs by more than 0.5 % (+ 0.002 us). The skeleton
+# calls MPI's own collectives here (--collectives library), as disco does; its explicit
+# algorithms (the sweeps' default) are printed beside them.
+#
+#   bench/sim/crosscheck.sh [P]        (default 8; exit 77 when SMPI is not installed)
+#   DISCO_SIM_BUILD=dir                where disco's SMPI build goes (build-sim/ in the checkout)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+p=${1:-8}
+sim_need || exit
+start=$SECONDS
+disco_build=$SIM_BUILD/disco
+if [[ ! -x $disco_build/src/tools/disco-bench ]] ||
+  [[ -n $(find "$SIM_REPO/src" "$SIM_REPO/include" -newer "$disco_build/src/tools/disco-bench" \
+    -name '*.[ch]*' -print -quit) ]]; then
+  echo "== disco built with smpicxx (static: SMPI copies the program per simulated rank)"
+  cmake -S "$SIM_REPO" -B "$disco_build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER=smpicc -DCMAKE_CXX_COMPILER=smpicxx \
+    -DMPI_C_COMPILER=smpicc -DMPI_CXX_COMPILER=smpicxx -DBUILD_SHARED_LIBS=OFF \
+    -DDISCO_BUILD_TESTS=OFF -DDISCO_ENABLE_CUDA=OFF -DDISCO_ENABLE_NCCL=OFF \
+    -DDISCO_ENABLE_HDF5=OFF -DDISCO_ENABLE_PYTHON=OFF > "$SIM_BUILD/disco-cmake.log" 2>&1 ||
+    { tail -20 "$SIM_BUILD/disco-cmake.log"; exit 1; }
+  cmake --build "$disco_build" -j"${DISCO_SIM_JOBS:-2}" --target disco-bench \
+    > "$SIM_BUILD/disco-build.log" 2>&1 || { grep -A5 -m5 'error' "$SIM_BUILD/disco-build.log"; exit 1; }
+fi
+skeleton=$(sim_skeleton)
+sim_platform ft8 "$p"
+# The same network and per-message overheads for both (disco cannot register SMPI callbacks).
+cfg=("${sim_cfg[@]}" --cfg=smpi/os:0:0.25e-6:0 --cfg=smpi/ois:0:0.25e-6:0
+  --cfg=smpi/or:0:0.25e-6:0 --cfg=smpi/tmpdir:"$SIM_BUILD")
+run() {  # run LOG PROGRAM ARGS...: one simulated job
+  local log=$SIM_BUILD/crosscheck-$1.log
+  shift
+  timeout 600 smpirun -np "$p" -platform "$SIM_XML" -hostfile "$SIM_HOSTS" "${cfg[@]}" "$@" \
+    > "$log" 2>&1 || { echo "crosscheck: '$*' failed:" >&2; tail -5 "$log" >&2; exit 1; }
+  cat "$log"
+}
+skel() {  # skel NAME MODES ARGS...: the skeleton with no CPU cost, library collectives
+  local name=$1 modes=$2
+  shift 2
+  run "skeleton-$name" --cfg=smpi/privatization:no "$skeleton" --enc-us 0 --dec-us 0 \
+    --loop-ns 0 --reduce-gbs 0 --memcpy-gbs 0 --collectives library "$@" "$modes"
+}
+
+# disco-bench call: 400 pipelined calls, 50 latency iterations, 100 syncs.
+call=$(DISCO_TIMEOUT=0 run disco-call "$disco_build/src/tools/disco-bench" call --iters 400 \
+  --latency-iters 50 --repeats 1 --max-bytes 8)
+row=$(awk '$1 == 8 && $2 == 256' <<< "$call")
+sync=$(awk '/^SyncWorker/' <<< "$call")
+declare -A disco skeleton
+read -r _ _ disco[raw_pipe] disco[call_pipe] _ disco[raw_lat] disco[call_lat] _ <<< "$row"
+read -r _ disco[raw_sync] disco[sync_worker] _ <<< "$sync"
+r=$(skel call call_pipe,raw_pipe --iters 400)
+skeleton[call_pipe]=$(value_of per_call_incl_sync_us "$(grep mode=call_pipe <<< "$r")")
+skeleton[raw_pipe]=$(value_of per_call_incl_barrier_us "$(grep mode=raw_pipe <<< "$r")")
+r=$(skel lat call_lat,raw_lat --iters 50)
+skeleton[call_lat]=$(value_of value_us "$(grep mode=call_lat <<< "$r")")
+skeleton[raw_lat]=$(value_of value_us "$(grep mode=raw_lat <<< "$r")")
+r=$(skel sync sync_worker,raw_sync --iters 100)
+skeleton[sync_worker]=$(value_of value_us "$(grep mode=sync_worker <<< "$r")")
+skeleton[raw_sync]=$(value_of value_us "$(grep mode=raw_sync <<< "$r")")
+
+# disco-bench ccl: Session::AllReduce of disco.empty tensors, K calls then SyncAll, per call.
+ccl=$(DISCO_TIMEOUT=0 run disco-ccl "$disco_build/src/tools/disco-bench" ccl --op allreduce \
+  --min-bytes 4096 --max-bytes 1048576 --repeats 1)
+sizes=()
+while read -r kind bytes _ _ _ _ _ _ _ disco_us _; do
+  [[ $kind == allreduce ]] || continue
+  sizes+=("$bytes")
+  disco[allreduce_$bytes]=$disco_us
+  iters=$((256 * 1024 * 1024 / bytes))
+  iters=$((iters > 2000 ? 2000 : iters < 5 ? 5 : iters))
+  warmup=$((iters / 10 > 2 ? iters / 10 : 2))
+  r=$(skel "ar-$bytes" ar_session --bytes "$bytes" --iters "$iters" --warmup "$warmup")
+  skeleton[allreduce_$bytes]=$(value_of per_call_incl_syncall_us "$r")
+done <<< "$ccl"
+((${#sizes[@]} == 5)) || { echo "crosscheck: disco-bench ccl printed ${#sizes[@]} allreduce rows" >&2; exit 1; }
+
+# The skeleton's explicit algorithms (what the sweeps use), for reference only.
+explicit=$(OS_INTRA=0.25 OR_INTRA=0.25 OS_INTER=0.25 OR_INTER=0.25 \
+  "$SIM_DIR/simulate.sh" ft8 "$p" call_pipe,call_lat,sync_worker --iters 100 --enc-us 0 \
+  --dec-us 0 --reduce-gbs 0 --memcpy-gbs 0 2> /dev/null || true)
+
+printf '%-18s %12s %12s %9s\n' quantity disco_us skeleton_us diff_us
+bad=0
+for q in call_pipe raw_pipe call_lat raw_lat sync_worker raw_sync $(printf 'allreduce_%s ' "${sizes[@]}"); do
+  d=${disco[$q]:-} s=${skeleton[$q]:-}
+  verdict=$(awk -v d="$d" -v s="$s" 'BEGIN {
+    if (d == "" || s == "") { print "missing"; exit }
+    diff = s - d; tol = 0.002 + 0.005 * (d < 0 ? -d : d)
+    printf "%+.4f %s", diff, (diff <= tol && diff >= -tol) ? "ok" : "DIFFERS" }')
+  printf '%-18s %12s %12s %s\n' "$q" "$d" "$s" "$verdict"
+  [[ $verdict == *ok ]] || bad=$((bad + 1))
+done
+echo "skeleton, explicit algorithms (not compared):"
+sed 's/^/  /' <<< "$explicit"
+echo "crosscheck: P=$p, $((SECONDS - start)) s, $bad figure(s) differ"
+((bad == 0))
