@@ -11,6 +11,9 @@
 #   LINK_BW LINK_LAT SHM_BW SHM_LAT   the platform (platform.py)
 #   SIM_TIMEOUT         seconds one run may take (600)
 #   DISCO_SIM_BUILD     where the skeleton and platforms are built (build-sim/ in the checkout)
+# The skeleton's own collectives are point-to-point messages (--collectives explicit); SMPI's
+# internal broadcasts (communicator creation) take a binomial tree, as its default builds SMP
+# leader communicators in O(P^2) (minutes per MPI_Comm_dup at 4096 ranks).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 (($# >= 3)) || { sed -n '2,14p' "$0" >&2; exit 2; }
@@ -25,7 +28,8 @@ mkdir -p "$SIM_BUILD/logs"
 start=$(date +%s.%N)
 rc=0
 timeout "${SIM_TIMEOUT:-600}" smpirun -np "$p" -platform "$SIM_XML" -hostfile "$SIM_HOSTS" \
-  "${sim_cfg[@]}" --cfg=smpi/privatization:no --cfg=smpi/tmpdir:"$SIM_BUILD" \
+  "${sim_cfg[@]}" --cfg=smpi/bcast:binomial_tree --cfg=smpi/privatization:no \
+  --cfg=smpi/tmpdir:"$SIM_BUILD" \
   "$bin" --host-overheads "$overheads" "$@" "$modes" > "$log" 2>&1 || rc=$?
 wall=$(echo "$(date +%s.%N) - $start" | bc)
 if ((rc != 0)); then
