@@ -4,8 +4,12 @@
 # design before issue #17 and a binary control tree beside them. Writes a CSV (one row per P) and
 # PNG plots. Needs libsimgrid-dev (smpicxx, smpirun), python3 and gnuplot (gnuplot-nox).
 #
-#   jobs/predict.sh [--platform ft1|ft8|df1] [--ranks "2 8 64 512 4096"] [--out DIR] [--jobs N]
+#   jobs/predict.sh [--platform ft1|ft8|df1|FILE.xml] [--hosts FILE] [--ranks "2 8 64 512 4096"]
+#                   [--out DIR] [--jobs N]
 #
+# --platform FILE.xml simulates your own SimGrid platform (https://simgrid.org/doc/latest/Platform.html);
+# --hosts names its hosts, one per line, and rank r runs on line r modulo their number (list a
+# host 8 times for 8 ranks per node).
 # First a calibration step measures this machine's float32 reduction and memcpy rates (the
 # skeleton built with mpicxx, --rates); the simulation charges reductions and copies at those
 # rates. The network is the platform's (bench/sim/platform.py: 100 Gb/s, 0.25 us per hop) with
@@ -30,6 +34,7 @@ jobs=$(nproc)
 while (($#)); do
   case $1 in
     --platform) platform=${2:?--platform needs a value}; shift 2 ;;
+    --hosts) export SIM_HOSTS_FILE=${2:?--hosts needs a file}; shift 2 ;;
     --ranks) ranks=${2:?--ranks needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
@@ -37,7 +42,15 @@ while (($#)); do
     *) echo "predict.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case $platform in ft1 | ft8 | df1) ;; *) echo "predict.sh: --platform is ft1, ft8 or df1" >&2; exit 2 ;; esac
+case $platform in
+  ft1 | ft8 | df1) name=$platform ;;
+  *.xml)
+    [[ -f $platform && -f ${SIM_HOSTS_FILE:-} ]] ||
+      { echo "predict.sh: --platform FILE.xml needs the file and --hosts FILE" >&2; exit 2; }
+    platform=$(realpath "$platform")
+    name=$(basename "$platform" .xml) ;;
+  *) echo "predict.sh: --platform is ft1, ft8, df1 or a SimGrid platform file (*.xml)" >&2; exit 2 ;;
+esac
 for p in $ranks; do
   [[ $p =~ ^[0-9]+$ ]] && ((p >= 2)) || { echo "predict.sh: bad rank count '$p'" >&2; exit 2; }
   [[ $platform != ft8 ]] || ((p % 8 == 0)) || { echo "predict.sh: ft8 needs multiples of 8" >&2; exit 2; }
@@ -56,7 +69,7 @@ costs=(--reduce-gbs "$reduce_gbs" --memcpy-gbs "$memcpy_gbs")
 
 # ---- The runs: one line per simulation, run $jobs at a time ---------------------------------
 lat=(--settle-us 100 --no-barrier)
-list=$out/runs-$platform.txt
+list=$out/runs-$name.txt
 : > "$list"
 add() { printf '%q ' "$@" >> "$list"; echo >> "$list"; }
 for p in $ranks; do
@@ -71,13 +84,13 @@ for p in $ranks; do
   add "$p" call_lat --ctrl-tree binary --iters $few "${lat[@]}"
   add "$p" ar_session,ar_fresh,ar_made,ar_raw --bytes 4096 --iters $few "${costs[@]}" "${lat[@]}"
   add "$p" ar_session,ar_fresh --before --bytes 4096 --iters $few "${costs[@]}" "${lat[@]}"
-  add "$p" ar_session --bytes $((64 << 20)) --iters 1 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
-  add "$p" ar_session --before --bytes $((64 << 20)) --iters 1 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
+  add "$p" ar_session --bytes $((64 << 20)) --iters 2 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
+  add "$p" ar_session --before --bytes $((64 << 20)) --iters 2 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
   add "$p" ar_raw --bytes $((64 << 20)) --iters 1 "${costs[@]}" "${lat[@]}"
 done
-raw=$out/raw-$platform.txt
+raw=$out/raw-$name.txt
 start=$SECONDS
-echo "simulating $(wc -l < "$list") runs on $platform, P = $ranks ($jobs at a time)"
+echo "simulating $(wc -l < "$list") runs on $name, P = $ranks ($jobs at a time)"
 export SIM_BUILD platform
 # shellcheck disable=SC2016
 xargs -P "$jobs" -I{} bash -c 'eval "set -- {}"; p=$1; shift
@@ -87,8 +100,8 @@ xargs -P "$jobs" -I{} bash -c 'eval "set -- {}"; p=$1; shift
 echo "simulated in $((SECONDS - start)) s: $(grep -c '^RESULT' "$raw") results in $raw"
 
 # ---- CSV and plots --------------------------------------------------------------------------
-csv=$out/predict-$platform.csv
-python3 - "$raw" "$csv" "$platform" "$reduce_gbs" "$memcpy_gbs" <<'EOF'
+csv=$out/predict-$name.csv
+python3 - "$raw" "$csv" "$name" "$reduce_gbs" "$memcpy_gbs" <<'EOF'
 import re, sys
 raw, csv, platform, reduce_gbs, memcpy_gbs = sys.argv[1:]
 rows, cols = {}, []
@@ -120,7 +133,7 @@ with open(csv, "w") as out:
                                        for c in cols]) + "\n")
 EOF
 plot() {  # plot NAME TITLE YLABEL COLUMN:TITLE...
-  local name=$1 title=$2 ylabel=$3
+  local plot_name=$1 title=$2 ylabel=$3
   shift 3
   local header series=() col
   header=$(sed -n 2p "$csv")
@@ -131,13 +144,13 @@ plot() {  # plot NAME TITLE YLABEL COLUMN:TITLE...
   ((${#series[@]})) || return 0
   gnuplot <<PLOT
 set terminal png size 900,600
-set output '$out/predict-$platform-$name.png'
+set output '$out/predict-$name-$plot_name.png'
 set datafile separator ','
 set datafile missing ''
 set key top left
 set logscale xy
 set grid
-set title "$title ($platform, simulated)"
+set title "$title ($name, simulated)"
 set xlabel 'MPI ranks'
 set ylabel '$ylabel'
 plot $(IFS=,; echo "${series[*]}")
@@ -151,10 +164,11 @@ plot sync 'Syncs' microseconds sync_worker:'SyncWorker(P-1)' raw_sync:'raw bcast
   sync_all:'SyncAll' before_sync_all:'SyncAll before #17' raw_bcast_reduce:'raw bcast + reduce'
 plot allreduce-4k '4 KiB allreduce through the session' 'microseconds per call' \
   ar4k_session:'session, same tensors' ar4k_fresh:'session, new tensors' \
-  ar4k_made:'session, tensors a function made' before_ar4k_fresh:'session, new tensors, before #17' \
+  ar4k_made:'session, tensors a function made' before_ar4k_session:'session, same tensors, before #17' \
+  before_ar4k_fresh:'session, new tensors, before #17' \
   ar4k_raw:'raw MPI\_Allreduce'
 plot allreduce-64m '64 MiB allreduce through the session' 'microseconds per call' \
   ar64m_session:'session' before_ar64m_session:'session before #17 (ring)' \
   ar64m_raw:'raw MPI\_Allreduce (Open MPI 4.1: Rabenseifner)'
-echo "wrote $csv and $(ls "$out"/predict-"$platform"-*.png | wc -l) plots in $out"
+echo "wrote $csv and $(ls "$out"/predict-"$name"-*.png | wc -l) plots in $out"
 column -s, -t < <(tail -n +2 "$csv")

@@ -53,8 +53,24 @@ sim_skeleton_real() {
   echo "$bin"
 }
 
-# sim_platform KIND P: writes the platform and sets SIM_XML and SIM_HOSTS.
+# sim_platform KIND P: writes the platform and sets SIM_XML and SIM_HOSTS. KIND is one of
+# platform.py's, or a SimGrid platform file (*.xml) of your own; then SIM_HOSTS_FILE names its
+# hosts, one per line, and rank r runs on line r modulo their number.
 sim_platform() {
+  if [[ $1 == *.xml ]]; then
+    [[ -f $1 ]] || { echo "bench/sim: no platform file '$1'" >&2; return 2; }
+    [[ -f ${SIM_HOSTS_FILE:-} ]] || {
+      echo "bench/sim: a platform file needs SIM_HOSTS_FILE (its hosts, one per line)" >&2
+      return 2
+    }
+    mkdir -p "$SIM_BUILD/platforms"
+    SIM_XML=$(realpath "$1")
+    SIM_HOSTS=$SIM_BUILD/platforms/$(basename "$1" .xml)-$2.hosts
+    awk -v p="$2" 'NF { h[n++] = $1 } END { if (n) for (r = 0; r < p; r++) print h[r % n] }' \
+      "$SIM_HOSTS_FILE" > "$SIM_HOSTS"
+    [[ -s $SIM_HOSTS ]] || { echo "bench/sim: $SIM_HOSTS_FILE lists no host" >&2; return 2; }
+    return 0
+  fi
   local files
   mapfile -t files < <(python3 "$SIM_DIR/platform.py" "$1" "$2" "$SIM_BUILD/platforms")
   SIM_XML=${files[0]}

@@ -4,7 +4,8 @@
 #   bench/sim/simulate.sh KIND P MODES [skeleton options...]
 #   e.g. bench/sim/simulate.sh ft1 512 call_pipe,raw_pipe --iters 40 --no-barrier
 #
-# KIND: shm2 | ft1 | ft8 | df1 (bench/sim/platform.py); MODES: skeleton.cc's modes, comma-separated.
+# KIND: shm2 | ft1 | ft8 | df1 (bench/sim/platform.py), or a SimGrid platform file (*.xml) with
+# SIM_HOSTS_FILE naming its hosts; MODES: skeleton.cc's modes, comma-separated.
 # Environment:
 #   OS_INTER OR_INTER   per-message send / receive software overhead between nodes, us (0.25 0.25)
 #   OS_INTRA OR_INTRA   the same inside a node (0.30 0.10: Open MPI's shared memory on our machines)
@@ -23,7 +24,7 @@ sim_need || exit
 bin=$(sim_skeleton)
 sim_platform "$kind" "$p"
 overheads=${OS_INTER:-0.25},${OR_INTER:-0.25},${OS_INTRA:-0.30},${OR_INTRA:-0.10}
-log=$SIM_BUILD/logs/$kind-$p-${modes//,/+}.log
+log=$SIM_BUILD/logs/$(basename "$kind" .xml)-$p-${modes//,/+}-$$.log  # runs may overlap
 mkdir -p "$SIM_BUILD/logs"
 start=$(date +%s.%N)
 rc=0
@@ -37,4 +38,4 @@ if ((rc != 0)); then
   tail -5 "$log" >&2
   exit 1
 fi
-grep '^RESULT' "$log" | sed "s/\$/ platform=$kind wall_s=$(printf %.1f "$wall")/"
+grep '^RESULT' "$log" | sed "s|\$| platform=$(basename "$kind" .xml) wall_s=$(printf %.1f "$wall")|"
