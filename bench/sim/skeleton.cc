@@ -60,7 +60,8 @@
 //   --transport p2p          the TVM Disco model: P-1 sends per frame, P-1 replies per sync
 //   --ctrl-tree binary       control frames down a binary tree (the issue-rate alternative)
 //   --ring-steps-cap C       run the first C steps of each ring phase and scale (identical steps)
-//   --host-overheads OS_INTER,OR_INTER,OS_INTRA,OR_INTRA   (SMPI) per-message software overheads, us
+//   --host-overheads OS_INTER,OR_INTER,OS_INTRA,OR_INTRA   (SMPI) per-message software overheads,
+//   us
 //   --rates                  (real build) measure the float32 sum and memcpy rates of this machine
 #include <mpi.h>
 #include <time.h>
@@ -76,8 +77,8 @@
 #include <vector>
 
 #ifdef SKEL_SIM
-#include <simgrid/s4u/Host.hpp>
 #include <smpi/smpi.h>
+#include <simgrid/s4u/Host.hpp>
 #endif
 
 namespace {
@@ -190,8 +191,18 @@ bool UseRing(size_t bytes, int ranks) {
 // ---- frames (src/protocol/frame.h) --------------------------------------------------------------
 enum Action : uint8_t { kShutdown = 0, kKillReg = 1, kCallPacked = 3, kSyncWorker = 4 };
 enum Fn : int64_t {
-  kNoop = 1, kMark, kRecord, kCollect, kRawPipe, kRawLat, kRawSync, kRawBcastReduce, kPingPong,
-  kAllReduce, kArRaw, kAgree
+  kNoop = 1,
+  kMark,
+  kRecord,
+  kCollect,
+  kRawPipe,
+  kRawLat,
+  kRawSync,
+  kRawBcastReduce,
+  kPingPong,
+  kAllReduce,
+  kArRaw,
+  kAgree
 };
 struct Frame {
   uint8_t b[512];  // >= DISCO_INLINE_BYTES
@@ -429,8 +440,8 @@ class Rank {
     frame_req_ = waiting_[n];  // MPI_REQUEST_NULL once it completed
     for (int i = 0; i < n; ++i) reqs[i] = MPI_REQUEST_NULL;
   }
-  void SendRecv(const void* out, int out_bytes, int to, void* in, int in_bytes, int from,
-                int tag, MPI_Comm comm) {
+  void SendRecv(const void* out, int out_bytes, int to, void* in, int in_bytes, int from, int tag,
+                MPI_Comm comm) {
     MPI_Request r[2];
     MPI_Irecv(in, in_bytes, MPI_BYTE, from, tag, comm, &r[0]);
     MPI_Isend(out, out_bytes, MPI_BYTE, to, tag, comm, &r[1]);
@@ -792,7 +803,7 @@ class Rank {
         result_ = rank_ == 0 ? Median(maxed) : 0;
         break;
       }
-      case kRawSync:          // bench.raw_sync(bytes, target, iters)
+      case kRawSync:           // bench.raw_sync(bytes, target, iters)
       case kRawBcastReduce: {  // a frame's broadcast + a reduce of one u64: SyncAll's floor
         int64_t bytes = f.arg(2), target = f.arg(3), iters = f.arg(4);
         std::vector<uint8_t> p(bytes, 1);
@@ -956,7 +967,10 @@ class Rank {
   void Result(const std::string& mode, double us, const std::string& extra = "") {
     std::printf("RESULT mode=%s P=%d value_us=%.4f transport=%s design=%s coll=%s bytes=%" PRId64
                 "%s\n",
-                mode.c_str(), size_, us, g.p2p ? "p2p" : g.binary_ctrl ? "binary" : "bcast",
+                mode.c_str(), size_, us,
+                g.p2p           ? "p2p"
+                : g.binary_ctrl ? "binary"
+                                : "bcast",
                 g.before ? "before" : "now", g.explicit_coll ? "explicit" : "library", g.bytes,
                 extra.c_str());
     std::fflush(stdout);
@@ -1100,26 +1114,43 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--iters") g.iters = std::atoll(next().c_str());
-    else if (a == "--bytes") g.bytes = std::atoll(next().c_str());
-    else if (a == "--settle-us") g.settle_us = std::atof(next().c_str());
-    else if (a == "--no-barrier") g.no_barrier = true;
-    else if (a == "--warmup") g.warmup = std::atoi(next().c_str());
-    else if (a == "--ctrl-tree") g.binary_ctrl = next() == "binary";
-    else if (a == "--enc-us") g.enc_us = std::atof(next().c_str());
-    else if (a == "--dec-us") g.dec_us = std::atof(next().c_str());
-    else if (a == "--loop-ns") g.loop_ns = std::atof(next().c_str());
-    else if (a == "--reduce-gbs") g.reduce_gbs = std::atof(next().c_str());
-    else if (a == "--memcpy-gbs") g.memcpy_gbs = std::atof(next().c_str());
-    else if (a == "--transport") g.p2p = next() == "p2p";
-    else if (a == "--ring-steps-cap") g.ring_cap = std::atoll(next().c_str());
-    else if (a == "--collectives") g.explicit_coll = next() == "explicit";
+    if (a == "--iters")
+      g.iters = std::atoll(next().c_str());
+    else if (a == "--bytes")
+      g.bytes = std::atoll(next().c_str());
+    else if (a == "--settle-us")
+      g.settle_us = std::atof(next().c_str());
+    else if (a == "--no-barrier")
+      g.no_barrier = true;
+    else if (a == "--warmup")
+      g.warmup = std::atoi(next().c_str());
+    else if (a == "--ctrl-tree")
+      g.binary_ctrl = next() == "binary";
+    else if (a == "--enc-us")
+      g.enc_us = std::atof(next().c_str());
+    else if (a == "--dec-us")
+      g.dec_us = std::atof(next().c_str());
+    else if (a == "--loop-ns")
+      g.loop_ns = std::atof(next().c_str());
+    else if (a == "--reduce-gbs")
+      g.reduce_gbs = std::atof(next().c_str());
+    else if (a == "--memcpy-gbs")
+      g.memcpy_gbs = std::atof(next().c_str());
+    else if (a == "--transport")
+      g.p2p = next() == "p2p";
+    else if (a == "--ring-steps-cap")
+      g.ring_cap = std::atoll(next().c_str());
+    else if (a == "--collectives")
+      g.explicit_coll = next() == "explicit";
     else if (a == "--prepost") {
       std::string v = next();
       g.prepost = v == "0" ? 0 : v == "1" ? 1 : -1;
-    } else if (a == "--before") g.before = true;
-    else if (a == "--host-overheads") overheads = next();
-    else if (a == "--rates") rates = true;
+    } else if (a == "--before")
+      g.before = true;
+    else if (a == "--host-overheads")
+      overheads = next();
+    else if (a == "--rates")
+      rates = true;
     else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "skeleton: unknown option %s\n", a.c_str());
       return 2;

@@ -216,7 +216,8 @@ int Root(bool in_group) { return 0; }  // the first worker of the world or of th
 // elements once (broadcast) or once per member (scatter); every member receives `recv`.
 void RegisterFromRoot(const char* fn, bool scatter) {
   RegisterCollective(
-      fn, {0, 2}, {"send", "in_group", "recv"}, [fn, scatter](const Agreement* agreement) {
+      fn, {0, 2}, {"send", "in_group", "recv"},
+      [fn, scatter](const Agreement* agreement) {
         return [agreement, fn, scatter](Any send_arg, bool in_group, Any recv_arg) {
           std::optional<Tensor> send = OptionalTensorOf(send_arg);
           Tensor recv = TensorOf(recv_arg);
@@ -313,23 +314,24 @@ void RegisterAll() {
   RegisterFromRoot("disco.broadcast_from_worker0", /*scatter=*/false);
   RegisterFromRoot("disco.scatter_from_worker0", /*scatter=*/true);
 
-  RegisterCollective("disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
-                     [](const Agreement* agreement) {
-                       return [agreement](Any send_arg, bool in_group, Any recv_arg) {
-                         Tensor send = TensorOf(send_arg);
-                         std::optional<Tensor> recv = OptionalTensorOf(recv_arg);
-                         const char* fn = "disco.gather_to_worker0";
-                         Communicator& agree = Comm(in_group, fn);
-                         Communicator& c = DataComm(in_group, fn, send);
-                         bool root = c.rank() == Root(in_group);
-                         CheckAndAgree(agree, c, fn, send, *agreement, in_group, [&] {
-                           CheckTensor(send, c, fn, "send");
-                           if (root) CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
-                         });
-                         c.Gather(send, recv.value_or(Tensor()), Root(in_group));
-                       };
-                     },
-                     /*rooted=*/true);
+  RegisterCollective(
+      "disco.gather_to_worker0", {0, 2}, {"send", "in_group", "recv"},
+      [](const Agreement* agreement) {
+        return [agreement](Any send_arg, bool in_group, Any recv_arg) {
+          Tensor send = TensorOf(send_arg);
+          std::optional<Tensor> recv = OptionalTensorOf(recv_arg);
+          const char* fn = "disco.gather_to_worker0";
+          Communicator& agree = Comm(in_group, fn);
+          Communicator& c = DataComm(in_group, fn, send);
+          bool root = c.rank() == Root(in_group);
+          CheckAndAgree(agree, c, fn, send, *agreement, in_group, [&] {
+            CheckTensor(send, c, fn, "send");
+            if (root) CheckRootTensor(recv, "recv", send, "send", c.size(), c, fn);
+          });
+          c.Gather(send, recv.value_or(Tensor()), Root(in_group));
+        };
+      },
+      /*rooted=*/true);
 
   RegisterCollective("disco.recv_from_worker0", {0}, {"buffer"}, [](const Agreement* agreement) {
     return [agreement](Any buffer_arg) {

@@ -46,7 +46,8 @@ FrameHeader ParseHeader(const uint8_t* data, size_t size, size_t max_payload) {
                 4);
   }
   if (h.action > kMaxAction) reader.Fail("unknown action " + std::to_string(h.action), 5);
-  if ((h.flags & ~kKnownFlags) != 0) reader.Fail("unknown frame flags " + std::to_string(h.flags), 6);
+  if ((h.flags & ~kKnownFlags) != 0)
+    reader.Fail("unknown frame flags " + std::to_string(h.flags), 6);
   if (h.flags != 0 && h.action != static_cast<uint8_t>(Action::kCallPacked)) {
     reader.Fail("frame flags " + std::to_string(h.flags) + " on a non-call frame", 6);
   }

@@ -640,13 +640,51 @@ TEST_F(CclTest, RepeatedCollectivesOnTheSameRegistersStayCorrect) {
   }
 }
 
+// Integer sums wrap around on every path (MPI, NCCL and disco's kernels do; Open MPI 4.1's
+// vectorized MPI_SUM saturates 8- and 16-bit integers from a few dozen elements on).
+DISCO_REGISTER_GLOBAL("test.ccl.fill_constant").set_body_typed([](Tensor t, double v) {
+  for (int64_t i = 0; i < t.numel(); ++i) Store(t, i, v);
+});
+DISCO_REGISTER_GLOBAL("test.ccl.expect_wrapped_sum")
+    .set_body_typed([](Tensor t, int64_t each, int64_t modulus, bool is_signed) {
+      int64_t n = ThisWorker().num_workers;
+      int64_t want = (each * n) % modulus;
+      if (is_signed && want >= modulus / 2) want -= modulus;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        DISCO_CHECK(Load(t, i) == static_cast<double>(want), ValueError)
+            << DataTypeToString(t.dtype()) << " sum of " << n << " x " << each << ": element " << i
+            << " is " << Load(t, i) << ", expected " << want << " (wrapped around)";
+      }
+    });
+
+TEST_F(CclTest, IntegerSumsWrapAroundOnEveryPath) {
+  struct Case {
+    const char* dtype;
+    int64_t each, modulus;
+    bool is_signed;
+  };
+  for (const Case& c : {Case{"int8", 100, 256, true}, Case{"uint8", 200, 256, false},
+                        Case{"int16", 20000, 65536, true}, Case{"uint16", 50000, 65536, false}}) {
+    for (int64_t count : {int64_t{7}, int64_t{4096}, int64_t{(1 << 18) + 3}}) {
+      DRef t = s().Empty(Shape{count}, DataType(c.dtype));
+      s().CallPacked(F("test.ccl.fill_constant"), t, static_cast<double>(c.each));
+      s().AllReduce(t, "sum", false, t);
+      s().CallPacked(F("test.ccl.expect_wrapped_sum"), t, c.each, c.modulus, c.is_signed);
+      Check(std::string(c.dtype) + " x " + std::to_string(count));
+    }
+  }
+}
+
 DISCO_REGISTER_GLOBAL("test.ccl.agreement_rounds").set_body_typed([]() {
   return static_cast<int64_t>(ccl::CurrentContext()->agreement_rounds);
 });
 
 TEST_F(CclTest, TensorsTheControllerMadeNeedNoAgreementRound) {
   auto rounds = [&] {
-    return s().CallPacked(F("test.ccl.agreement_rounds")).DebugGetFromRemote(n() - 1).cast<int64_t>();
+    return s()
+        .CallPacked(F("test.ccl.agreement_rounds"))
+        .DebugGetFromRemote(n() - 1)
+        .cast<int64_t>();
   };
   const int64_t start = rounds();
   // New tensors every call, from Session::Empty: their metadata is the command's, on every worker.

@@ -93,8 +93,10 @@ tests=$build/tests/disco_mpi_tests
 # ---- The suites across nodes (mpirun on node1, orted on node2 through the rsh agent) ----------
 case_ mpirun.session.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='Session*'
 case_ mpirun.ccl.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='Ccl*'
-case_ mpirun.ccl.noshm.2x2 240 "${mpi[@]}" "${h22[@]}" -x DISCO_CCL_SHM=0 "$tests" \
-  --gtest_filter='Ccl*'
+# Without shared memory (MPI's collectives and disco's ring over TCP), and with the frame after
+# each collective call preposted (MPI_Ibcast across the nodes; auto does it above 4 ranks).
+case_ mpirun.ccl.noshm.2x2 240 "${mpi[@]}" "${h22[@]}" -x DISCO_CCL_SHM=0 -x DISCO_PREPOST_FRAMES=1 \
+  "$tests" --gtest_filter='Ccl*'
 case_ mpirun.h5.2x2 240 "${mpi[@]}" "${h22[@]}" "$tests" --gtest_filter='H5*'
 # The remote suite: the served job spans both nodes; the client runs on node1 (rank 0's loopback).
 case_ mpirun.remote.2x2 300 env DISCO_TEST_CLIENT_PREFIX="$vc exec node1" \
