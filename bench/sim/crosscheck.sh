@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Keeps the simulation skeleton true to the code: builds disco itself with SimGrid's smpicxx and
-# the skeleton both ways, runs disco-bench (call, and ccl allreduce at 4 KiB ... 1 MiB: MPI's
+# the skeleton both ways (smpicxx, and mpicxx: a short real run at 2 ranks shows that build
+# works), runs disco-bench (call, and ccl allreduce at 4 KiB ... 1 MiB: MPI's
 # allreduce below the ring, MPI's above it with small shares, disco's ring) and the skeleton's
 # matching modes on the same simulated platform (ft8: 8 ranks on one node of a fat tree) with no
 # injected CPU cost, and fails when a figure differs by more than 0.5 % (+ 0.002 us). The skeleton
@@ -13,6 +14,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 p=${1:-8}
 sim_need || exit
+mkdir -p "$SIM_BUILD"
 start=$SECONDS
 disco_build=$SIM_BUILD/disco
 if [[ ! -x $disco_build/src/tools/disco-bench ]] ||
@@ -29,6 +31,10 @@ if [[ ! -x $disco_build/src/tools/disco-bench ]] ||
     > "$SIM_BUILD/disco-build.log" 2>&1 || { grep -A5 -m5 'error' "$SIM_BUILD/disco-build.log"; exit 1; }
 fi
 skeleton=$(sim_skeleton)
+real=$(sim_skeleton_real)
+echo "== the skeleton on real MPI, 2 ranks: a smoke test of that build (its times depend on the load)"
+mpirun -n 2 "$real" --iters 2000 call_pipe,sync_all,ar_session | cut -d' ' -f2-4 | sed 's/^/  /'
+"$real" --rates | sed 's/^/  /'
 sim_platform ft8 "$p"
 # The same network and per-message overheads for both (disco cannot register SMPI callbacks).
 cfg=("${sim_cfg[@]}" --cfg=smpi/os:0:0.25e-6:0 --cfg=smpi/ois:0:0.25e-6:0
