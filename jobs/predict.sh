@@ -16,7 +16,7 @@
 # 0.25 us of send and receive overhead per message (OS_INTER, OR_INTER), 0.1 us of controller and
 # worker work per command. Every run is deterministic; iteration counts are small on purpose
 # (pipelined figures are slopes between K/2 and K calls, latencies medians of identical
-# iterations 100 us apart). A full ft1 sweep takes about 15 minutes on two cores.
+# iterations 100 us apart). A full ft1 sweep to 4096 ranks takes about 5 minutes on two cores.
 #
 # Output (DIR, default results/predict): predict-PLATFORM.csv, predict-PLATFORM-{control,sync,
 # allreduce-4k,allreduce-64m}.png, and raw-PLATFORM.txt (every RESULT line with its arguments).
