@@ -38,7 +38,7 @@ while (($#)); do
     --ranks) ranks=${2:?--ranks needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "predict.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
