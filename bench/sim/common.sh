@@ -27,31 +27,24 @@ sim_need() {
   return 77
 }
 
-# Builds the skeleton for SMPI when missing or older than its source; prints its path.
-sim_skeleton() {
+# sim_build NAME COMPILER FLAGS...: builds the skeleton as $SIM_BUILD/NAME when missing or older
+# than its source; prints its path.
+sim_build() {
+  local name=$1 compiler=$2
+  shift 2
   mkdir -p "$SIM_BUILD"
-  local bin=$SIM_BUILD/skeleton-sim
+  local bin=$SIM_BUILD/$name
   if [[ ! -x $bin || $SIM_DIR/skeleton.cc -nt $bin ]]; then
-    smpicxx -O2 -DSKEL_SIM -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/skeleton-sim.log" || {
-      cat "$SIM_BUILD/skeleton-sim.log" >&2
+    "$compiler" "$@" -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/$name.log" || {
+      cat "$SIM_BUILD/$name.log" >&2
       return 1
     }
   fi
   echo "$bin"
 }
-
-# The real-MPI build of the skeleton (calibration, --rates); prints its path.
-sim_skeleton_real() {
-  mkdir -p "$SIM_BUILD"
-  local bin=$SIM_BUILD/skeleton-real
-  if [[ ! -x $bin || $SIM_DIR/skeleton.cc -nt $bin ]]; then
-    mpicxx -O3 -march=native -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/skeleton-real.log" || {
-      cat "$SIM_BUILD/skeleton-real.log" >&2
-      return 1
-    }
-  fi
-  echo "$bin"
-}
+# The skeleton for SMPI (predictions), and on real MPI (calibration, --rates).
+sim_skeleton() { sim_build skeleton-sim smpicxx -O2 -DSKEL_SIM; }
+sim_skeleton_real() { sim_build skeleton-real mpicxx -O3 -march=native; }
 
 # sim_platform KIND P: writes the platform and sets SIM_XML and SIM_HOSTS. KIND is one of
 # platform.py's, or a SimGrid platform file (*.xml) of your own; then SIM_HOSTS_FILE names its

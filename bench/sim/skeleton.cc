@@ -405,13 +405,17 @@ class Rank {
     MPI_Irecv(posted_frame_.b, g.inline_bytes, MPI_BYTE, IbcastParent(), kIbcastTag, ctrl_,
               &frame_req_);
   }
+  // libnbc's sends of a frame to this rank's children; their requests are appended to `reqs`.
+  void IbcastToChildren(const void* frame, std::vector<MPI_Request>* reqs) {
+    for (int c : IbcastChildren()) {
+      reqs->push_back(MPI_REQUEST_NULL);
+      MPI_Isend(frame, g.inline_bytes, MPI_BYTE, c, kIbcastTag, ctrl_, &reqs->back());
+    }
+  }
   // The posted frame arrived: send it on to this rank's children (libnbc's next round).
   void ForwardFrame() {
     frame_arrived_ = true;
-    for (int c : IbcastChildren()) {
-      forwards_.push_back(MPI_REQUEST_NULL);
-      MPI_Isend(posted_frame_.b, g.inline_bytes, MPI_BYTE, c, kIbcastTag, ctrl_, &forwards_.back());
-    }
+    IbcastToChildren(posted_frame_.b, &forwards_);
   }
   void WaitPostedFrame() {  // MpiTransport::WaitPosted
     MPI_Wait(&frame_req_, MPI_STATUS_IGNORE);
@@ -467,10 +471,8 @@ class Rank {
         MPI_Ibcast(f->b, g.inline_bytes, MPI_BYTE, 0, ctrl_, &r);
         MPI_Wait(&r, MPI_STATUS_IGNORE);
       } else {
-        std::vector<int> children = IbcastChildren();
-        std::vector<MPI_Request> r(children.size());
-        for (size_t i = 0; i < children.size(); ++i)
-          MPI_Isend(f->b, g.inline_bytes, MPI_BYTE, children[i], kIbcastTag, ctrl_, &r[i]);
+        std::vector<MPI_Request> r;
+        IbcastToChildren(f->b, &r);
         MPI_Waitall(static_cast<int>(r.size()), r.data(), MPI_STATUSES_IGNORE);
       }
     } else if (g.binary_ctrl) {
@@ -649,12 +651,9 @@ class Rank {
     double t1 = Now();
     for (int s = 0; s < run; ++s) {
       int send_chunk = Mod(rank_ - s), recv_chunk = Mod(rank_ - s - 1);
-      MPI_Request r[2];
-      MPI_Irecv(recv + ChunkOffset(n, recv_chunk), static_cast<int>(ChunkCount(n, recv_chunk) * 4),
-                MPI_BYTE, left, kRingTag, ccl_, &r[0]);
-      MPI_Isend(recv + ChunkOffset(n, send_chunk), static_cast<int>(ChunkCount(n, send_chunk) * 4),
-                MPI_BYTE, right, kRingTag, ccl_, &r[1]);
-      WaitAll(2, r);
+      SendRecv(recv + ChunkOffset(n, send_chunk), static_cast<int>(ChunkCount(n, send_chunk) * 4),
+               right, recv + ChunkOffset(n, recv_chunk),
+               static_cast<int>(ChunkCount(n, recv_chunk) * 4), left, kRingTag, ccl_);
     }
     double t2 = Now();
     ring_measured_ = t2 - t0;

@@ -28,15 +28,7 @@ inline int64_t NowNs() {
 }
 
 /// Microseconds of the same clock.
-inline double NowUs() {
-#if DISCO_SIMULATED
-  return MPI_Wtime() * 1e6;
-#else
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
-#endif
-}
+inline double NowUs() { return static_cast<double>(NowNs()) * 1e-3; }
 
 }  // namespace mpi
 }  // namespace disco

@@ -234,12 +234,7 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
     if (transport_->size() > 1) {
       if (flags != 0) protocol::SetFlags(frame_.data(), flags);
       if (total <= inline_bytes) frame_.Resize(inline_bytes);  // padding: a whole inline frame
-      if (next_nonblocking_) {
-        transport_->BroadcastNonblocking(frame_.data(), inline_bytes);
-      } else {
-        transport_->Broadcast(frame_.data(), inline_bytes);
-      }
-      next_nonblocking_ = (flags & protocol::kFlagNextFrameNonblocking) != 0;
+      BroadcastInline(inline_bytes, flags);
       if (total > inline_bytes) {
         transport_->Broadcast(frame_.data() + inline_bytes, total - inline_bytes);
       }
@@ -261,12 +256,16 @@ void SessionImpl::TestBroadcastRaw(const uint8_t* data, size_t n) {
   frame_.Resize(inline_bytes);
   std::fill(frame_.data(), frame_.data() + inline_bytes, 0);
   std::copy(data, data + n, frame_.data());
+  BroadcastInline(inline_bytes, 0);
+}
+
+void SessionImpl::BroadcastInline(size_t inline_bytes, uint16_t flags) {
   if (next_nonblocking_) {
     transport_->BroadcastNonblocking(frame_.data(), inline_bytes);
   } else {
     transport_->Broadcast(frame_.data(), inline_bytes);
   }
-  next_nonblocking_ = false;
+  next_nonblocking_ = (flags & protocol::kFlagNextFrameNonblocking) != 0;
 }
 
 DRef SessionImpl::GetGlobalFunc(const std::string& name) {

@@ -77,6 +77,9 @@ class SessionImpl final : public SessionBackend {
   /// sequence number.
   uint64_t Broadcast(protocol::Action action, const Any* head, size_t num_head, const Any* args,
                      size_t num_args, uint16_t flags = 0);
+  /// Broadcasts the first `inline_bytes` of frame_, whose header has `flags`: by MPI_Ibcast when
+  /// the previous frame asked the workers to post one (next_nonblocking_), else by MPI_Bcast.
+  void BroadcastInline(size_t inline_bytes, uint16_t flags);
   void FlushKills();
   /// Runs worker 0's deferred call, if any, then the register frees that waited for it.
   void FlushWorker0();
