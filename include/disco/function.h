@@ -53,11 +53,6 @@ struct FunctionObj {
   /// Communicates with the other workers (a collective): worker 0 may run a call of it once the
   /// controller's next frame is out, so back-to-back collectives do not wait for frames.
   bool collective = false;
-  /// When set and true for a call's arguments: the call returns a tensor whose shape, dtype and
-  /// kind of device follow from those arguments alone (which every worker receives alike), so
-  /// every worker's result has the same metadata. Collectives on such registers skip the
-  /// agreement round on metadata (disco.empty of a host tensor, or of ThisWorkerGpu(), is one).
-  bool (*uniform_result)(const Any* args, size_t num_args) = nullptr;
 };
 
 /// Wraps a packed body into an (anonymous or named) Function.
@@ -163,10 +158,6 @@ class Registry {
   }
   /// Marks the function as a collective (see FunctionObj::collective); call after set_body_*.
   Registry& mark_collective();
-  /// Declares when the function's results have the same metadata on every worker (see
-  /// FunctionObj::uniform_result); call after set_body_*. `when` may read only the arguments
-  /// passed by value (a register's content may differ between workers).
-  Registry& mark_uniform_result(bool (*when)(const Any* args, size_t num_args));
   const std::string& name() const { return name_; }
 
  private:

@@ -20,6 +20,7 @@
 #include "ccl/reduce.h"
 #include "core/call_context.h"
 #include "core/device_memory.h"
+#include "core/launcher.h"
 #include "mpi/mpi_util.h"
 
 namespace disco {
@@ -156,22 +157,47 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
 // tensors). Every rank throws when any rank failed: the failing ranks their own error, the others
 // one that points at them. A collective whose key already passed skips both (its tensors'
 // metadata cannot have changed since). One whose tensors the controller made alike on every
-// worker (key.uniform: disco.empty) skips the round: the checks, which read nothing but that
-// metadata and the command, pass or fail alike on every rank.
+// worker (key.uniform: disco.empty with arguments by value) skips the round: the checks, which
+// read nothing but that metadata and the command, pass or fail alike on every rank.
+//
+// An argument that did not resolve on this worker (CallOrigins::arg_failure: its register holds an
+// earlier failure here, perhaps not elsewhere) is this worker's error in the round, so that it is
+// an error on every worker. Where the others skip the round (a key agreed before, or uniform
+// tensors: decided from the command, the same everywhere), this worker cannot tell them: it ends
+// the job rather than leave them waiting in the data movement.
 void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, const Tensor& sizing,
                    const Agreement& a, int64_t extra, const std::function<void()>& checks) {
   Context* ctx = CurrentContext();
   AgreedKey key = MakeKey(a, extra);
-  if (key.valid && ctx->agreed.count(key) != 0) return;
-  if (key.valid && key.uniform && a.same_checks_everywhere) {
+  std::string arg_failure;
+  if (a.self != nullptr && detail::CurrentCallOrigins().function == a.self) {
+    CallOrigins& origins = detail::MutableCallOrigins();
+    arg_failure = origins.arg_failure;
+    origins.arg_failure_taken = !arg_failure.empty();
+  }
+  const bool cached = key.valid && ctx->agreed.count(key) != 0;
+  const bool skip = cached || (key.valid && key.uniform && a.same_checks_everywhere);
+  if (skip && !arg_failure.empty()) {
+    EndJobWithError(std::string(fn) + " on worker " + std::to_string(ThisWorker().worker_id) +
+                    ": " + arg_failure +
+                    ". The other workers skip the agreement round for tensors that "
+                    "disco.empty made alike everywhere (or that they agreed on before), so they "
+                    "are already moving data and this worker cannot join them");
+  }
+  if (cached) return;
+  if (skip) {
     checks();
     return;
   }
   std::exception_ptr local;
-  try {
-    checks();
-  } catch (const Error&) {
-    local = std::current_exception();
+  if (!arg_failure.empty()) {
+    local = std::make_exception_ptr(ValueError(arg_failure));
+  } else {
+    try {
+      checks();
+    } catch (const Error&) {
+      local = std::current_exception();
+    }
   }
   const Extent e = ExtentOf(sizing, data);
   int64_t all[7] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype, e.location, -e.location};

@@ -20,12 +20,21 @@ namespace disco {
 struct ArgOrigin {
   int64_t reg = 0;
   uint64_t version = 0;
-  /// The register's tensor has the same metadata on every worker (FunctionObj::uniform_result).
+  /// The register's tensor has the same metadata on every worker: disco.empty made it from
+  /// arguments by value (decided from the command, so the same on every worker).
   bool uniform = false;
 };
 struct CallOrigins {
   const FunctionObj* function = nullptr;  // the function the command called (not nested calls)
   std::vector<ArgOrigin> args;
+  /// Why an argument of a collective command did not resolve on this worker (its register holds
+  /// the failure of an earlier call, or does not exist here), while other workers may hold a good
+  /// value: the worker passes None in its place, and the collective's agreement takes this
+  /// message (setting `arg_failure_taken`) so that every worker of the collective raises. Empty
+  /// when every argument resolved. A collective that did not take it ends the job (the others
+  /// would wait for this worker).
+  std::string arg_failure;
+  bool arg_failure_taken = false;
 };
 
 namespace detail {

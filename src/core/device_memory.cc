@@ -75,11 +75,19 @@ bool UsesMemoryPool(int device) {
 }  // namespace
 #endif
 
+namespace {
+std::atomic<bool> g_fail_next_host_alloc{false};
+}  // namespace
+
+void TestFailNextHostAlloc() { g_fail_next_host_alloc = true; }
+
 void* Alloc(DLDevice device, size_t nbytes) {
   if (device.device_type == kDLCPU) {
     size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     if (rounded == 0) rounded = kHostAlignment;
-    void* ptr = std::aligned_alloc(kHostAlignment, rounded);
+    void* ptr = g_fail_next_host_alloc.exchange(false)
+                    ? nullptr
+                    : std::aligned_alloc(kHostAlignment, rounded);
     DISCO_CHECK(ptr != nullptr, RuntimeError)
         << "out of host memory allocating " << nbytes << " bytes";
     return ptr;

@@ -23,6 +23,9 @@ constexpr size_t kHostAlignment = 64;
 /// memory comes from the device's memory pool in stream 0's order (cudaMallocAsync), ready for
 /// any work queued on stream 0 after this call and for the NCCL backend.
 void* Alloc(DLDevice device, size_t nbytes);
+/// Fault injection for tests: the next host allocation of this process fails as out of memory
+/// would (an allocation that fails on one rank only).
+void TestFailNextHostAlloc();
 /// Frees on the device that owns `ptr` (made current for the call, whichever device the calling
 /// thread had); never throws, so that destructors may call it. CUDA memory goes back to the pool
 /// in stream 0's order (cudaFreeAsync, no wait for the device): work queued on stream 0 before the

@@ -11,10 +11,23 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 
 extern char** environ;
 
 namespace disco {
+namespace {
+std::atomic<void (*)(const std::string&)> g_fatal_handler{nullptr};
+}  // namespace
+
+void SetFatalHandler(void (*handler)(const std::string& cause)) { g_fatal_handler = handler; }
+
+void EndJobWithError(const std::string& cause) {
+  if (void (*handler)(const std::string&) = g_fatal_handler.load()) handler(cause);
+  std::fprintf(stderr, "fatal: %s -- ending the process\n", cause.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
 
 void EndSlurmStep() {
   static std::atomic<bool> done{false};

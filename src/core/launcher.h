@@ -8,7 +8,16 @@
 #ifndef DISCO_CORE_LAUNCHER_H_
 #define DISCO_CORE_LAUNCHER_H_
 
+#include <string>
+
 namespace disco {
+
+/// Ends the job from this rank: one error line naming `cause`, then the fatal path that disco::Main
+/// installed (flight recorder, Slurm step, MPI_Abort); without one, the process exits 1. For a rank
+/// that cannot go on without leaving the others waiting for it (a collective it cannot join).
+[[noreturn]] void EndJobWithError(const std::string& cause);
+/// Installs the fatal path EndJobWithError takes (disco::Main does, before any command runs).
+void SetFatalHandler(void (*handler)(const std::string& cause));
 
 /// Under Slurm (SLURM_JOB_ID and SLURM_STEP_ID set), starts `scancel JOB.STEP`, waiting at most a
 /// second for it; nothing otherwise, or when scancel cannot be started. Once per process.

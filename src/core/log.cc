@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 
@@ -26,12 +27,12 @@ int ParseLevel(const std::string& text) {
   if (text == "warn" || text == "warning") return static_cast<int>(LogLevel::kWarn);
   if (text == "info") return static_cast<int>(LogLevel::kInfo);
   if (text == "debug") return static_cast<int>(LogLevel::kDebug);
-  // A bad level must not make logging itself throw; say so once and keep errors only.
+  // A bad level must not make logging itself throw; say so once and keep the default.
   std::string msg = detail::RankPrefix() + "warn: DISCO_LOG_LEVEL='" + text +
-                    "' is not one of error, warn, info, debug; using error\n";
+                    "' is not one of error, warn, info, debug; using warn\n";
   ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
   (void)ignored;
-  return static_cast<int>(LogLevel::kError);
+  return static_cast<int>(LogLevel::kWarn);
 }
 
 const char* LevelName(LogLevel level) {
@@ -122,6 +123,21 @@ LogLevel GetLogLevel() {
 }
 
 void SetLogLevel(LogLevel level) { LevelStorage().store(static_cast<int>(level)); }
+
+namespace detail {
+bool LogRateLimit::Allow(uint64_t* held_back) {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  int64_t next = next_ns_.load(std::memory_order_relaxed);
+  if (now < next || !next_ns_.compare_exchange_strong(next, now + period_ns_)) {
+    held_back_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *held_back = held_back_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+}  // namespace detail
 
 void LogLine(LogLevel level, const std::string& msg) {
   std::string line = detail::RankPrefix();

@@ -118,11 +118,4 @@ Registry& Registry::mark_collective() {
   return *this;
 }
 
-Registry& Registry::mark_uniform_result(bool (*when)(const Any* args, size_t num_args)) {
-  DISCO_CHECK(func_.defined(), ValueError)
-      << "global function '" << name_ << "': mark_uniform_result before set_body";
-  func_.get()->uniform_result = when;
-  return *this;
-}
-
 }  // namespace disco

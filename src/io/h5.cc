@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -81,6 +82,53 @@ void Agreed(MPI_Comm comm, const std::string& what, F step) {
     local = std::current_exception();
   }
   mpi::AgreeOnSuccess(comm, local, what.c_str());
+}
+
+// The directory of `path` ("." for a bare name).
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The file a save replaces: `path`, or where its symbolic links lead. A save writes through a link
+// (as `cp` and a shell's `>` do), so `latest.h5 -> step-100.h5` stays a link and step-100.h5 gets
+// the data; a dangling link's target is created.
+std::string ResolveLinks(const std::string& path, const std::string& where) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::vector<char> buf(PATH_MAX + 1);
+    ssize_t n = readlink(p.c_str(), buf.data(), buf.size() - 1);
+    DISCO_CHECK(n > 0, RuntimeError)
+        << where << ": cannot read the symbolic link '" << p << "': " << std::strerror(errno);
+    std::string target(buf.data(), static_cast<size_t>(n));
+    p = target[0] == '/' ? target : DirectoryOf(p) + "/" + target;
+  }
+  DISCO_THROW(ValueError) << where << ": '" << path
+                          << "' is a chain of more than 40 symbolic links (a loop?)";
+}
+
+// Gives `fresh` (a new file about to replace `old`) the permission bits and, where this process
+// may, the owner and group of `old`: a save replaces a file's content, not who may read it (a
+// private 0600 checkpoint stays private). Nothing when `old` does not exist.
+void KeepModeAndOwner(const std::string& old, const std::string& fresh, const std::string& where) {
+  struct stat st;
+  if (stat(old.c_str(), &st) != 0) return;
+  DISCO_CHECK(chmod(fresh.c_str(), st.st_mode & 07777) == 0, RuntimeError)
+      << where << ": cannot give '" << fresh << "' the mode of '" << old
+      << "': " << std::strerror(errno);
+  struct stat now;
+  if (stat(fresh.c_str(), &now) == 0 && (now.st_uid != st.st_uid || now.st_gid != st.st_gid) &&
+      chown(fresh.c_str(), st.st_uid, st.st_gid) != 0) {
+    // Only root gives a file away; the group may still be kept.
+    if (chown(fresh.c_str(), static_cast<uid_t>(-1), st.st_gid) != 0 || now.st_uid != st.st_uid) {
+      DISCO_LOG_EVERY_N_SEC(WARN, 60)
+          << where << ": '" << old << "' was owned by uid " << st.st_uid << "; the saved file "
+          << "is owned by this process's user (only root can keep another owner)";
+    }
+  }
 }
 
 #if DISCO_HAVE_HDF5
@@ -345,6 +393,18 @@ bool Saveable(DLDataType t) {
 
 // ---- Files and datasets ---------------------------------------------------------------------
 
+// Why HDF5 could not open a file that is there and is HDF5: held by another program (HDF5's file
+// lock, B9), or damaged.
+std::string OpenFailure(const std::string& hdf5_message) {
+  if (hdf5_message.find("unable to lock file") != std::string::npos) {
+    return "the file is locked by another program that has it open (h5py or another HDF5 "
+           "program writing it?): close it there first, or, if you know it is complete, set "
+           "HDF5_USE_FILE_LOCKING=FALSE (" +
+           hdf5_message + ")";
+  }
+  return "the file is damaged or truncated: " + hdf5_message;
+}
+
 // A plain read-only open with every failure named: no file, not HDF5, damaged or truncated.
 Id OpenReadOnly(const std::string& path, const std::string& where) {
   DISCO_CHECK(access(path.c_str(), R_OK) == 0, ValueError)
@@ -354,8 +414,7 @@ Id OpenReadOnly(const std::string& path, const std::string& where) {
       << where << ": not an HDF5 file"
       << (is_hdf5 < 0 ? std::string(" (") + Hdf5Message() + ")" : std::string());
   Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  DISCO_CHECK(file.valid(), ValueError)
-      << where << ": the file is damaged or truncated: " << Hdf5Message();
+  DISCO_CHECK(file.valid(), ValueError) << where << ": " << OpenFailure(Hdf5Message());
   return file;
 }
 
@@ -493,6 +552,29 @@ int64_t AxisAttribute(hid_t dset, const std::string& where) {
   return axis;
 }
 
+// Every filter the dataset was written with (compression, checksums) must be one this HDF5 has:
+// otherwise the read would fail naming only a plugin directory (B8). h5py's LZF is the usual one.
+void CheckFiltersAvailable(hid_t dset, const std::string& where) {
+  Id dcpl(H5Dget_create_plist(dset), H5Pclose);
+  if (!dcpl.valid()) return;
+  const int n = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nvalues = 0;
+    char name[256] = {0};
+    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvalues,
+                                     nullptr, sizeof name, name, &config);
+    if (id < 0 || H5Zfilter_avail(id) > 0) continue;
+    H5Eclear2(H5E_DEFAULT);  // a plugin search that found nothing leaves its error stack
+    DISCO_THROW(ValueError)
+        << where << ": the dataset was written with the HDF5 filter "
+        << (name[0] != '\0' ? "'" + std::string(name) + "' " : std::string()) << "(id " << id
+        << "), which this HDF5 does not have"
+        << (id == 32000 ? " (h5py's LZF is built into h5py only)" : "")
+        << "; rewrite the dataset with a standard filter, e.g. h5py's compression='gzip'";
+  }
+}
+
 Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis, bool in_group) {
   SilenceHdf5();
   const std::string where = Where("disco.h5.load", path, name);
@@ -512,6 +594,7 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
     std::vector<int64_t> dims = DimsOf(dset.get(), where);
     plan.ndim = static_cast<int64_t>(dims.size());
     std::copy(dims.begin(), dims.end(), plan.dims);
+    CheckFiltersAvailable(dset.get(), where);
     plan.axis = shard_axis == h5::kAxisFromFile ? AxisAttribute(dset.get(), where) : shard_axis;
     DISCO_CHECK(plan.axis >= -1 && plan.axis < plan.ndim, ValueError)
         << where << ": shard axis " << plan.axis << " is out of range for a dataset of shape "
@@ -550,7 +633,7 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
   Id file, dset, type;
   Agreed(c.comm, where, [&] {
     file = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-    DISCO_CHECK(file.valid(), ValueError) << where << ": cannot open the file: " << Hdf5Message();
+    DISCO_CHECK(file.valid(), ValueError) << where << ": " << OpenFailure(Hdf5Message());
     DISCO_CHECK(same(), RuntimeError) << where << changed;
     dset = OpenDataset(file.get(), name, where);
     type = Id(H5Dget_type(dset.get()), H5Tclose);
@@ -574,13 +657,6 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
 }
 
 // ---- disco.h5.save --------------------------------------------------------------------------
-
-// The directory of `path` ("." for a bare name).
-std::string DirectoryOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 // The directory of `path` must be one directory that every rank sees, not one of the same name on
 // each node (a node-local /tmp): rank 0 leaves a probe file named after this save's own file, and
@@ -653,6 +729,7 @@ void CopyFile(const std::string& from, const std::string& to, const std::string&
   DISCO_CHECK(out >= 0, RuntimeError) << where << ": cannot create '" << to
                                       << "' (the copy a save adds to): " << std::strerror(errno);
   Closer close_out{out};
+  fchmod(out, st.st_mode & 07777);  // open's mode passes through the umask
   auto fail = [&](const char* what) {
     int err = errno;
     unlink(to.c_str());
@@ -821,10 +898,11 @@ struct ShardInfo {
   int64_t dims[kMaxDims] = {0};
 };
 
-void Save(const std::string& path, const std::string& name, const Any& shard_arg,
+void Save(const std::string& given_path, const std::string& name, const Any& shard_arg,
           int64_t shard_axis, bool in_group, bool in_place) {
   SilenceHdf5();
-  const std::string where = Where("disco.h5.save", path, name);
+  const std::string where = Where("disco.h5.save", given_path, name);
+  const std::string path = in_place ? given_path : ResolveLinks(given_path, where);
   CommInfo c = Info(in_group);
   const Tensor* shard = std::get_if<Tensor>(&shard_arg.storage());
 
@@ -965,6 +1043,7 @@ void Save(const std::string& path, const std::string& name, const Any& shard_arg
     if (!in_place) {
       Agreed(c.comm, where, [&] {
         if (c.rank != 0) return;
+        KeepModeAndOwner(path, target, where);
         DISCO_CHECK(std::rename(target.c_str(), path.c_str()) == 0, RuntimeError)
             << where << ": cannot rename '" << target << "' to '" << path
             << "': " << std::strerror(errno);
@@ -1047,8 +1126,10 @@ void RegisterAll() {
                   << "disco.h5.finish: cannot remove '" << from << "': " << std::strerror(errno);
               return;
             }
-            DISCO_CHECK(std::rename(from.c_str(), to.c_str()) == 0, RuntimeError)
-                << "disco.h5.finish: cannot rename '" << from << "' to '" << to
+            const std::string real = ResolveLinks(to, "disco.h5.finish");
+            KeepModeAndOwner(real, from, "disco.h5.finish");
+            DISCO_CHECK(std::rename(from.c_str(), real.c_str()) == 0, RuntimeError)
+                << "disco.h5.finish: cannot rename '" << from << "' to '" << real
                 << "': " << std::strerror(errno);
           },
           {"from", "to"});
@@ -1086,9 +1167,11 @@ void SaveTensors(Session& session, const std::string& path, const std::vector<Sa
   DRef save = session.GetGlobalFunc("disco.h5.save_in_place");
   DRef finish = session.GetGlobalFunc("disco.h5.finish");
   // A name of this save's own: two jobs saving the same path at once do not share a partial file.
+  // Next to the file it replaces: through a symbolic link, in the directory of the link's target
+  // (a rename cannot cross file systems).
   std::random_device random;
-  const std::string partial =
-      path + ".partial." + std::to_string(getpid()) + "." + std::to_string(random() % 1000000);
+  const std::string partial = io::ResolveLinks(path, "h5::SaveTensors") + ".partial." +
+                              std::to_string(getpid()) + "." + std::to_string(random() % 1000000);
   try {
     for (const SaveEntry& e : tensors) {
       session.CallPacked(save, partial, e.name, e.shard, e.shard_axis, in_group);

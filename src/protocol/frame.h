@@ -6,7 +6,7 @@
 //   0       4     magic 0x4F435344 ("DSCO" in little-endian byte order)
 //   4       1     version (kVersion)
 //   5       1     action (Action)
-//   6       2     flags (kFlagNextFrameNonblocking or 0)
+//   6       2     flags (kFlagNextFrameNonblocking | kFlagCollective, or 0)
 //   8       8     sequence number (1, 2, 3, ... per session; workers check it)
 //   16      4     payload length in bytes
 //   20      4     reserved (0)
@@ -97,7 +97,10 @@ enum class ReplyKind : uint8_t { kSyncAck = 1, kDebugValue = 2, kError = 3 };
 /// run this command (a collective call), so that the next frame moves down the broadcast tree
 /// while they wait in the collective instead of after it.
 constexpr uint16_t kFlagNextFrameNonblocking = 1;
-constexpr uint16_t kKnownFlags = kFlagNextFrameNonblocking;
+/// Frame flag: the call is of a collective (worker 0's function register holds one). A worker whose
+/// own function register fails ends the job instead of leaving the others waiting in it.
+constexpr uint16_t kFlagCollective = 2;
+constexpr uint16_t kKnownFlags = kFlagNextFrameNonblocking | kFlagCollective;
 
 struct FrameHeader {
   uint32_t magic = kMagic;

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <optional>
 
 #include "ccl/builtins.h"
 #include "core/process_info.h"
@@ -49,7 +50,7 @@ void RegisterAll() {
   Registry::Register("disco.reset_peak_memory", true).set_body_typed([]() {
     return ResetPeakMemory();
   });
-  Registry::Register("disco.empty", true)
+  Registry::Register(kEmptyFunctionName, true)
       .set_body_typed(
           [](Shape shape, DLDataType dtype, DLDevice device, bool worker0_only,
              bool in_group) -> Any {
@@ -60,16 +61,7 @@ void RegisterAll() {
             }
             return Any(Tensor::Empty(shape, dtype, ResolveDevice(device, "disco.empty")));
           },
-          {"shape", "dtype", "device", "worker0_only", "in_group"})
-      // Every worker's tensor has the shape and dtype of the command, and is in host memory or
-      // on this worker's GPU (an explicit cuda:N is worker N's GPU on one worker only).
-      .mark_uniform_result([](const Any* args, size_t n) {
-        if (n != 5) return false;
-        std::optional<DLDevice> device = args[2].as<DLDevice>();
-        std::optional<bool> worker0_only = args[3].as<bool>();
-        return device && worker0_only && !*worker0_only &&
-               (device->device_type == kDLCPU || *device == ThisWorkerGpu());
-      });
+          {"shape", "dtype", "device", "worker0_only", "in_group"});
   // A copy of `tensor` on `device` (ThisWorkerGpu(): this worker's GPU); h5::LoadTensors uses it
   // to place loaded shards.
   Registry::Register("disco.copy_to", true)
@@ -102,6 +94,19 @@ void RegisterAll() {
 }
 
 }  // namespace
+
+bool IsUniformEmptyCall(const Any* args, size_t n) {
+  if (n != 5) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (args[i].type_code() == TypeCode::kDRef) return false;
+  }
+  std::optional<Shape> shape = args[0].as<Shape>();
+  std::optional<DLDataType> dtype = args[1].as<DLDataType>();
+  std::optional<DLDevice> device = args[2].as<DLDevice>();
+  std::optional<bool> worker0_only = args[3].as<bool>();
+  return shape && dtype && device && worker0_only && !*worker0_only &&
+         (device->device_type == kDLCPU || *device == ThisWorkerGpu());
+}
 
 void RegisterBuiltins() {
   static std::once_flag once;

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -85,16 +86,20 @@ constexpr const char* kJobKnobs[] = {"DISCO_CCL", "DISCO_CCL_SHM", "DISCO_CCL_SY
 void AgreeOnJobKnobs(int rank) {
   for (const char* name : kJobKnobs) {
     const char* mine = std::getenv(name);
-    // [set flag][value], at most 255 characters (every valid value is a word).
-    char buf[257] = {0};
-    if (rank == 0 && mine != nullptr) {
-      buf[0] = 1;
-      std::snprintf(buf + 1, sizeof buf - 1, "%s", mine);
+    // [length + 1, or 0 when unset], then the value whole: a value is never cut, so every rank
+    // reads what rank 0 reads (a cut "000...01" would be 0 on some ranks and 1 on rank 0).
+    int64_t length = rank == 0 && mine != nullptr ? static_cast<int64_t>(std::strlen(mine)) + 1 : 0;
+    DISCO_MPI_CALL(MPI_Bcast(&length, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    DISCO_CHECK(length >= 0 && length <= (int64_t{1} << 20), ValueError)
+        << name << " is " << length - 1 << " characters long (at most 1 MiB)";
+    std::string value(length > 0 ? static_cast<size_t>(length - 1) : 0, '\0');
+    if (rank == 0 && mine != nullptr) value = mine;
+    if (!value.empty()) {
+      DISCO_MPI_CALL(
+          MPI_Bcast(value.data(), static_cast<int>(value.size()), MPI_CHAR, 0, MPI_COMM_WORLD));
     }
-    DISCO_MPI_CALL(MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (rank == 0) continue;
-    const bool set = buf[0] != 0;
-    const std::string value = buf + 1;
+    const bool set = length > 0;
     if (set == (mine != nullptr) && (!set || value == mine)) continue;
     DISCO_LOG(WARN) << name << (mine != nullptr ? std::string("=") + mine : std::string(" unset"))
                     << " on this rank, " << (set ? "=" + value : std::string(" unset"))
@@ -136,6 +141,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     }
   }
   std::set_terminate(TerminateHandler);
+  SetFatalHandler(&FatalAbort);
   int exit_code = 1;
   try {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

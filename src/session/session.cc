@@ -299,8 +299,11 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
   const bool collective = worker0_.HoldsCollective(func.reg_id());
   uint64_t seq;
   try {
-    seq = Broadcast(protocol::Action::kCallPacked, head, 2, args, num_args,
-                    collective && prepost_frames_ ? protocol::kFlagNextFrameNonblocking : 0);
+    const uint16_t flags = collective
+                               ? (protocol::kFlagCollective |
+                                  (prepost_frames_ ? protocol::kFlagNextFrameNonblocking : 0))
+                               : 0;
+    seq = Broadcast(protocol::Action::kCallPacked, head, 2, args, num_args, flags);
   } catch (...) {
     free_regs_.push_back(reg);
     throw;

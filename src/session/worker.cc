@@ -17,6 +17,8 @@
 
 #include "ccl/context.h"
 #include "core/device_memory.h"
+#include "core/launcher.h"
+#include "session/builtins.h"
 #include "session/mpi_transport.h"
 #include "session/watchdog.h"
 
@@ -47,6 +49,11 @@ std::string CurrentExceptionText() {
     }
     return detail::RankPrefix() + "threw a " + type + ", which is not a std::exception";
   }
+}
+
+std::string StripRankPrefix(const std::string& what) {
+  const std::string prefix = detail::RankPrefix();
+  return what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
 }
 
 // `v` with every tensor in it (arrays and maps included) copied to the host: what a debug read
@@ -112,6 +119,7 @@ void Worker::Store(uint64_t seq, int64_t reg, Any value) {
   slot->failure.reset();
   slot->used = true;
   slot->uniform = false;
+  slot->empty_lookup = false;
 }
 
 void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
@@ -122,6 +130,7 @@ void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
   slot->failure = std::make_shared<const Failure>(Failure{function, Truncate(message)});
   slot->used = true;
   slot->uniform = false;
+  slot->empty_lookup = false;
   Report(seq, reg, function, slot->failure->message);
 }
 
@@ -149,6 +158,7 @@ void Worker::KillRegs(const int64_t* regs, size_t n) {
       r.used = false;
       r.version = 0;
       r.uniform = false;
+      r.empty_lookup = false;
     }
   }
 }
@@ -178,14 +188,17 @@ void Worker::GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name) {
     return;
   }
   Store(seq, reg, Any(std::move(f)));
+  regs_[reg].empty_lookup = name == kEmptyFunctionName;
 }
 
 void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args,
-                        size_t n) {
+                        size_t n, bool collective_command) {
   // The hot path builds no strings: names and messages are made only when something fails.
   const Register* fr = Find(func_reg);
   const Function* f = nullptr;
   if (fr != nullptr && fr->failure == nullptr) f = std::get_if<Function>(&fr->value.storage());
+  // Whether the result's metadata is the command's: from the command alone, whatever happens here.
+  const bool uniform = fr != nullptr && fr->empty_lookup && IsUniformEmptyCall(args, n);
   if (f == nullptr) {
     std::string label = "<register " + std::to_string(func_reg) + ">";
     std::string why;
@@ -201,7 +214,13 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
       why = "register " + std::to_string(func_reg) + " holds a " + fr->value.type_name() +
             ", not a Function";
     }
+    if (collective_command) {
+      EndJobWithError("worker " + std::to_string(info_.worker_id) + " cannot run command #" +
+                      std::to_string(seq) + ", a collective call on worker 0: " + why +
+                      "; the other workers would wait for this one in the collective");
+    }
     Fail(seq, result_reg, label, detail::RankPrefix() + why);
+    regs_[result_reg].uniform = uniform;
     return;
   }
   // Functions never touch the register file, so `f` stays valid during the call.
@@ -210,22 +229,42 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   struct EndGuard {
     ~EndGuard() { watchdog::End(); }
   } end_guard;
+  // Only collectives read where their arguments came from (see CallOrigins).
+  const bool collective = f->get()->collective;
+  CallOrigins& origins = detail::MutableCallOrigins();
+  if (collective) {
+    origins.args.assign(n, ArgOrigin{});
+    origins.arg_failure.clear();
+    origins.arg_failure_taken = false;
+  }
+  std::string failure;
   try {
     const Any* call_args = args;
-    // Only collectives read where their arguments came from (see CallOrigins).
-    const bool collective = f->get()->collective;
-    CallOrigins& origins = detail::MutableCallOrigins();
-    if (collective) origins.args.assign(n, ArgOrigin{});
     for (size_t i = 0; i < n; ++i) {
       if (args[i].type_code() != TypeCode::kDRef) continue;
       scratch_.assign(args, args + n);
       for (size_t j = i; j < n; ++j) {
-        scratch_[j] = Resolve(args[j], j, f->name());
         const DRef* ref = std::get_if<DRef>(&args[j].storage());
-        if (collective && ref != nullptr) {
-          const Register& r = regs_[ref->reg_id()];
-          origins.args[j] = ArgOrigin{ref->reg_id(), r.version, r.uniform};
+        if (!collective) {
+          scratch_[j] = Resolve(args[j], j, f->name());
+          continue;
         }
+        if (ref == nullptr) continue;
+        // A collective joins its agreement even when an argument failed here: it gets None, and
+        // the agreement raises the failure on every worker (a hang otherwise).
+        try {
+          scratch_[j] = Resolve(args[j], j, f->name());
+        } catch (const Error& e) {
+          if (origins.arg_failure.empty()) origins.arg_failure = e.what();
+          scratch_[j] = Any();
+        }
+        const Register* r = Find(ref->reg_id());
+        if (r == nullptr && ref->reg_id() >= 1 &&
+            static_cast<uint64_t>(ref->reg_id()) < regs_.size()) {
+          r = &regs_[ref->reg_id()];  // poisoned registers are found too; a free one is not
+        }
+        origins.args[j] = r != nullptr ? ArgOrigin{ref->reg_id(), r->version, r->uniform}
+                                       : ArgOrigin{ref->reg_id(), 0, false};
       }
       call_args = scratch_.data();
       break;
@@ -238,15 +277,25 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     // Whatever the function threw (a ProtocolError of its own, or no std::exception at all:
     // `throw 42;`) is its failure; only Store/Fail below raise for a corrupt command, and that
     // ends the job.
-    detail::MutableCallOrigins().function = nullptr;
+    origins.function = nullptr;
     scratch_.clear();
-    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), CurrentExceptionText());
-    return;
+    failure = CurrentExceptionText();
+    if (failure.empty()) failure = "(no message)";
   }
-  const bool uniform = f->get()->uniform_result != nullptr && rv.type_code() == TypeCode::kTensor &&
-                       f->get()->uniform_result(args, n);
-  Store(seq, result_reg, std::move(rv));
-  if (uniform) regs_[result_reg].uniform = true;
+  if (collective && !origins.arg_failure.empty() && !origins.arg_failure_taken) {
+    // The collective could not take the failure into an agreement (a non-tensor argument, or one
+    // without an agreement round): the other workers are in it and would wait for this one.
+    EndJobWithError("worker " + std::to_string(info_.worker_id) + " cannot join the collective '" +
+                    f->name() + "' (command #" + std::to_string(seq) +
+                    "): " + StripRankPrefix(origins.arg_failure) +
+                    "; the other workers would wait for this one in the collective");
+  }
+  if (!failure.empty()) {
+    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), failure);
+  } else {
+    Store(seq, result_reg, std::move(rv));
+  }
+  regs_[result_reg].uniform = uniform;
 }
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
@@ -300,6 +349,7 @@ void Worker::TouchRegister(uint64_t seq, int64_t reg) {
   if (reg >= 1 && static_cast<uint64_t>(reg) < regs_.size()) {
     regs_[reg].version = seq;
     regs_[reg].uniform = false;  // the written worker's value may differ now
+    regs_[reg].empty_lookup = false;
   }
 }
 
@@ -450,7 +500,7 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
             << " operands (needs at least 2)";
         worker.CallPacked(header.seq, Operand<int64_t>(cmd, 0, "result register"),
                           Operand<DRef>(cmd, 1, "function").reg_id(), cmd.args.data() + 2,
-                          cmd.args.size() - 2);
+                          cmd.args.size() - 2, (header.flags & protocol::kFlagCollective) != 0);
         break;
       case protocol::Action::kSyncWorker: {
         int64_t target = Operand<int64_t>(cmd, 0, "worker id");

@@ -41,7 +41,11 @@ class Worker {
   void GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name);
   /// Calls the function in `func_reg` with `args` (DRef arguments resolved to registers), storing
   /// the result (or the failure) in `result_reg`.
-  void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n);
+  /// `collective_command`: the controller's worker 0 found a collective in `func_reg` (the
+  /// frame's kFlagCollective); a worker whose function register does not hold it then ends the
+  /// job, since the other workers would wait for it in the collective.
+  void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n,
+                  bool collective_command = false);
   /// Stores `value` (a DRef is resolved) in `reg`. A tensor value is copied: into the tensor the
   /// register holds (shape and dtype must match, else an error is reported and the register
   /// keeps its value), or into a new tensor of the register's own.
@@ -80,9 +84,15 @@ class Worker {
     // Sequence number of the last command that wrote the register. Every worker records it for
     // every command (a debug write on one worker included), so it is the same on all workers.
     uint64_t version = 0;
-    // The tensor has the same metadata on every worker (FunctionObj::uniform_result); decided
-    // from the command alone, so the same on all workers, and cleared by any other write.
+    // The register was written by a call of disco.empty whose arguments all came by value and
+    // that asked for a tensor on every worker, in host memory or on each worker's own GPU: its
+    // metadata is the command's, the same on every worker. Decided from the command alone (never
+    // from the call's outcome on this worker), so the same on all workers; cleared by any other
+    // write. Collectives on such registers skip the agreement round.
     bool uniform = false;
+    // The register holds the result of GetGlobalFunc("disco.empty") (set from the command's
+    // name, on every worker alike).
+    bool empty_lookup = false;
   };
 
   Register* Slot(int64_t reg);

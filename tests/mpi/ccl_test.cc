@@ -606,6 +606,77 @@ TEST_F(CclTest, BadInputIsARemoteErrorOnEveryWorkerAndNothingHangs) {
   Check("after bad input");
 }
 
+// A tensor of n float32 elements on every worker but the last, where the call fails.
+DISCO_REGISTER_GLOBAL("test.ccl.fails_on_last").set_body_typed([](int64_t n) {
+  const WorkerInfo& w = ThisWorker();
+  if (w.worker_id == w.num_workers - 1) throw ValueError("made to fail on the last worker");
+  return Tensor::Empty(Shape{n}, DataType("float32"));
+});
+// Shape{n} on worker 0, Shape{other} elsewhere; DataType(dtype) on worker 0, float64 elsewhere.
+DISCO_REGISTER_GLOBAL("test.ccl.shape_by_worker").set_body_typed([](int64_t n, int64_t other) {
+  return Shape{ThisWorker().worker_id == 0 ? n : other};
+});
+DISCO_REGISTER_GLOBAL("test.ccl.dtype_by_worker").set_body_typed([]() {
+  return DataType(ThisWorker().worker_id == 0 ? "float32" : "float64");
+});
+
+// A collective on a register that failed on one worker only (R3): that worker still joins the
+// agreement, so the failure is a RemoteError everywhere and nothing hangs; the session goes on.
+TEST_F(CclTest, ARegisterThatFailedOnOneWorkerIsAnErrorOfTheCollectiveEverywhere) {
+  auto expect = [&](const std::string& what, const std::string& needle) {
+    std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << what << ": " << msg;
+  };
+  DRef good = Filled(1000, "float32", "sum");
+  DRef bad = s().CallPacked(F("test.ccl.fails_on_last"), 1000);
+  expect("the making call", "made to fail on the last worker");
+  for (bool in_group : {false, true}) {
+    s().AllReduce(bad, "sum", in_group, bad);
+    expect("allreduce", "made to fail on the last worker");
+    s().AllReduce(good, "sum", in_group, bad);  // only the receiving tensor failed
+    expect("allreduce into it", "made to fail on the last worker");
+  }
+  DRef gathered = s().Empty(Shape{1000 * n()}, DataType("float32"));
+  s().AllGather(bad, false, gathered);
+  expect("allgather", "made to fail on the last worker");
+  s().Broadcast(good, false, bad);
+  expect("broadcast", "made to fail on the last worker");
+  s().Gather(bad, false, gathered);
+  expect("gather", "made to fail on the last worker");
+  // Agreed once on `good`: the failed receiver still takes a round, never the cached skip.
+  DRef out = s().Empty(Shape{1000}, DataType("float32"));
+  s().AllReduce(good, "sum", false, out);
+  s().AllReduce(good, "sum", false, bad);
+  expect("after an agreed call", "made to fail on the last worker");
+  s().AllReduce(good, "sum", false, out);
+  s().CallPacked(F("test.ccl.expect_allreduce"), out, "sum", false);
+  Check("the session after the failures");
+}
+
+// disco.empty whose shape or dtype come from a register (which may differ between workers) makes
+// tensors that are agreed on like any other (R4): a mismatch is an error, never a half reduction.
+TEST_F(CclTest, EmptyOfRegisterArgumentsIsAgreedOn) {
+  if (n() < 2) GTEST_SKIP() << "needs workers that differ";
+  DRef empty = s().GetGlobalFunc("disco.empty");
+  DRef shape = s().CallPacked(F("test.ccl.shape_by_worker"), 4, 8);
+  DRef x = s().CallPacked(empty, shape, DataType("float32"), CPU(), false, false);
+  s().CallPacked(F("test.ccl.fill"), x, "sum", 0);
+  s().AllReduce(x, "sum", false, x);
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("disagree on the element count (from 4 to 8)"), std::string::npos) << msg;
+  DRef dtype = s().CallPacked(F("test.ccl.dtype_by_worker"));
+  DRef y = s().CallPacked(empty, Shape{16}, dtype, CPU(), false, false);
+  s().AllReduce(y, "sum", false, y);
+  msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("disagree on the dtype"), std::string::npos) << msg;
+  // The same shape by value skips the round and is right.
+  DRef z = s().CallPacked(empty, Shape{8}, DataType("float32"), CPU(), false, false);
+  s().CallPacked(F("test.ccl.fill"), z, "sum", 0);
+  s().AllReduce(z, "sum", false, z);
+  s().CallPacked(F("test.ccl.expect_allreduce"), z, "sum", false);
+  Check("empty by value");
+}
+
 DISCO_REGISTER_GLOBAL("test.ccl.empty_on_last").set_body_typed([](int64_t n, int64_t last_n) {
   const WorkerInfo& w = ThisWorker();
   return Tensor::Empty(Shape{w.worker_id == w.num_workers - 1 ? last_n : n}, DataType("float32"));

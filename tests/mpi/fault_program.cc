@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "core/device_memory.h"
 #include "protocol/frame.h"
 #include "session/session_impl.h"
 #include "session/worker.h"
@@ -50,6 +51,20 @@ DISCO_REGISTER_GLOBAL("fault.kill_self_later").set_body_typed([](int64_t worker)
     raise(SIGKILL);
   }).detach();
 });
+// The next host allocation of `worker` fails (as out of memory would, on that rank only).
+DISCO_REGISTER_GLOBAL("fault.fail_next_alloc_on").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id == worker) disco::memory::TestFailNextHostAlloc();
+});
+// The allreduce builtin as a value on every worker but `odd`, which fails.
+DISCO_REGISTER_GLOBAL("fault.allreduce_fn_unless").set_body_typed([](int64_t odd) {
+  if (disco::ThisWorker().worker_id == odd) throw disco::ValueError("no function here");
+  return disco::Registry::Get("disco.allreduce");
+});
+// "sum" on every worker but `odd`, which fails.
+DISCO_REGISTER_GLOBAL("fault.sum_unless").set_body_typed([](int64_t odd) {
+  if (disco::ThisWorker().worker_id == odd) throw disco::ValueError("no op here");
+  return std::string("sum");
+});
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
 
 int Run(disco::Session& s, const std::string& mode) {
@@ -89,6 +104,34 @@ int Run(disco::Session& s, const std::string& mode) {
     s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, odd, how);
     s.SyncAll();  // never returns: the watchdog (or the launcher) ends the job
     std::printf("unreachable: a collective with a missing rank completed\n");
+    return 0;
+  }
+  // A collective that one worker cannot join although the others go ahead: the job ends at once
+  // with that worker's reason (never a hang until the watchdog).
+  if (mode == "uniform-alloc-fails" || mode == "collective-fn-fails" || mode == "op-fails") {
+    s.InitCCL("mpi");
+    const int odd = s.num_workers() - 1;
+    disco::DRef allreduce = s.GetGlobalFunc("disco.allreduce");
+    disco::DRef op = s.CallPacked(s.GetGlobalFunc("fault.sum_unless"), -1);
+    if (mode == "uniform-alloc-fails") {
+      s.CallPacked(s.GetGlobalFunc("fault.fail_next_alloc_on"), odd);
+    } else if (mode == "collective-fn-fails") {
+      allreduce = s.CallPacked(s.GetGlobalFunc("fault.allreduce_fn_unless"), odd);
+    } else {
+      op = s.CallPacked(s.GetGlobalFunc("fault.sum_unless"), odd);
+    }
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    s.CallPacked(allreduce, t, op, false, t);
+    s.SyncAll();
+    std::printf("unreachable: a collective with a failed worker completed\n");
+    return 0;
+  }
+  if (mode == "ccl-allreduce") {
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1 << 16}, disco::DataType("float32"));
+    s.AllReduce(t, "sum", false, t);
+    s.SyncAll();
+    std::printf("allreduce done on %d workers\n", s.num_workers());
     return 0;
   }
   if (mode == "corrupt-one-rank") {

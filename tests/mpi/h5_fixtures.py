@@ -68,6 +68,9 @@ def write(directory):
         f.create_dataset("complex", data=np.ones((4, 4), dtype=np.complex64))
         f.create_dataset("strings", data=np.array([b"ab", b"cd"]))
         f.create_group("a_group")
+    # h5py's own LZF filter, which an HDF5 without h5py does not have.
+    with h5py.File(os.path.join(directory, "lzf.h5"), "w") as f:
+        f.create_dataset("x", data=np.ones((4, 2), "f4"), compression="lzf")
     with open(os.path.join(directory, "not_hdf5.h5"), "w") as f:
         f.write("this is not an HDF5 file\n" * 100)
     with open(path, "rb") as f:

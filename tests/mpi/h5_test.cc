@@ -4,8 +4,11 @@
 // bad-input case is a RemoteError naming file and dataset, and the session goes on.
 #include <disco/disco.h>
 #include <disco/h5.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -247,6 +250,75 @@ TEST_F(H5Test, SavesReadBackInH5pyAndInDisco) {
   h5::SaveTensors(s(), set_file, {{"layers/0/a", a, 1}, {"b", b, h5::kReplicate}}, true);
   CheckWithH5py(set_file, {Spec("layers/0/a", "bfloat16", kShape), Spec("b", "int32", {8, 4})});
   ExpectNoPartialFiles();
+}
+
+// A save replaces a file's content, not who may read it: the replaced file keeps its permission
+// bits (and, for root, its owner), and a symbolic link is written through (R8).
+TEST_F(H5Test, SavesKeepModeAndOwnerAndWriteThroughLinks) {
+  namespace fs = std::filesystem;
+  const std::string file = Path("private.h5");
+  DRef shard = s().CallPacked(F("test.h5.make_shard"), Shape(kShape), 0, false, "float32");
+  h5::SaveTensors(s(), file, {{"w", shard, 0}});
+  auto mode = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+  };
+  chmod(file.c_str(), 0600);
+  h5::SaveTensors(s(), file, {{"w", shard, 0}});
+  EXPECT_EQ(mode(file), 0600u) << "save_tensors over a 0600 file";
+  chmod(file.c_str(), 0664);  // group-writable: more than the usual umask lets a new file have
+  s().CallPacked(F("disco.h5.save"), file, "more", shard, 0, false);
+  Check("save a dataset into it");
+  EXPECT_EQ(mode(file), 0664u) << "disco.h5.save adding a dataset";
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(file.c_str(), 65534, 65534), 0);
+    h5::SaveTensors(s(), file, {{"w", shard, 0}});
+    s().CallPacked(F("disco.h5.save"), file, "more", shard, 0, false);
+    Check("save as root over a file of nobody's");
+    struct stat st;
+    ASSERT_EQ(stat(file.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    EXPECT_EQ(st.st_gid, 65534u);
+  }
+  // latest.h5 -> step-100.h5: both ways of saving write step-100.h5 and leave the link.
+  const std::string step = Path("step-100.h5"), latest = Path("latest.h5");
+  h5::SaveTensors(s(), step, {{"old", shard, 0}});
+  fs::remove(latest);
+  fs::create_symlink("step-100.h5", latest);
+  h5::SaveTensors(s(), latest, {{"w", shard, 0}});
+  EXPECT_TRUE(fs::is_symlink(latest));
+  ExpectShard(LoadOne(step, "w", 0, false), kShape, 0, false, "float32");
+  Check("the link's target has the new dataset");
+  s().CallPacked(F("disco.h5.save"), latest, "more", shard, 0, false);
+  Check("disco.h5.save through the link");
+  EXPECT_TRUE(fs::is_symlink(latest));
+  ExpectShard(LoadOne(step, "more", 0, false), kShape, 0, false, "float32");
+  Check("the link's target has the added dataset");
+  ExpectNoPartialFiles();
+}
+
+// A filter this HDF5 lacks is named (B8); a file another program holds locked is not called
+// damaged (B9).
+TEST_F(H5Test, UnavailableFiltersAndLockedFilesAreNamed) {
+  LoadOne(Path("lzf.h5"), "x", 0, false);
+  std::string msg = ErrorOf("lzf");
+  EXPECT_NE(msg.find("filter 'lzf' (id 32000), which this HDF5 does not have"), std::string::npos)
+      << msg;
+  // HDF5 locks a file with flock(2); a lock held on another open file description conflicts, as
+  // h5py's would from another process.
+  int fd = open(Fixtures().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  LoadOne(Fixtures(), "plain/float32", 0, false);
+  msg = ErrorOf("locked");
+  close(fd);
+  if (msg.find("unable to lock") == std::string::npos && std::getenv("HDF5_USE_FILE_LOCKING")) {
+    GTEST_SKIP() << "HDF5_USE_FILE_LOCKING is set";
+  }
+  EXPECT_NE(msg.find("the file is locked by another program"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("damaged"), std::string::npos) << msg;
+  ExpectShard(LoadOne(Fixtures(), "plain/float32", 0, false), kShape, 0, false, "float32");
+  Check("after the lock is gone");
 }
 
 // A load never materializes the whole tensor: each worker's peak RSS rises by at most its shard

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs a job that must fail in a given way and checks how it ended:
-#   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX -- command...
+#   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX... -- command...
 # Passes when the job ends within SECONDS with the expected exit code and its output matches
-# REGEX (extended grep), and no process of the job is left 5 s later (found by a token in their
+# every REGEX given (extended grep), and no process of the job is left 5 s later (found by a token in their
 # environment). A job still running at SECONDS + 5 is killed and fails the test.
 set -uo pipefail
-timeout_s=10 expect_exit=nonzero pattern=""
+timeout_s=10 expect_exit=nonzero patterns=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --timeout) timeout_s=$2; shift 2 ;;
     --expect-exit) expect_exit=$2; shift 2 ;;
-    --expect) pattern=$2; shift 2 ;;
+    --expect) patterns+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "run_fault_test.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -48,9 +48,11 @@ fi
 if (( elapsed_ms > timeout_s * 1000 )); then
   echo "FAIL: took ${elapsed}s, more than ${timeout_s}s"; fail=1
 fi
-if [[ -n $pattern ]] && ! grep -Eq -- "$pattern" "$out"; then
-  echo "FAIL: output does not match: $pattern"; fail=1
-fi
+for pattern in "${patterns[@]}"; do
+  if [[ -n $pattern ]] && ! grep -Eq -- "$pattern" "$out"; then
+    echo "FAIL: output does not match: $pattern"; fail=1
+  fi
+done
 left=$(stragglers)
 for _ in 1 2 3 4 5 6 7 8 9 10; do
   [[ -z $left ]] && break

@@ -134,8 +134,9 @@ TEST(ProtocolTest, StructuralMutationsAreProtocolErrors) {
     b[5] = static_cast<uint8_t>(v);
     expect_error(b, "action " + std::to_string(v));
   }
-  // Flags: only kFlagNextFrameNonblocking is known, and only a call frame may carry it.
-  for (uint16_t flags : {2, 3, 0x100, 0x8000, 0xFFFF}) {
+  // Flags: only kFlagNextFrameNonblocking and kFlagCollective are known, and only a call frame
+  // may carry them.
+  for (uint16_t flags : {4, 7, 0x100, 0x8000, 0xFFFF}) {
     auto b = layout.bytes;
     SetFlags(b.data(), flags);
     expect_error(b, "flags " + std::to_string(flags));
@@ -146,6 +147,13 @@ TEST(ProtocolTest, StructuralMutationsAreProtocolErrors) {
     EXPECT_EQ(Decode(b), 0) << "a call frame asking for the next frame by MPI_Ibcast";
     b[5] = static_cast<uint8_t>(Action::kSyncWorker);
     expect_error(b, "the nonblocking-next flag on a sync frame");
+  }
+  {
+    auto b = layout.bytes;
+    SetFlags(b.data(), kFlagCollective | kFlagNextFrameNonblocking);
+    EXPECT_EQ(Decode(b), 0) << "a collective call frame";
+    b[5] = static_cast<uint8_t>(Action::kSyncWorker);
+    expect_error(b, "the collective flag on a sync frame");
   }
   for (uint32_t len : {0u, 1u, 0xFFFFFFFFu, static_cast<uint32_t>(layout.bytes.size())}) {
     auto b = layout.bytes;

@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
@@ -44,6 +45,63 @@ std::string NcclErrorText(ncclResult_t r, ncclComm_t comm) {
   if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
   return text;
 }
+
+/// Tells the other ranks of a communicator that this rank aborted it after a local error (a failed
+/// call, a CUDA error, running out of memory while connecting): NCCL does not pass an abort on, so
+/// they would wait in NCCL until the watchdog. One MPI_Irecv stays posted on the host communicator
+/// under a tag of its own; a rank that aborts sends each other rank its rank number (a small eager
+/// message); waiting ranks test for it while they poll NCCL.
+class FailureNotices {
+ public:
+  static constexpr int kTag = 0x4E43;  // "NC"
+  explicit FailureNotices(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    if (size_ > 1)
+      DISCO_MPI_CALL(MPI_Irecv(&from_, 1, MPI_INT, MPI_ANY_SOURCE, kTag, comm_, &recv_));
+  }
+  ~FailureNotices() {
+    if (recv_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&recv_);
+      MPI_Wait(&recv_, MPI_STATUS_IGNORE);
+    }
+    // Sent eagerly; a peer that left without reading a notice does not hold this rank up.
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+  FailureNotices(const FailureNotices&) = delete;
+  FailureNotices& operator=(const FailureNotices&) = delete;
+
+  /// The rank that told this one it aborted, or -1.
+  int Failed() {
+    if (failed_ < 0 && recv_ != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&recv_, &done, MPI_STATUS_IGNORE);
+      if (done) failed_ = from_;
+    }
+    return failed_;
+  }
+  /// Tells every other rank (once) that this rank aborted the communicator.
+  void Tell() {
+    if (told_ || size_ <= 1) return;
+    told_ = true;
+    sends_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) MPI_Isend(&rank_, 1, MPI_INT, r, kTag, comm_, &sends_[r]);
+    }
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  int from_ = -1;
+  int failed_ = -1;
+  bool told_ = false;
+  MPI_Request recv_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> sends_;
+};
 
 /// Owns an NCCL communicator. Abort() frees it after an error and forgets it, so that nothing
 /// aborts or uses it twice.
@@ -62,16 +120,34 @@ class NcclComm {
         << "InitCCL again to make new ones";
     return comm_;
   }
+  /// Where this rank tells its peers of an abort and learns of theirs (null: nobody is told).
+  void set_notices(FailureNotices* notices) { notices_ = notices; }
+  /// Frees the communicator after a local error, and tells the other ranks.
   void Abort() {
     if (comm_ == nullptr) return;
     ncclCommAbort(comm_);
     comm_ = nullptr;
+    if (notices_ != nullptr) notices_->Tell();
+  }
+  /// Throws (aborting this rank's communicator too) when another rank said it aborted its own.
+  void ThrowIfPeerAborted(const char* what) {
+    const int peer = notices_ != nullptr ? notices_->Failed() : -1;
+    if (peer < 0) return;
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    DISCO_THROW(RuntimeError) << "NCCL " << what << ": rank " << peer
+                              << " of this communicator aborted it after an error of its own (its "
+                              << "error says why); the communicator was aborted here too";
   }
   /// Waits while the communicator answers ncclInProgress; aborts it and throws on an error.
   void Settle(ncclResult_t r, const char* what) {
     if (r == ncclSuccess) return;
     if (r == ncclInProgress) {
       do {
+        ThrowIfPeerAborted(what);
+        mpi::Progress();  // worker 0 may be sending this rank its next control frame
         std::this_thread::yield();
         if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
       } while (r == ncclInProgress);
@@ -89,6 +165,7 @@ class NcclComm {
     // A non-blocking communicator finalizes asynchronously; destroy once that ended.
     ncclResult_t r = ncclCommFinalize(comm_);
     while (r == ncclInProgress) {
+      mpi::Progress();
       std::this_thread::yield();
       if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
     }
@@ -101,6 +178,7 @@ class NcclComm {
   }
 
   ncclComm_t comm_ = nullptr;
+  FailureNotices* notices_ = nullptr;
 };
 
 /// A CUDA stream and the event that orders it after the legacy default stream.
@@ -132,11 +210,17 @@ class CudaStream {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, mpi::Comm host, int device)
-      : comm_(comm), host_(std::move(host)), device_(device), stream_(device) {
+      : comm_(comm),
+        host_(std::move(host)),
+        notices_(host_.get()),
+        device_(device),
+        stream_(device) {
     rank_ = host_.rank();
     size_ = host_.size();
+    comm_.set_notices(&notices_);
   }
   ~NcclCommunicator() override {
+    comm_.set_notices(nullptr);  // an abort at the end is no error to tell the others of
     // Sends whose receivers never came would keep NCCL's finalize waiting: abort instead.
     if (cudaStreamQuery(stream_.get()) == cudaErrorNotReady) {
       DISCO_LOG(WARN) << "NCCL: " << in_flight_.size()
@@ -355,6 +439,7 @@ class NcclCommunicator final : public Communicator {
         DISCO_THROW(RuntimeError) << "NCCL " << what << " failed asynchronously: " << text
                                   << "; the communicator was aborted";
       }
+      comm_.ThrowIfPeerAborted(what);
       mpi::Progress();  // worker 0 may be sending this rank its next control frame
       std::this_thread::yield();
     }
@@ -362,6 +447,7 @@ class NcclCommunicator final : public Communicator {
 
   NcclComm comm_;
   mpi::Comm host_;
+  FailureNotices notices_;  // after host_: cancelled before the host communicator is freed
   int device_;
   CudaStream stream_;
   int rank_ = 0;
