@@ -7,6 +7,7 @@
 #include <disco/config.h>
 #include <disco/error.h>
 #include <disco/function.h>
+#include <disco/graph.h>
 #include <disco/h5.h>
 #include <disco/log.h>
 #include <disco/remote.h>

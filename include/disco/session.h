@@ -52,6 +52,7 @@
 
 #include <disco/any.h>
 #include <disco/function.h>
+#include <disco/graph.h>
 #include <disco/tensor.h>
 
 #include <array>
@@ -117,6 +118,14 @@ class Session {
   Any DebugGetFromRemote(int64_t reg_id, int worker_id);
   /// Stores `value` into register `reg_id` on `worker_id`.
   void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id);
+
+  /// Records the session calls `body` makes, without running them, into a Graph (disco/graph.h):
+  /// `inputs[i]` is a placeholder usable as any argument of a recorded call, which each
+  /// Graph::Replay replaces with its i-th value. DRefs returned inside `body` name the registers
+  /// every replay writes. Recordable: CallPacked, the collectives and point-to-point calls, and
+  /// Empty (allocated once, at install); syncs, copies, debug calls, InitCCL, Shutdown and a
+  /// nested Capture are a ValueError naming the call, and the capture is discarded.
+  Graph Capture(int num_inputs, std::function<void(const std::vector<Any>& inputs)> body);
 
   /// Ends the session: workers leave their loop. Idempotent; DRefs outlive it harmlessly.
   void Shutdown();

@@ -26,6 +26,12 @@ const char* ActionName(Action action) {
       return "park";
     case Action::kDebugSetRegister:
       return "debug_set_register";
+    case Action::kInstallGraph:
+      return "install_graph";
+    case Action::kReplayGraph:
+      return "replay_graph";
+    case Action::kFreeGraph:
+      return "free_graph";
   }
   return "unknown";
 }

@@ -87,8 +87,13 @@ enum class Action : uint8_t {
   kDebugGetFromRemote = 5,
   kDebugSetRegister = 6,
   kPark = 7,
+  // Capture and replay (disco/graph.h). Install: the graph's program, once (operands: see
+  // Worker::InstallGraph); replay: [graph id, inputs...]; free: [graph ids...].
+  kInstallGraph = 8,
+  kReplayGraph = 9,
+  kFreeGraph = 10,
 };
-constexpr uint8_t kMaxAction = 7;
+constexpr uint8_t kMaxAction = 10;
 const char* ActionName(Action action);
 
 enum class ReplyKind : uint8_t { kSyncAck = 1, kDebugValue = 2, kError = 3 };

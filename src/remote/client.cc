@@ -119,6 +119,17 @@ class RemoteSession final : public detail::SessionBackend {
     if (!closed_) frees_.push_back(reg);
   }
 
+  // Capture and replay run in the job's own controller for now: the client would have to ship
+  // the recording to the server (a request of its own); not built yet.
+  Graph Capture(int, const std::function<void(const std::vector<Any>&)>&) override {
+    DISCO_THROW(ValueError) << "Session::Capture is not available over disco.connect yet; "
+                               "capture in the job's own controller";
+  }
+  void ReplayGraph(int64_t, const std::vector<Any>&) override {
+    DISCO_THROW(ValueError) << "Graph::Replay is not available over disco.connect yet";
+  }
+  void FreeGraph(int64_t) noexcept override {}
+
  private:
   void Detach() {
     if (closed_) return;

@@ -205,6 +205,12 @@ void SessionImpl::FlushKills() {
 
 uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t num_head,
                                 const Any* args, size_t num_args, uint16_t flags) {
+  if (!pending_graph_frees_.empty() && action != protocol::Action::kFreeGraph) {
+    std::vector<Any> ids;
+    for (int64_t id : pending_graph_frees_) ids.push_back(Any(id));
+    pending_graph_frees_.clear();
+    Broadcast(protocol::Action::kFreeGraph, nullptr, 0, ids.data(), ids.size());
+  }
   const size_t inline_bytes = static_cast<size_t>(config_.inline_bytes);
   if (parked_) {  // parked workers sleep in a barrier: join it, then they take frames again
     transport_->Unpark();
@@ -270,6 +276,7 @@ void SessionImpl::BroadcastInline(size_t inline_bytes, uint16_t flags) {
 
 DRef SessionImpl::GetGlobalFunc(const std::string& name) {
   CheckLive("GetGlobalFunc");
+  if (recording_ != nullptr) return RecordLookup(name);
   int64_t reg = AllocateReg();
   Any head[2] = {Any(reg), Any(name)};
   uint64_t seq;
@@ -292,6 +299,7 @@ DRef SessionImpl::GetGlobalFunc(const std::string& name) {
 
 DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_args, bool movable) {
   CheckLive("CallPacked");
+  if (recording_ != nullptr) return RecordCall(func, args, num_args);
   DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
   CheckOwnRefs(&func, args, num_args, "CallPacked");
   int64_t reg = AllocateReg();
@@ -333,6 +341,7 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
 
 void SessionImpl::ParkWorkers() {
   CheckLive("ParkWorkers");
+  CheckNotCapturing("ParkWorkers");
   if (parked_ || transport_->size() == 1) return;
   FlushWorker0();  // a deferred collective needs the workers awake
   Broadcast(protocol::Action::kPark, nullptr, 0, nullptr, 0);
@@ -341,6 +350,7 @@ void SessionImpl::ParkWorkers() {
 
 Tensor SessionImpl::Worker0Tensor(const DRef& remote, const char* what) {
   CheckLive(what);
+  CheckNotCapturing(what);
   FlushWorker0();
   DISCO_CHECK(remote.defined(), ValueError) << what << " with an empty DRef";
   CheckOwnRefs(&remote, nullptr, 0, what);
@@ -432,6 +442,7 @@ void SessionImpl::ReceiveReply(int worker, protocol::Reply* reply) {
 
 void SessionImpl::SyncWorker(int worker_id) {
   CheckLive("SyncWorker");
+  CheckNotCapturing("SyncWorker");
   FlushWorker0();
   CheckWorker(worker_id, "SyncWorker");
   if (worker_id != 0) {
@@ -452,6 +463,7 @@ void SessionImpl::SyncWorker(int worker_id) {
 
 void SessionImpl::SyncAll() {
   CheckLive("SyncAll");
+  CheckNotCapturing("SyncAll");
   FlushWorker0();
   if (transport_->size() > 1) {
     Any head[1] = {Any(-1)};
@@ -463,6 +475,7 @@ void SessionImpl::SyncAll() {
 
 Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
   CheckLive("DebugGetFromRemote");
+  CheckNotCapturing("DebugGetFromRemote");
   FlushWorker0();
   CheckWorker(worker_id, "DebugGetFromRemote");
   CheckRegister(reg_id, "DebugGetFromRemote");
@@ -498,6 +511,7 @@ Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
 
 void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) {
   CheckLive("DebugSetRegister");
+  CheckNotCapturing("DebugSetRegister");
   FlushWorker0();
   CheckWorker(worker_id, "DebugSetRegister");
   CheckRegister(reg_id, "DebugSetRegister");
@@ -520,6 +534,7 @@ void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_
 
 int SessionImpl::Shutdown(int exit_code) {
   if (shut_down_) return final_exit_code_;
+  CheckNotCapturing("Shutdown");
   FlushWorker0();
   ClearBuiltins();
   watchdog::ShuttingDown();  // the workers stop answering liveness pings as they leave
@@ -579,6 +594,7 @@ void Session::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) 
 void Session::Shutdown() { impl_->Shutdown(0); }
 
 void Session::InitCCL(const std::string& ccl, const std::vector<int64_t>& device_ids) {
+  impl_->RefuseInCapture("InitCCL");
   std::string chosen = ccl;
   const char* forced = std::getenv("DISCO_CCL");
   if (forced != nullptr && *forced != '\0') chosen = env::GetString("DISCO_CCL");

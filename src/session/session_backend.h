@@ -4,11 +4,14 @@
 #define DISCO_SESSION_SESSION_BACKEND_H_
 
 #include <disco/any.h>
+#include <disco/graph.h>
 #include <disco/tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace disco {
 namespace detail {
@@ -35,6 +38,15 @@ class SessionBackend {
   virtual void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) = 0;
   /// Ends the session with `exit_code`; returns the job's final exit code. Idempotent.
   virtual int Shutdown(int exit_code) = 0;
+  /// Session::Capture (disco/graph.h). Backends that cannot capture throw ValueError.
+  virtual Graph Capture(int num_inputs,
+                        const std::function<void(const std::vector<Any>&)>& body) = 0;
+  /// Replays graph `id` (Graph::Replay checked the inputs' count).
+  virtual void ReplayGraph(int64_t id, const std::vector<Any>& inputs) = 0;
+  /// Called when the last copy of a Graph of this session goes; never throws.
+  virtual void FreeGraph(int64_t id) noexcept = 0;
+  /// Throws ValueError naming `what` (and discards the capture) while a capture is recorded.
+  virtual void RefuseInCapture(const char* what) { (void)what; }
   /// A cached DRef to a builtin, fetched with GetGlobalFunc on first use.
   const DRef& Builtin(const std::string& name);
   /// Called when the last copy of a DRef of this session goes; never throws.
@@ -52,6 +64,17 @@ class SessionBackend {
  private:
   uint64_t generation_;
   std::map<std::string, DRef> builtins_;
+};
+
+/// What every copy of a Graph shares: its id, its shape, and the registers its calls use (kept
+/// alive while the graph lives). The last copy frees the program on every worker.
+struct GraphState {
+  uint64_t session = 0;  // the generation of the session that installed it
+  int64_t id = 0;
+  int num_inputs = 0;
+  size_t num_calls = 0;
+  std::vector<DRef> keep;
+  ~GraphState();
 };
 
 /// The live session of this process with the given generation (nullptr when it has ended).

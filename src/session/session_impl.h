@@ -5,8 +5,10 @@
 
 #include <disco/session.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,11 @@ class SessionImpl final : public SessionBackend {
 
   void DeallocReg(int64_t reg) noexcept override;
 
+  Graph Capture(int num_inputs, const std::function<void(const std::vector<Any>&)>& body) override;
+  void ReplayGraph(int64_t id, const std::vector<Any>& inputs) override;
+  void FreeGraph(int64_t id) noexcept override;
+  void RefuseInCapture(const char* what) override { CheckNotCapturing(what); }
+
   Worker& worker0() { return worker0_; }
   /// For tests: the next frame carries a sequence number `delta` ahead, so workers see a
   /// desynchronised stream.
@@ -67,6 +74,28 @@ class SessionImpl final : public SessionBackend {
 
  private:
   void CheckLive(const char* what) const;
+  /// Throws ValueError naming `what` when a capture is being recorded (and discards it): syncs,
+  /// copies, debug calls, InitCCL, Shutdown and nested captures cannot be recorded.
+  void CheckNotCapturing(const char* what);
+  // A capture being recorded (graph.cc): every register allocated, in order; the install
+  // operands' steps (see Worker::InstallGraph); registers this capture looked up, by name; the
+  // registers the replayed calls write; the registers the program uses (alive with the graph);
+  // why the capture was discarded ("" while it is not).
+  struct Recording {
+    int num_inputs = 0;
+    std::vector<int64_t> reserved;
+    std::vector<Any> steps;
+    int64_t num_steps = 0;
+    size_t num_calls = 0;
+    std::map<int64_t, std::string> names;
+    std::set<int64_t> call_results;
+    std::vector<DRef> keep;
+    std::string discarded;
+  };
+  DRef RecordLookup(const std::string& name);
+  DRef RecordCall(const DRef& func, const Any* args, size_t num_args);
+  /// Sends the install frame of `rec` (graph id 0: only its install steps, for a discarded one).
+  void Install(Recording& rec, int64_t id);
   void CheckWorker(int worker_id, const char* what) const;
   void CheckRegister(int64_t reg, const char* what) const;
   /// Refuses DRefs of another session among `func` (may be null) and `values` (ValueError).
@@ -134,6 +163,9 @@ class SessionImpl final : public SessionBackend {
   // (SessionConfig::prepost_frames).
   bool prepost_frames_ = false;
   int final_exit_code_ = 0;
+  std::unique_ptr<Recording> recording_;
+  int64_t next_graph_id_ = 1;
+  std::vector<int64_t> pending_graph_frees_;
 };
 
 }  // namespace detail

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -192,7 +193,7 @@ void Worker::GetGlobalFunc(uint64_t seq, int64_t reg, const std::string& name) {
 }
 
 void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args,
-                        size_t n, bool collective_command) {
+                        size_t n, bool collective_command, const std::string* label) {
   // The hot path builds no strings: names and messages are made only when something fails.
   const Register* fr = Find(func_reg);
   const Function* f = nullptr;
@@ -225,7 +226,8 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   }
   // Functions never touch the register file, so `f` stays valid during the call.
   Any rv;
-  watchdog::Begin(seq, "call_packed", f->name());
+  watchdog::Begin(seq, label != nullptr ? "replay_graph" : "call_packed",
+                  label != nullptr ? *label : f->name());
   struct EndGuard {
     ~EndGuard() { watchdog::End(); }
   } end_guard;
@@ -291,7 +293,8 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
                     "; the other workers would wait for this one in the collective");
   }
   if (!failure.empty()) {
-    Fail(seq, result_reg, f->name().empty() ? "<anonymous>" : f->name(), failure);
+    Fail(seq, result_reg,
+         label != nullptr ? *label : (f->name().empty() ? "<anonymous>" : f->name()), failure);
   } else {
     Store(seq, result_reg, std::move(rv));
   }
@@ -391,11 +394,122 @@ Tensor Worker::GetTensor(int64_t reg, const char* what) const {
   return *t;
 }
 
+std::string Worker::FunctionName(int64_t reg) const {
+  const Register* r = Find(reg);
+  if (r == nullptr || r->failure != nullptr) return "";
+  const Function* f = std::get_if<Function>(&r->value.storage());
+  return f != nullptr && f->defined() ? f->name() : "";
+}
+
 bool Worker::HoldsCollective(int64_t reg) const {
   const Register* r = Find(reg);
   if (r == nullptr || r->failure != nullptr) return false;
   const Function* f = std::get_if<Function>(&r->value.storage());
   return f != nullptr && f->defined() && f->get()->collective;
+}
+
+// The install operands (see SessionImpl::Capture): [graph id, number of inputs, number of
+// registers to reserve, the registers..., number of steps, steps...]; a step is [kind, result
+// register, then for a lookup the name, else the function register, flags (1: collective on
+// worker 0), placeholder mask (bit i: argument i is input number <its value>), argument count, the
+// arguments]. Kinds: 0 lookup and 1 call, run now (install); 2 call, kept for every replay.
+void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
+  size_t at = 0;
+  auto next = [&](const char* what) -> const Any& {
+    DISCO_CHECK(at < n, ProtocolError) << "install_graph command #" << seq
+                                       << ": truncated at operand " << at << " (" << what << ")";
+    return ops[at++];
+  };
+  auto integer = [&](const char* what, int64_t lo, int64_t hi) {
+    std::optional<int64_t> v = next(what).as<int64_t>();
+    DISCO_CHECK(v && *v >= lo && *v <= hi, ProtocolError)
+        << "install_graph command #" << seq << ": operand " << at - 1 << " (" << what
+        << ") is not an integer in [" << lo << ", " << hi << "]";
+    return *v;
+  };
+  constexpr int64_t kMaxCount = int64_t{1} << 24;
+  const int64_t id = integer("graph id", 0, INT64_MAX);
+  GraphProgram program;
+  program.num_inputs = integer("input count", 0, 64);
+  const int64_t reserved = integer("reserved register count", 0, kMaxCount);
+  for (int64_t i = 0; i < reserved; ++i) ReserveRegister(integer("register", 1, INT64_MAX));
+  const int64_t steps = integer("step count", 0, kMaxCount);
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t kind = integer("step kind", 0, 2);
+    const int64_t result = integer("result register", 1, INT64_MAX);
+    if (kind == 0) {
+      std::optional<std::string> name = next("name").as<std::string>();
+      DISCO_CHECK(name.has_value(), ProtocolError)
+          << "install_graph command #" << seq << ": a lookup without a name";
+      GetGlobalFunc(seq, result, *name);
+      continue;
+    }
+    const DRef* func = std::get_if<DRef>(&next("function").storage());
+    DISCO_CHECK(func != nullptr, ProtocolError)
+        << "install_graph command #" << seq << ": step " << i << " has no function register";
+    const int64_t flags = integer("flags", 0, 1);
+    const int64_t mask = integer("placeholder mask", INT64_MIN, INT64_MAX);
+    const int64_t nargs = integer("argument count", 0, 64);
+    DISCO_CHECK(at + static_cast<size_t>(nargs) <= n, ProtocolError)
+        << "install_graph command #" << seq << ": step " << i << " claims " << nargs
+        << " arguments past the end";
+    GraphCall call;
+    call.result_reg = result;
+    call.func_reg = func->reg_id();
+    call.collective = flags != 0;
+    call.args.assign(ops + at, ops + at + nargs);
+    at += static_cast<size_t>(nargs);
+    for (int64_t a = 0; a < nargs; ++a) {
+      if ((static_cast<uint64_t>(mask) >> a & 1) == 0) continue;
+      std::optional<int64_t> input = call.args[a].as<int64_t>();
+      DISCO_CHECK(input && *input >= 0 && *input < program.num_inputs, ProtocolError)
+          << "install_graph command #" << seq << ": step " << i << " argument " << a
+          << " names input " << call.args[a].ToString() << " of " << program.num_inputs;
+      call.inputs.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(*input));
+    }
+    DISCO_CHECK(nargs == 64 || (static_cast<uint64_t>(mask) >> nargs) == 0, ProtocolError)
+        << "install_graph command #" << seq << ": step " << i << " marks placeholders past its "
+        << nargs << " arguments";
+    if (kind == 1) {
+      DISCO_CHECK(call.inputs.empty(), ProtocolError)
+          << "install_graph command #" << seq << ": an install step with placeholders";
+      CallPacked(seq, result, call.func_reg, call.args.data(), call.args.size(), call.collective);
+      continue;
+    }
+    const Register* fr = Find(call.func_reg);
+    const Function* f = fr != nullptr && fr->failure == nullptr
+                            ? std::get_if<Function>(&fr->value.storage())
+                            : nullptr;
+    call.label =
+        "graph " + std::to_string(id) + " call " + std::to_string(program.calls.size()) + " '" +
+        (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") + "'";
+    program.calls.push_back(std::move(call));
+  }
+  DISCO_CHECK(at == n, ProtocolError)
+      << "install_graph command #" << seq << ": " << n - at << " operands past the program";
+  if (id != 0) graphs_[id] = std::move(program);
+}
+
+void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) {
+  auto it = graphs_.find(id);
+  DISCO_CHECK(it != graphs_.end(), ProtocolError)
+      << "replay_graph command #" << seq << ": graph " << id << " is not installed on worker "
+      << info_.worker_id;
+  const GraphProgram& program = it->second;
+  DISCO_CHECK(static_cast<int64_t>(n) == program.num_inputs, ProtocolError)
+      << "replay_graph command #" << seq << ": " << n << " inputs for graph " << id
+      << ", which takes " << program.num_inputs;
+  for (const GraphCall& call : program.calls) {
+    const Any* args = call.args.data();
+    if (!call.inputs.empty()) {
+      graph_args_.assign(call.args.begin(), call.args.end());
+      for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
+      args = graph_args_.data();
+    }
+    CallPacked(seq, call.result_reg, call.func_reg, args, call.args.size(), call.collective,
+               &call.label);
+  }
+  graph_args_.clear();
 }
 
 size_t Worker::num_live_registers() const {
@@ -473,9 +587,9 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
     // The flight recorder and the watchdog see every command; call_packed records itself (with
     // its function's name), and parking and shutdown are waits, not work.
     const protocol::Action action = cmd.action();
-    const bool recorded = action != protocol::Action::kCallPacked &&
-                          action != protocol::Action::kPark &&
-                          action != protocol::Action::kShutdown;
+    const bool recorded =
+        action != protocol::Action::kCallPacked && action != protocol::Action::kReplayGraph &&
+        action != protocol::Action::kPark && action != protocol::Action::kShutdown;
     if (recorded) watchdog::Begin(header.seq, protocol::ActionName(action), "");
     switch (action) {
       case protocol::Action::kShutdown: {
@@ -489,6 +603,23 @@ int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const Wo
         break;
       case protocol::Action::kPark:
         transport->ParkUntilWoken(kParkMaxSleepUs);
+        break;
+      case protocol::Action::kInstallGraph:
+        worker.InstallGraph(header.seq, cmd.args.data(), cmd.args.size());
+        break;
+      case protocol::Action::kReplayGraph:
+        DISCO_CHECK(!cmd.args.empty(), ProtocolError)
+            << "replay_graph command #" << header.seq << " has no graph id";
+        worker.ReplayGraph(header.seq, Operand<int64_t>(cmd, 0, "graph id"), cmd.args.data() + 1,
+                           cmd.args.size() - 1);
+        break;
+      case protocol::Action::kFreeGraph:
+        for (const Any& id : cmd.args) {
+          std::optional<int64_t> g = id.as<int64_t>();
+          DISCO_CHECK(g.has_value(), ProtocolError)
+              << "free_graph command #" << header.seq << ": a graph id that is not an integer";
+          worker.FreeGraph(*g);
+        }
         break;
       case protocol::Action::kGetGlobalFunc:
         worker.GetGlobalFunc(header.seq, Operand<int64_t>(cmd, 0, "register"),

@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/call_context.h"
@@ -44,8 +46,19 @@ class Worker {
   /// `collective_command`: the controller's worker 0 found a collective in `func_reg` (the
   /// frame's kFlagCollective); a worker whose function register does not hold it then ends the
   /// job, since the other workers would wait for it in the collective.
+  /// `label`, when given, names the call in errors and in the watchdog instead of the function's
+  /// name (a replayed graph's call: "graph 3 call 5 'my.fn'").
   void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n,
-                  bool collective_command = false);
+                  bool collective_command = false, const std::string* label = nullptr);
+  /// Installs the program of a captured graph (protocol/graph.h's install operands): reserves its
+  /// registers, runs its install steps (lookups, disco.empty) and keeps its calls under its id.
+  /// A malformed program is a ProtocolError.
+  void InstallGraph(uint64_t seq, const Any* operands, size_t n);
+  /// Runs the calls of graph `id` with `inputs` in place of its placeholders.
+  void ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n);
+  /// Forgets graph `id` (nothing when unknown).
+  void FreeGraph(int64_t id) { graphs_.erase(id); }
+  size_t num_graphs() const { return graphs_.size(); }
   /// Stores `value` (a DRef is resolved) in `reg`. A tensor value is copied: into the tensor the
   /// register holds (shape and dtype must match, else an error is reported and the register
   /// keeps its value), or into a new tensor of the register's own.
@@ -66,6 +79,8 @@ class Worker {
   /// call deferred on worker 0 (SessionImpl) must not leave a hole that a later command's
   /// register, stored first, would fall beyond.
   void ReserveRegister(int64_t reg) { Slot(reg); }
+  /// The name of the function `reg` holds ("" when it holds none).
+  std::string FunctionName(int64_t reg) const;
   /// True when `reg` holds a Function marked collective.
   bool HoldsCollective(int64_t reg) const;
   /// Registers currently in use (for tests of the free list).
@@ -103,8 +118,24 @@ class Worker {
   void Report(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
   const Any& Resolve(const Any& arg, size_t index, const std::string& function) const;
 
+  // A captured graph as this worker runs it.
+  struct GraphCall {
+    int64_t result_reg = 0;
+    int64_t func_reg = 0;
+    bool collective = false;
+    std::vector<Any> args;
+    std::vector<std::pair<uint32_t, uint32_t>> inputs;  // (argument position, input index)
+    std::string label;
+  };
+  struct GraphProgram {
+    int64_t num_inputs = 0;
+    std::vector<GraphCall> calls;
+  };
+
   WorkerInfo info_;
   ErrorSink sink_;
+  std::unordered_map<int64_t, GraphProgram> graphs_;
+  std::vector<Any> graph_args_;
   uint64_t errors_reported_ = 0;
   std::vector<Register> regs_;
   std::vector<Any> scratch_;

@@ -1,0 +1,200 @@
+// Capture and replay (disco/graph.h): the controller records the calls a capture makes, sends the
+// program once (install_graph) and each replay as one small frame (replay_graph); workers keep the
+// program and run it with the inputs substituted (Worker::InstallGraph / ReplayGraph).
+#include <disco/graph.h>
+#include <disco/session.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "session/session_impl.h"
+
+namespace disco {
+namespace detail {
+
+namespace {
+// A placeholder of a capture: an unowned DRef with a negative id (never valid on the wire).
+Any Placeholder(int i) { return Any(DRef::Unowned(-1 - static_cast<int64_t>(i))); }
+// The input index a placeholder stands for, or -1.
+int64_t PlaceholderIndex(const Any& a) {
+  const DRef* ref = std::get_if<DRef>(&a.storage());
+  return ref != nullptr && ref->session() == 0 && ref->reg_id() < 0 ? -1 - ref->reg_id() : -1;
+}
+}  // namespace
+
+void SessionImpl::CheckNotCapturing(const char* what) {
+  if (recording_ == nullptr) return;
+  if (recording_->discarded.empty()) recording_->discarded = what;
+  DISCO_THROW(ValueError) << what
+                          << " cannot be recorded in Session::Capture (only calls, collectives, "
+                             "point-to-point and Empty can); the capture is discarded";
+}
+
+Graph SessionImpl::Capture(int num_inputs,
+                           const std::function<void(const std::vector<Any>&)>& body) {
+  CheckLive("Capture");
+  CheckNotCapturing("a nested Capture");
+  DISCO_CHECK(num_inputs >= 0 && num_inputs <= 64, ValueError)
+      << "Capture: " << num_inputs << " inputs (0 to 64)";
+  DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
+  recording_ = std::make_unique<Recording>();
+  recording_->num_inputs = num_inputs;
+  std::vector<Any> inputs;
+  for (int i = 0; i < num_inputs; ++i) inputs.push_back(Placeholder(i));
+  try {
+    body(inputs);
+  } catch (...) {
+    // Its lookups and Empty tensors were handed out as DRefs: install them, without a graph.
+    std::unique_ptr<Recording> rec = std::move(recording_);
+    Install(*rec, 0);
+    throw;
+  }
+  std::unique_ptr<Recording> rec = std::move(recording_);
+  if (!rec->discarded.empty()) {
+    Install(*rec, 0);
+    DISCO_THROW(ValueError) << "Capture: the body called " << rec->discarded
+                            << ", which cannot be recorded; the capture was discarded";
+  }
+  const int64_t id = next_graph_id_++;
+  Install(*rec, id);
+  auto state = std::make_shared<GraphState>();
+  state->session = generation();
+  state->id = id;
+  state->num_inputs = num_inputs;
+  state->num_calls = rec->num_calls;
+  state->keep = std::move(rec->keep);
+  return Graph(std::move(state));
+}
+
+DRef SessionImpl::RecordLookup(const std::string& name) {
+  Recording& rec = *recording_;
+  const int64_t reg = AllocateReg();
+  rec.reserved.push_back(reg);
+  rec.steps.insert(rec.steps.end(), {Any(int64_t{0}), Any(reg), Any(name)});
+  ++rec.num_steps;
+  rec.names[reg] = name;
+  DRef out = MakeDRef(reg);
+  rec.keep.push_back(out);
+  return out;
+}
+
+DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args) {
+  Recording& rec = *recording_;
+  DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
+  DISCO_CHECK(num_args <= 64, ValueError)
+      << "Capture: a recorded call takes at most 64 arguments, not " << num_args;
+  CheckOwnRefs(&func, args, num_args, "CallPacked");
+  DISCO_CHECK(PlaceholderIndex(Any(func)) < 0, ValueError)
+      << "Capture: a placeholder cannot be the function of a call";
+  auto named = rec.names.find(func.reg_id());
+  const std::string name =
+      named != rec.names.end() ? named->second : worker0_.FunctionName(func.reg_id());
+  bool collective = worker0_.HoldsCollective(func.reg_id());
+  if (named != rec.names.end()) {
+    Function f = Registry::Get(name);
+    collective = f.defined() && f.get()->collective;
+  }
+  const bool at_install = name == "disco.empty";
+  uint64_t mask = 0;
+  std::vector<Any> encoded(args, args + num_args);
+  for (size_t i = 0; i < num_args; ++i) {
+    const int64_t input = PlaceholderIndex(args[i]);
+    const DRef* ref = std::get_if<DRef>(&args[i].storage());
+    if (at_install) {
+      DISCO_CHECK(input < 0 && (ref == nullptr || rec.call_results.count(ref->reg_id()) == 0),
+                  ValueError)
+          << "Capture: Empty is allocated once, at install; its argument " << i
+          << " cannot be a placeholder or the result of a recorded call";
+    }
+    if (input >= 0) {
+      DISCO_CHECK(input < rec.num_inputs, ValueError)
+          << "Capture: argument " << i << " is a placeholder of another capture";
+      mask |= uint64_t{1} << i;
+      encoded[i] = Any(input);
+    } else if (ref != nullptr) {
+      rec.keep.push_back(*ref);
+    }
+  }
+  const int64_t reg = AllocateReg();
+  rec.reserved.push_back(reg);
+  rec.steps.insert(
+      rec.steps.end(),
+      {Any(int64_t{at_install ? 1 : 2}), Any(reg), Any(func), Any(int64_t{collective ? 1 : 0}),
+       Any(static_cast<int64_t>(mask)), Any(static_cast<int64_t>(num_args))});
+  rec.steps.insert(rec.steps.end(), std::make_move_iterator(encoded.begin()),
+                   std::make_move_iterator(encoded.end()));
+  ++rec.num_steps;
+  rec.keep.push_back(func);
+  if (!at_install) {
+    rec.call_results.insert(reg);
+    ++rec.num_calls;
+  }
+  DRef out = MakeDRef(reg);
+  rec.keep.push_back(out);  // the program writes it at every replay: never freed before the graph
+  return out;
+}
+
+void SessionImpl::Install(Recording& rec, int64_t id) {
+  std::vector<Any> ops;
+  ops.reserve(5 + rec.reserved.size() + rec.steps.size());
+  ops.push_back(Any(id));
+  ops.push_back(Any(static_cast<int64_t>(rec.num_inputs)));
+  ops.push_back(Any(static_cast<int64_t>(rec.reserved.size())));
+  for (int64_t reg : rec.reserved) ops.push_back(Any(reg));
+  ops.push_back(Any(rec.num_steps));
+  ops.insert(ops.end(), rec.steps.begin(), rec.steps.end());
+  const uint64_t seq =
+      Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+  FlushWorker0();
+  worker0_.InstallGraph(seq, ops.data(), ops.size());
+}
+
+void SessionImpl::ReplayGraph(int64_t id, const std::vector<Any>& inputs) {
+  CheckLive("Graph::Replay");
+  CheckNotCapturing("Graph::Replay");
+  CheckOwnRefs(nullptr, inputs.data(), inputs.size(), "Graph::Replay");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    DISCO_CHECK(PlaceholderIndex(inputs[i]) < 0, ValueError)
+        << "Graph::Replay: input " << i << " is a placeholder of a capture";
+  }
+  Any head[1] = {Any(id)};
+  const uint64_t seq =
+      Broadcast(protocol::Action::kReplayGraph, head, 1, inputs.data(), inputs.size());
+  FlushWorker0();
+  worker0_.ReplayGraph(seq, id, inputs.data(), inputs.size());
+}
+
+void SessionImpl::FreeGraph(int64_t id) noexcept {
+  if (is_shut_down()) return;
+  worker0_.FreeGraph(id);
+  pending_graph_frees_.push_back(id);
+}
+
+GraphState::~GraphState() {
+  if (SessionBackend* s = LiveSession(session)) s->FreeGraph(id);
+}
+
+}  // namespace detail
+
+void Graph::Replay(const std::vector<Any>& inputs) const {
+  DISCO_CHECK(state_ != nullptr, ValueError) << "Replay of an empty Graph";
+  DISCO_CHECK(static_cast<int>(inputs.size()) == state_->num_inputs, ValueError)
+      << "Graph::Replay: graph " << state_->id << " takes " << state_->num_inputs
+      << " input(s), got " << inputs.size();
+  detail::SessionBackend* s = detail::LiveSession(state_->session);
+  DISCO_CHECK(s != nullptr, ValueError)
+      << "Graph::Replay: graph " << state_->id << " belongs to a session that has ended";
+  s->ReplayGraph(state_->id, inputs);
+}
+int Graph::num_inputs() const { return state_ != nullptr ? state_->num_inputs : 0; }
+size_t Graph::num_calls() const { return state_ != nullptr ? state_->num_calls : 0; }
+int64_t Graph::id() const { return state_ != nullptr ? state_->id : 0; }
+
+Graph Session::Capture(int num_inputs, std::function<void(const std::vector<Any>&)> body) {
+  return impl_->Capture(num_inputs, body);
+}
+
+}  // namespace disco

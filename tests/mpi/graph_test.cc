@@ -1,0 +1,181 @@
+// Capture and replay (disco/graph.h): recorded calls run on every worker at each replay with the
+// inputs substituted, into fixed registers; collectives inside graphs; errors name the graph, the
+// call and the function; what cannot be recorded is refused and the capture discarded.
+#include <disco/disco.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mpi/mpi_test_env.h"
+#include "session/session_impl.h"
+
+namespace disco {
+namespace {
+
+using testing::RemoteErrorOf;
+
+// out[i] = x[i] * k + worker id
+DISCO_REGISTER_GLOBAL("test.graph.scale_into").set_body_typed([](Tensor x, double k, Tensor out) {
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    out.data_as<float>()[i] =
+        static_cast<float>(x.data_as<float>()[i] * k + ThisWorker().worker_id);
+  }
+  return out;
+});
+DISCO_REGISTER_GLOBAL("test.graph.fill").set_body_typed([](Tensor t, double v) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = static_cast<float>(v);
+});
+DISCO_REGISTER_GLOBAL("test.graph.add").set_body_typed([](int64_t a, int64_t b) { return a + b; });
+DISCO_REGISTER_GLOBAL("test.graph.fail_on_last_if").set_body_typed([](int64_t a, bool fail) {
+  const WorkerInfo& w = ThisWorker();
+  if (fail && w.worker_id == w.num_workers - 1) throw ValueError("asked to fail");
+  return a;
+});
+DISCO_REGISTER_GLOBAL("test.graph.noop").set_body_packed([](const Args&, Any*) {});
+DISCO_REGISTER_GLOBAL("test.graph.num_graphs").set_body_typed([]() {
+  return static_cast<int64_t>(detail::CurrentWorker()->num_graphs());
+});
+
+class GraphTest : public ::testing::Test {
+ protected:
+  Session& s() { return *testing::g_session; }
+  DRef F(const std::string& name) { return s().GetGlobalFunc(name); }
+  int n() { return s().num_workers(); }
+  void Check(const std::string& what) { testing::ExpectNoRemoteError(s(), what); }
+  int64_t NumGraphs(int worker) {
+    return s().CallPacked(F("test.graph.num_graphs")).DebugGetFromRemote(worker).cast<int64_t>();
+  }
+};
+
+TEST_F(GraphTest, ReplaysRunEveryCallWithTheInputsOnEveryWorker) {
+  DRef add = F("test.graph.add");
+  DRef sum;
+  Graph g = s().Capture(2, [&](const std::vector<Any>& in) {
+    DRef t = s().CallPacked(add, in[0], in[1]);
+    sum = s().CallPacked(add, t, 100);
+  });
+  EXPECT_EQ(g.num_inputs(), 2);
+  EXPECT_EQ(g.num_calls(), 2u);
+  for (int64_t i = 0; i < 5; ++i) {
+    g.Replay({Any(i), Any(i * 10)});
+    for (int w = 0; w < n(); ++w) {
+      EXPECT_EQ(sum.DebugGetFromRemote(w).cast<int64_t>(), i * 11 + 100) << "worker " << w;
+    }
+  }
+  Check("replays");
+}
+
+TEST_F(GraphTest, TensorsEmptyAtInstallAndCollectivesInsideAGraph) {
+  s().InitCCL("mpi");
+  const int64_t count = 1000;
+  DRef x, y;
+  Graph g = s().Capture(1, [&](const std::vector<Any>& in) {
+    x = s().Empty(Shape{count}, DataType("float32"));
+    y = s().Empty(Shape{count}, DataType("float32"));
+    s().CallPacked(F("test.graph.fill"), x, in[0]);
+    s().CallPacked(F("test.graph.scale_into"), x, 2.0, y);
+    s().AllReduce(y, "sum", false, y);
+  });
+  EXPECT_EQ(g.num_calls(), 3u) << "Empty runs at install, not at each replay";
+  for (int r = 1; r <= 3; ++r) {
+    g.Replay({Any(static_cast<double>(r))});
+    // sum over workers of (2r + w) = 2rn + n(n-1)/2
+    const double want = 2.0 * r * n() + n() * (n() - 1) / 2.0;
+    for (int w = 0; w < n(); ++w) {
+      Tensor got = y.DebugGetFromRemote(w).cast<Tensor>();
+      EXPECT_FLOAT_EQ(got.data_as<float>()[0], static_cast<float>(want)) << "replay " << r;
+      EXPECT_FLOAT_EQ(got.data_as<float>()[count - 1], static_cast<float>(want));
+    }
+  }
+  Check("collective replays");
+}
+
+TEST_F(GraphTest, AFailingCallPoisonsWhatDependsOnItAndNamesGraphCallAndFunction) {
+  DRef add = F("test.graph.add"), fail = F("test.graph.fail_on_last_if");
+  DRef out;
+  Graph g = s().Capture(1, [&](const std::vector<Any>& in) {
+    DRef a = s().CallPacked(fail, 5, in[0]);
+    out = s().CallPacked(add, a, 1);
+  });
+  g.Replay({Any(true)});
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("graph " + std::to_string(g.id()) + " call 0 'test.graph.fail_on_last_if'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("asked to fail"), std::string::npos) << msg;
+  g.Replay({Any(false)});
+  Check("the next replay");
+  EXPECT_EQ(out.DebugGetFromRemote(n() - 1).cast<int64_t>(), 6);
+}
+
+TEST_F(GraphTest, WhatCannotBeRecordedIsRefusedAndTheCaptureDiscarded) {
+  DRef add = F("test.graph.add");
+  auto refused = [&](const std::string& what, const std::function<void()>& call) {
+    try {
+      s().Capture(0, [&](const std::vector<Any>&) {
+        s().CallPacked(add, 1, 2);
+        call();
+      });
+      ADD_FAILURE() << what << " was recorded";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  DRef t = s().Empty(Shape{4}, DataType("float32"));
+  Tensor host = Tensor::Empty(Shape{4}, DataType("float32"));
+  refused("SyncAll", [&] { s().SyncAll(); });
+  refused("SyncWorker", [&] { s().SyncWorker(0); });
+  refused("CopyToWorker0", [&] { s().CopyToWorker0(host, t); });
+  refused("CopyFromWorker0", [&] { s().CopyFromWorker0(host, t); });
+  refused("DebugGetFromRemote", [&] { t.DebugGetFromRemote(0); });
+  refused("DebugSetRegister", [&] { t.DebugCopyFrom(0, Any(host)); });
+  refused("InitCCL", [&] { s().InitCCL("mpi"); });
+  refused("nested Capture", [&] { s().Capture(0, [](const std::vector<Any>&) {}); });
+  // A body that swallows the refusal still gets its capture discarded.
+  try {
+    s().Capture(0, [&](const std::vector<Any>&) {
+      try {
+        s().SyncAll();
+      } catch (const ValueError&) {
+      }
+      s().CallPacked(add, 1, 2);
+    });
+    ADD_FAILURE() << "a capture whose body swallowed a refusal was kept";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("discarded"), std::string::npos) << e.what();
+  }
+  // Lookups made inside a discarded capture still work.
+  try {
+    s().Capture(0, [&](const std::vector<Any>&) {
+      DRef late = F("test.graph.add");
+      s().CallPacked(late, 1, 2);
+      s().SyncAll();
+    });
+  } catch (const ValueError&) {
+  }
+  EXPECT_EQ(s().CallPacked(add, 2, 3).DebugGetFromRemote(n() - 1).cast<int64_t>(), 5);
+  Check("after refusals");
+}
+
+TEST_F(GraphTest, BadInputsAreValueErrorsAndGraphsAreFreedWithTheirLastCopy) {
+  const int64_t before = NumGraphs(n() - 1);
+  {
+    Graph g = s().Capture(
+        1, [&](const std::vector<Any>& in) { s().CallPacked(F("test.graph.add"), in[0], 1); });
+    EXPECT_THROW(g.Replay({}), ValueError);
+    EXPECT_THROW(g.Replay({Any(1), Any(2)}), ValueError);
+    Graph copy = g;
+    EXPECT_EQ(NumGraphs(n() - 1), before + 1);
+    g = Graph();
+    copy.Replay({Any(int64_t{1})});
+    Check("a copy replays");
+  }
+  s().CallPacked(F("test.graph.noop"));
+  EXPECT_EQ(NumGraphs(n() - 1), before);
+  EXPECT_EQ(NumGraphs(0), before);
+  EXPECT_THROW(Graph().Replay(), ValueError);
+}
+
+}  // namespace
+}  // namespace disco
