@@ -46,6 +46,7 @@ struct State {
   Record records[kFlightRecords];
   std::atomic<uint64_t> next{0};  // records written so far
   std::atomic<bool> busy{false};
+  std::atomic<const char*> step_label{nullptr};  // the call a replay is at (Step)
   std::atomic<int64_t> start_ns{0};
   std::atomic<bool> dump_requested{false};
   char prefix[96] = {0};
@@ -302,7 +303,9 @@ void Fire(double elapsed_s) {
   State& s = S();
   const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
   std::ostringstream line;
-  line << "watchdog: " << Describe(current) << " has run for " << elapsed_s
+  line << "watchdog: " << Describe(current);
+  if (const char* step = s.step_label.load(std::memory_order_relaxed)) line << " at " << step;
+  line << " has run for " << elapsed_s
        << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
   int peer = wait_record::Peer();
   if (peer >= 0) {
@@ -442,7 +445,13 @@ void Begin(uint64_t seq, const char* action, const std::string& function) {
   r.duration_ns = -1;
   s.next.store(next + 1, std::memory_order_release);
   s.start_ns.store(now, std::memory_order_relaxed);
+  s.step_label.store(nullptr, std::memory_order_relaxed);
   s.busy.store(true, std::memory_order_release);
+}
+
+void Step(int64_t index, const char* label) {
+  (void)index;
+  S().step_label.store(label, std::memory_order_relaxed);
 }
 
 void End() {

@@ -33,6 +33,9 @@ void Stop();
 void Begin(uint64_t seq, const char* action, const std::string& function);
 /// The running function returned (or threw).
 void End();
+/// Inside a graph replay begun with Begin: the replay is at call `index`, `label` ("graph 3 call
+/// 5 'my.fn'", alive while the graph is) names it in the watchdog's line.
+void Step(int64_t index, const char* label);
 
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);

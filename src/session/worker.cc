@@ -226,11 +226,14 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   }
   // Functions never touch the register file, so `f` stays valid during the call.
   Any rv;
-  watchdog::Begin(seq, label != nullptr ? "replay_graph" : "call_packed",
-                  label != nullptr ? *label : f->name());
+  // A replay's calls are inside the replay's own record (ReplayGraph).
+  if (label == nullptr) watchdog::Begin(seq, "call_packed", f->name());
   struct EndGuard {
-    ~EndGuard() { watchdog::End(); }
-  } end_guard;
+    bool active;
+    ~EndGuard() {
+      if (active) watchdog::End();
+    }
+  } end_guard{label == nullptr};
   // Only collectives read where their arguments came from (see CallOrigins).
   const bool collective = f->get()->collective;
   CallOrigins& origins = detail::MutableCallOrigins();
@@ -480,6 +483,12 @@ void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
     const Function* f = fr != nullptr && fr->failure == nullptr
                             ? std::get_if<Function>(&fr->value.storage())
                             : nullptr;
+    if (f != nullptr && f->defined() && !call.collective && !f->get()->collective) call.func = *f;
+    for (int64_t a = 0; a < nargs; ++a) {
+      if (call.args[a].type_code() == TypeCode::kDRef) {
+        call.refs.push_back(static_cast<uint32_t>(a));
+      }
+    }
     call.label =
         "graph " + std::to_string(id) + " call " + std::to_string(program.calls.size()) + " '" +
         (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") + "'";
@@ -487,6 +496,7 @@ void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
   }
   DISCO_CHECK(at == n, ProtocolError)
       << "install_graph command #" << seq << ": " << n - at << " operands past the program";
+  program.label = "graph " + std::to_string(id);
   if (id != 0) graphs_[id] = std::move(program);
 }
 
@@ -499,7 +509,18 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
   DISCO_CHECK(static_cast<int64_t>(n) == program.num_inputs, ProtocolError)
       << "replay_graph command #" << seq << ": " << n << " inputs for graph " << id
       << ", which takes " << program.num_inputs;
-  for (const GraphCall& call : program.calls) {
+  // One flight record for the replay; the watchdog names the call it is at.
+  watchdog::Begin(seq, "replay_graph", program.label);
+  struct EndGuard {
+    ~EndGuard() { watchdog::End(); }
+  } end_guard;
+  for (size_t i = 0; i < program.calls.size(); ++i) {
+    const GraphCall& call = program.calls[i];
+    watchdog::Step(static_cast<int64_t>(i), call.label.c_str());
+    if (call.func.defined()) {
+      RunGraphCall(seq, call, inputs);
+      continue;
+    }
     const Any* args = call.args.data();
     if (!call.inputs.empty()) {
       graph_args_.assign(call.args.begin(), call.args.end());
@@ -510,6 +531,24 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
                &call.label);
   }
   graph_args_.clear();
+}
+
+void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs) {
+  const Any* args = call.args.data();
+  Any rv;
+  try {
+    if (!call.inputs.empty() || !call.refs.empty()) {
+      graph_args_.assign(call.args.begin(), call.args.end());
+      for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
+      for (uint32_t pos : call.refs) graph_args_[pos] = Resolve(call.args[pos], pos, call.label);
+      args = graph_args_.data();
+    }
+    rv = call.func.CallPacked(args, call.args.size());
+  } catch (...) {
+    Fail(seq, call.result_reg, call.label, CurrentExceptionText());
+    return;
+  }
+  Store(seq, call.result_reg, std::move(rv));
 }
 
 size_t Worker::num_live_registers() const {

@@ -125,12 +125,19 @@ class Worker {
     bool collective = false;
     std::vector<Any> args;
     std::vector<std::pair<uint32_t, uint32_t>> inputs;  // (argument position, input index)
+    std::vector<uint32_t> refs;                          // positions of register arguments
     std::string label;
+    // The function the register held at install, for the replay's fast path (calls that are not
+    // collectives): no lookup, no per-call flight record; undefined: through CallPacked.
+    Function func;
   };
   struct GraphProgram {
     int64_t num_inputs = 0;
     std::vector<GraphCall> calls;
+    std::string label;  // "graph 3"
   };
+  /// One call of a replay on the fast path.
+  void RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs);
 
   WorkerInfo info_;
   ErrorSink sink_;

@@ -70,6 +70,7 @@ void Emit(const Table& table, const Options& opts, const std::vector<std::string
 
 int RunCallBench(Session& s, const Options& opts);
 int RunCclBench(Session& s, const Options& opts);
+int RunGraphBench(Session& s, const Options& opts);
 int RunLoadBench(Session& s, const Options& opts);
 /// Only in builds with OpenBLAS (DISCO_BENCH_MLP).
 int RunMlpBench(Session& s, const Options& opts);

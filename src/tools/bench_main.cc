@@ -1,5 +1,6 @@
 // disco-bench: benchmarks that measure the runtime next to the raw MPI baseline in the same run.
 //   mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--csv FILE]
+//   mpirun -n 2 disco-bench graph [--iters N] [--repeats R] [--bytes B]
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
@@ -212,6 +213,7 @@ int main(int argc, char** argv) {
     disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
     if (sub == "call") return disco::bench::RunCallBench(s, opts);
     if (sub == "ccl") return disco::bench::RunCclBench(s, opts);
+    if (sub == "graph") return disco::bench::RunGraphBench(s, opts);
     if (sub == "load") return disco::bench::RunLoadBench(s, opts);
 #if DISCO_BENCH_MLP
     if (sub == "mlp") return disco::bench::RunMlpBench(s, opts);
@@ -221,6 +223,8 @@ int main(int argc, char** argv) {
                  "[--csv FILE]\n"
                  "       mpirun -n 2 disco-bench ccl [--ccl mpi|nccl] [--op allreduce|allgather|"
                  "reduce_scatter|broadcast] [--min-bytes B] [--max-bytes B] [--repeats R] "
+                 "[--csv FILE] [--json FILE]\n"
+                 "       mpirun -n 2 disco-bench graph [--iters N] [--repeats R] [--bytes B] "
                  "[--csv FILE] [--json FILE]\n"
                  "       mpirun -n 2 disco-bench load [--bytes B] [--axis 1|2 (rows|columns)] "
                  "[--repeats R] [--dir DIR] [--csv FILE] [--json FILE]\n"
