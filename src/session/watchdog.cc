@@ -305,8 +305,7 @@ void Fire(double elapsed_s) {
   std::ostringstream line;
   line << "watchdog: " << Describe(current);
   if (const char* step = s.step_label.load(std::memory_order_relaxed)) line << " at " << step;
-  line << " has run for " << elapsed_s
-       << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
+  line << " has run for " << elapsed_s << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
   int peer = wait_record::Peer();
   if (peer >= 0) {
     line << "; it waits for rank " << peer << " in a collective"

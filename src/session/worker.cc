@@ -19,6 +19,7 @@
 #include "ccl/context.h"
 #include "core/device_memory.h"
 #include "core/launcher.h"
+#include "protocol/graph.h"
 #include "session/builtins.h"
 #include "session/mpi_transport.h"
 #include "session/watchdog.h"
@@ -411,93 +412,44 @@ bool Worker::HoldsCollective(int64_t reg) const {
   return f != nullptr && f->defined() && f->get()->collective;
 }
 
-// The install operands (see SessionImpl::Capture): [graph id, number of inputs, number of
-// registers to reserve, the registers..., number of steps, steps...]; a step is [kind, result
-// register, then for a lookup the name, else the function register, flags (1: collective on
-// worker 0), placeholder mask (bit i: argument i is input number <its value>), argument count, the
-// arguments]. Kinds: 0 lookup and 1 call, run now (install); 2 call, kept for every replay.
 void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
-  size_t at = 0;
-  auto next = [&](const char* what) -> const Any& {
-    DISCO_CHECK(at < n, ProtocolError) << "install_graph command #" << seq
-                                       << ": truncated at operand " << at << " (" << what << ")";
-    return ops[at++];
-  };
-  auto integer = [&](const char* what, int64_t lo, int64_t hi) {
-    std::optional<int64_t> v = next(what).as<int64_t>();
-    DISCO_CHECK(v && *v >= lo && *v <= hi, ProtocolError)
-        << "install_graph command #" << seq << ": operand " << at - 1 << " (" << what
-        << ") is not an integer in [" << lo << ", " << hi << "]";
-    return *v;
-  };
-  constexpr int64_t kMaxCount = int64_t{1} << 24;
-  const int64_t id = integer("graph id", 0, INT64_MAX);
+  protocol::GraphProgram spec = protocol::DecodeGraphProgram(ops, n, seq);
+  for (int64_t reg : spec.reserved) ReserveRegister(reg);
   GraphProgram program;
-  program.num_inputs = integer("input count", 0, 64);
-  const int64_t reserved = integer("reserved register count", 0, kMaxCount);
-  for (int64_t i = 0; i < reserved; ++i) ReserveRegister(integer("register", 1, INT64_MAX));
-  const int64_t steps = integer("step count", 0, kMaxCount);
-  for (int64_t i = 0; i < steps; ++i) {
-    const int64_t kind = integer("step kind", 0, 2);
-    const int64_t result = integer("result register", 1, INT64_MAX);
-    if (kind == 0) {
-      std::optional<std::string> name = next("name").as<std::string>();
-      DISCO_CHECK(name.has_value(), ProtocolError)
-          << "install_graph command #" << seq << ": a lookup without a name";
-      GetGlobalFunc(seq, result, *name);
+  program.num_inputs = spec.num_inputs;
+  program.label = "graph " + std::to_string(spec.id);
+  for (protocol::GraphStep& step : spec.steps) {
+    if (step.kind == protocol::GraphStep::kLookup) {
+      GetGlobalFunc(seq, step.result_reg, step.name);
       continue;
     }
-    const DRef* func = std::get_if<DRef>(&next("function").storage());
-    DISCO_CHECK(func != nullptr, ProtocolError)
-        << "install_graph command #" << seq << ": step " << i << " has no function register";
-    const int64_t flags = integer("flags", 0, 1);
-    const int64_t mask = integer("placeholder mask", INT64_MIN, INT64_MAX);
-    const int64_t nargs = integer("argument count", 0, 64);
-    DISCO_CHECK(at + static_cast<size_t>(nargs) <= n, ProtocolError)
-        << "install_graph command #" << seq << ": step " << i << " claims " << nargs
-        << " arguments past the end";
+    if (step.kind == protocol::GraphStep::kInstallCall) {
+      CallPacked(seq, step.result_reg, step.func_reg, step.args.data(), step.args.size(),
+                 step.collective);
+      continue;
+    }
     GraphCall call;
-    call.result_reg = result;
-    call.func_reg = func->reg_id();
-    call.collective = flags != 0;
-    call.args.assign(ops + at, ops + at + nargs);
-    at += static_cast<size_t>(nargs);
-    for (int64_t a = 0; a < nargs; ++a) {
-      if ((static_cast<uint64_t>(mask) >> a & 1) == 0) continue;
-      std::optional<int64_t> input = call.args[a].as<int64_t>();
-      DISCO_CHECK(input && *input >= 0 && *input < program.num_inputs, ProtocolError)
-          << "install_graph command #" << seq << ": step " << i << " argument " << a
-          << " names input " << call.args[a].ToString() << " of " << program.num_inputs;
-      call.inputs.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(*input));
-    }
-    DISCO_CHECK(nargs == 64 || (static_cast<uint64_t>(mask) >> nargs) == 0, ProtocolError)
-        << "install_graph command #" << seq << ": step " << i << " marks placeholders past its "
-        << nargs << " arguments";
-    if (kind == 1) {
-      DISCO_CHECK(call.inputs.empty(), ProtocolError)
-          << "install_graph command #" << seq << ": an install step with placeholders";
-      CallPacked(seq, result, call.func_reg, call.args.data(), call.args.size(), call.collective);
-      continue;
-    }
+    call.result_reg = step.result_reg;
+    call.func_reg = step.func_reg;
+    call.collective = step.collective;
+    call.args = std::move(step.args);
+    call.inputs = std::move(step.inputs);
     const Register* fr = Find(call.func_reg);
     const Function* f = fr != nullptr && fr->failure == nullptr
                             ? std::get_if<Function>(&fr->value.storage())
                             : nullptr;
     if (f != nullptr && f->defined() && !call.collective && !f->get()->collective) call.func = *f;
-    for (int64_t a = 0; a < nargs; ++a) {
+    for (size_t a = 0; a < call.args.size(); ++a) {
       if (call.args[a].type_code() == TypeCode::kDRef) {
         call.refs.push_back(static_cast<uint32_t>(a));
       }
     }
-    call.label =
-        "graph " + std::to_string(id) + " call " + std::to_string(program.calls.size()) + " '" +
-        (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") + "'";
+    call.label = program.label + " call " + std::to_string(program.calls.size()) + " '" +
+                 (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") +
+                 "'";
     program.calls.push_back(std::move(call));
   }
-  DISCO_CHECK(at == n, ProtocolError)
-      << "install_graph command #" << seq << ": " << n - at << " operands past the program";
-  program.label = "graph " + std::to_string(id);
-  if (id != 0) graphs_[id] = std::move(program);
+  if (spec.id != 0) graphs_[spec.id] = std::move(program);
 }
 
 void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) {

@@ -50,9 +50,9 @@ class Worker {
   /// name (a replayed graph's call: "graph 3 call 5 'my.fn'").
   void CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, const Any* args, size_t n,
                   bool collective_command = false, const std::string* label = nullptr);
-  /// Installs the program of a captured graph (protocol/graph.h's install operands): reserves its
-  /// registers, runs its install steps (lookups, disco.empty) and keeps its calls under its id.
-  /// A malformed program is a ProtocolError.
+  /// Installs the program of a captured graph (protocol/graph.h): reserves its registers, runs
+  /// its install steps (lookups, disco.empty) and keeps its calls under its id. A malformed
+  /// program is a ProtocolError.
   void InstallGraph(uint64_t seq, const Any* operands, size_t n);
   /// Runs the calls of graph `id` with `inputs` in place of its placeholders.
   void ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n);
@@ -125,7 +125,7 @@ class Worker {
     bool collective = false;
     std::vector<Any> args;
     std::vector<std::pair<uint32_t, uint32_t>> inputs;  // (argument position, input index)
-    std::vector<uint32_t> refs;                          // positions of register arguments
+    std::vector<uint32_t> refs;                         // positions of register arguments
     std::string label;
     // The function the register held at install, for the replay's fast path (calls that are not
     // collectives): no lookup, no per-call flight record; undefined: through CallPacked.

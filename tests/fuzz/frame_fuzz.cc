@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/graph.h"
 #include "protocol/serializer.h"
 #include "remote/rpc.h"
 
@@ -27,6 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: {
         protocol::Command cmd;
         protocol::DecodeCommand(body, n, kMaxPayload, &cmd);
+        if (cmd.action() == protocol::Action::kInstallGraph) {
+          protocol::DecodeGraphProgram(cmd.args.data(), cmd.args.size(), 1);
+        }
         break;
       }
       case 1: {

@@ -46,6 +46,34 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   using namespace disco::protocol;  // NOLINT(build/namespaces)
+  {
+    // A captured graph's install program (protocol/graph.h) and a replay of it.
+    std::vector<Any> program = {Any(int64_t{3}),
+                                Any(int64_t{1}),
+                                Any(int64_t{2}),
+                                Any(int64_t{5}),
+                                Any(int64_t{6}),
+                                Any(int64_t{2}),
+                                Any(int64_t{0}),
+                                Any(int64_t{5}),
+                                Any("my.fn"),
+                                Any(int64_t{2}),
+                                Any(int64_t{6}),
+                                Any(disco::DRef::Unowned(5)),
+                                Any(int64_t{1}),
+                                Any(int64_t{1}),
+                                Any(int64_t{2}),
+                                Any(int64_t{0}),
+                                Any(disco::DRef::Unowned(4))};
+    ByteBuffer buf;
+    size_t size = EncodeCommand(&buf, Action::kInstallGraph, 42, {}, nullptr, 0, program.data(),
+                                program.size());
+    Write(dir, 0, buf, size);
+    std::vector<Any> replay = {Any(int64_t{3}), Any(2.5)};
+    size =
+        EncodeCommand(&buf, Action::kReplayGraph, 43, {}, nullptr, 0, replay.data(), replay.size());
+    Write(dir, 0, buf, size);
+  }
   for (const auto& args : ArgumentSets()) {
     for (Action action : {Action::kCallPacked, Action::kSyncWorker, Action::kDebugSetRegister}) {
       ByteBuffer buf;
