@@ -14,5 +14,6 @@
 #include <disco/session.h>
 #include <disco/tensor.h>
 #include <disco/types.h>
+#include <disco/worker.h>
 
 #endif  // DISCO_DISCO_H_

@@ -54,6 +54,7 @@
 #include <disco/function.h>
 #include <disco/graph.h>
 #include <disco/tensor.h>
+#include <disco/worker.h>
 
 #include <array>
 #include <cstdint>
@@ -179,18 +180,6 @@ class Session {
 /// code: non-zero on every rank if any rank failed. Initializes MPI unless the program already
 /// did (and then leaves finalizing to it).
 int Main(int argc, char** argv, std::function<int(Session&)> controller);
-
-/// What a function running on a worker knows about where it runs.
-struct WorkerInfo {
-  int worker_id = 0;
-  int num_workers = 1;
-  int num_groups = 1;
-  int group_id = 0;
-  int local_rank = 0;
-  DLDevice device{kDLCPU, 0};
-};
-/// The calling worker's info (valid inside functions run by the session).
-const WorkerInfo& ThisWorker();
 
 }  // namespace disco
 

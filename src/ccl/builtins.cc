@@ -9,7 +9,7 @@
 
 #include <disco/ccl.h>
 #include <disco/function.h>
-#include <disco/session.h>
+#include <disco/worker.h>
 
 #include <exception>
 #include <functional>

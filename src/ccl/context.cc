@@ -2,7 +2,7 @@
 
 #include <disco/config.h>
 #include <disco/log.h>
-#include <disco/session.h>
+#include <disco/worker.h>
 
 #include "ccl/mpi/communicator.h"
 #include "core/call_context.h"

@@ -1,12 +1,12 @@
 // What a function running on a worker may know about the command that runs it, below the session
-// that sets it: the worker's identity (ThisWorker(), disco/session.h) and where each argument of
+// that sets it: the worker's identity (ThisWorker(), disco/worker.h) and where each argument of
 // the running command came from. The collectives (src/ccl) read these; the worker loop
 // (src/session/worker.cc) writes them. One worker per process: plain process-wide state.
 #ifndef DISCO_CORE_CALL_CONTEXT_H_
 #define DISCO_CORE_CALL_CONTEXT_H_
 
 #include <disco/function.h>
-#include <disco/session.h>
+#include <disco/worker.h>
 
 #include <cstdint>
 #include <vector>

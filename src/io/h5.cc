@@ -10,9 +10,8 @@
 
 #include <disco/config.h>
 #include <disco/function.h>
-#include <disco/h5.h>
 #include <disco/log.h>
-#include <disco/session.h>
+#include <disco/worker.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -89,25 +88,6 @@ std::string DirectoryOf(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// The file a save replaces: `path`, or where its symbolic links lead. A save writes through a link
-// (as `cp` and a shell's `>` do), so `latest.h5 -> step-100.h5` stays a link and step-100.h5 gets
-// the data; a dangling link's target is created.
-std::string ResolveLinks(const std::string& path, const std::string& where) {
-  std::string p = path;
-  for (int hops = 0; hops < 40; ++hops) {
-    struct stat st;
-    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-    std::vector<char> buf(PATH_MAX + 1);
-    ssize_t n = readlink(p.c_str(), buf.data(), buf.size() - 1);
-    DISCO_CHECK(n > 0, RuntimeError)
-        << where << ": cannot read the symbolic link '" << p << "': " << std::strerror(errno);
-    std::string target(buf.data(), static_cast<size_t>(n));
-    p = target[0] == '/' ? target : DirectoryOf(p) + "/" + target;
-  }
-  DISCO_THROW(ValueError) << where << ": '" << path
-                          << "' is a chain of more than 40 symbolic links (a loop?)";
 }
 
 // Gives `fresh` (a new file about to replace `old`) the permission bits and, where this process
@@ -538,7 +518,7 @@ struct LoadPlan {
 
 // The dataset's shard_axis attribute: an integer, or a ValueError (a float 0.9 is no axis).
 int64_t AxisAttribute(hid_t dset, const std::string& where) {
-  int64_t axis = h5::kReplicate;
+  int64_t axis = kReplicateAxis;
   if (H5Aexists(dset, "shard_axis") <= 0) return axis;
   Id attr(H5Aopen(dset, "shard_axis", H5P_DEFAULT), H5Aclose);
   Id type(H5Aget_type(attr.get()), H5Tclose);
@@ -581,7 +561,7 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
   CommInfo c = Info(in_group);
   LoadPlan plan;
   Agreed(c.comm, where, [&] {
-    DISCO_CHECK(shard_axis >= h5::kAxisFromFile, ValueError)
+    DISCO_CHECK(shard_axis >= kAxisFromFile, ValueError)
         << where << ": shard_axis " << shard_axis
         << " is not a dimension, -1 (replicate) or -2 (the dataset's attribute)";
     if (c.rank != 0) return;
@@ -595,7 +575,7 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
     plan.ndim = static_cast<int64_t>(dims.size());
     std::copy(dims.begin(), dims.end(), plan.dims);
     CheckFiltersAvailable(dset.get(), where);
-    plan.axis = shard_axis == h5::kAxisFromFile ? AxisAttribute(dset.get(), where) : shard_axis;
+    plan.axis = shard_axis == kAxisFromFile ? AxisAttribute(dset.get(), where) : shard_axis;
     DISCO_CHECK(plan.axis >= -1 && plan.axis < plan.ndim, ValueError)
         << where << ": shard axis " << plan.axis << " is out of range for a dataset of shape "
         << ShapeString(dims) << " (-1 replicates)";
@@ -1137,6 +1117,25 @@ void RegisterAll() {
 
 }  // namespace
 
+// The file a save replaces: `path`, or where its symbolic links lead. A save writes through a link
+// (as `cp` and a shell's `>` do), so `latest.h5 -> step-100.h5` stays a link and step-100.h5 gets
+// the data; a dangling link's target is created.
+std::string ResolveLinks(const std::string& path, const std::string& where) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::vector<char> buf(PATH_MAX + 1);
+    ssize_t n = readlink(p.c_str(), buf.data(), buf.size() - 1);
+    DISCO_CHECK(n > 0, RuntimeError)
+        << where << ": cannot read the symbolic link '" << p << "': " << std::strerror(errno);
+    std::string target(buf.data(), static_cast<size_t>(n));
+    p = target[0] == '/' ? target : DirectoryOf(p) + "/" + target;
+  }
+  DISCO_THROW(ValueError) << where << ": '" << path
+                          << "' is a chain of more than 40 symbolic links (a loop?)";
+}
+
 void RegisterH5Builtins() {
   static std::once_flag once;
   std::call_once(once, RegisterAll);
@@ -1144,53 +1143,4 @@ void RegisterH5Builtins() {
 
 }  // namespace io
 
-namespace h5 {
-
-std::map<std::string, DRef> LoadTensors(Session& session, const std::string& path,
-                                        const std::vector<LoadEntry>& plan, bool in_group,
-                                        DLDevice device) {
-  DRef load = session.GetGlobalFunc("disco.h5.load");
-  const bool move = !memory::IsHost(device);
-  DRef copy_to = move ? session.GetGlobalFunc("disco.copy_to") : DRef();
-  std::map<std::string, DRef> out;
-  for (const LoadEntry& e : plan) {
-    DISCO_CHECK(out.count(e.name) == 0, ValueError)
-        << "h5::LoadTensors: '" << e.name << "' appears twice in the plan";
-    DRef shard = session.CallPacked(load, path, e.name, e.shard_axis, in_group);
-    out[e.name] = move ? session.CallPacked(copy_to, shard, device) : shard;
-  }
-  return out;
-}
-
-void SaveTensors(Session& session, const std::string& path, const std::vector<SaveEntry>& tensors,
-                 bool in_group) {
-  DRef save = session.GetGlobalFunc("disco.h5.save_in_place");
-  DRef finish = session.GetGlobalFunc("disco.h5.finish");
-  // A name of this save's own: two jobs saving the same path at once do not share a partial file.
-  // Next to the file it replaces: through a symbolic link, in the directory of the link's target
-  // (a rename cannot cross file systems).
-  std::random_device random;
-  const std::string partial = io::ResolveLinks(path, "h5::SaveTensors") + ".partial." +
-                              std::to_string(getpid()) + "." + std::to_string(random() % 1000000);
-  try {
-    for (const SaveEntry& e : tensors) {
-      session.CallPacked(save, partial, e.name, e.shard, e.shard_axis, in_group);
-    }
-    session.SyncAll();
-    session.CallPacked(finish, partial, path);
-    session.SyncAll();
-  } catch (const RemoteError&) {
-    // The partial file goes; the error the caller sees is the save's, whatever the clean-up meets.
-    try {
-      session.CallPacked(finish, partial, "");
-      session.SyncAll();
-    } catch (const Error& cleanup) {
-      DISCO_LOG(WARN) << "h5::SaveTensors: removing '" << partial
-                      << "' after a failed save: " << cleanup.what();
-    }
-    throw;
-  }
-}
-
-}  // namespace h5
 }  // namespace disco
