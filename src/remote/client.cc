@@ -62,12 +62,14 @@ class RemoteSession final : public detail::SessionBackend {
   }
 
   void CopyToWorker0(const Tensor& host, const DRef& remote) override {
+    RefuseInCapture("CopyToWorker0");
     Any operands[4] = {CheckCopy(host, remote, "CopyToWorker0"), Any(host.dtype()),
                        Any(host.shape()), Any(static_cast<int64_t>(host.nbytes()))};
     Exchange(Op::kCopyTo, operands, 4, &host);
   }
 
   void CopyFromWorker0(const Tensor& host, const DRef& remote) override {
+    RefuseInCapture("CopyFromWorker0");
     Any operands[4] = {CheckCopy(host, remote, "CopyFromWorker0"), Any(host.dtype()),
                        Any(host.shape()), Any(static_cast<int64_t>(host.nbytes()))};
     Request(Op::kCopyFrom, operands, 4);
@@ -78,13 +80,18 @@ class RemoteSession final : public detail::SessionBackend {
   }
 
   void SyncWorker(int worker_id) override {
+    RefuseInCapture("SyncWorker");
     Any operand(worker_id);
     Request(Op::kSyncWorker, &operand, 1);
   }
 
-  void SyncAll() override { Request(Op::kSyncAll, nullptr, 0); }
+  void SyncAll() override {
+    RefuseInCapture("SyncAll");
+    Request(Op::kSyncAll, nullptr, 0);
+  }
 
   Any DebugGetFromRemote(int64_t reg_id, int worker_id) override {
+    RefuseInCapture("DebugGetFromRemote");
     Any operands[2] = {Any(reg_id), Any(worker_id)};
     std::vector<Any> results = Request(Op::kDebugGet, operands, 2);
     DISCO_CHECK(results.size() == 1, ProtocolError)
@@ -93,12 +100,14 @@ class RemoteSession final : public detail::SessionBackend {
   }
 
   void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) override {
+    RefuseInCapture("DebugSetRegister");
     Any operands[3] = {Any(reg_id), Any(worker_id), value};
     CheckOwnRefs(operands + 2, 1, "DebugSetRegister");
     Request(Op::kDebugSet, operands, 3);
   }
 
   int Shutdown(int) override {
+    RefuseInCapture("Shutdown");
     Detach();
     return 0;
   }
@@ -119,16 +128,67 @@ class RemoteSession final : public detail::SessionBackend {
     if (!closed_) frees_.push_back(reg);
   }
 
-  // Capture and replay run in the job's own controller for now: the client would have to ship
-  // the recording to the server (a request of its own); not built yet.
-  Graph Capture(int, const std::function<void(const std::vector<Any>&)>&) override {
-    DISCO_THROW(ValueError) << "Session::Capture is not available over disco.connect yet; "
-                               "capture in the job's own controller";
+  // Capture and replay: the server records the calls made between begin and end (they travel as
+  // usual), installs the graph in the job and keeps it for this client.
+  Graph Capture(int num_inputs, const std::function<void(const std::vector<Any>&)>& body) override {
+    DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
+    RefuseInCapture("a nested Capture");
+    Any n(static_cast<int64_t>(num_inputs));
+    std::vector<Any> inputs;
+    for (const Any& id : Request(Op::kCaptureBegin, &n, 1)) {
+      inputs.push_back(Any(DRef::Unowned(id.cast<int64_t>())));
+    }
+    capturing_ = true;
+    refused_in_capture_.clear();
+    try {
+      body(inputs);
+    } catch (...) {
+      capturing_ = false;
+      Any discard(true);
+      try {
+        Request(Op::kCaptureEnd, &discard, 1);
+      } catch (const Error&) {
+        // the discard's own message; the body's error is the one to see
+      }
+      throw;
+    }
+    capturing_ = false;
+    if (!refused_in_capture_.empty()) {
+      Any discard(true);
+      try {
+        Request(Op::kCaptureEnd, &discard, 1);
+      } catch (const ValueError&) {
+      }
+      DISCO_THROW(ValueError) << "Capture: the body called " << refused_in_capture_
+                              << ", which cannot be recorded; the capture was discarded";
+    }
+    Any keep(false);
+    std::vector<Any> r = Request(Op::kCaptureEnd, &keep, 1);
+    DISCO_CHECK(r.size() == 2, ProtocolError) << "the server answered Capture without a graph";
+    auto state = std::make_shared<detail::GraphState>();
+    state->session = generation();
+    state->id = r[0].cast<int64_t>();
+    state->num_inputs = num_inputs;
+    state->num_calls = static_cast<size_t>(r[1].cast<int64_t>());
+    return Graph(std::move(state));
   }
-  void ReplayGraph(int64_t, const std::vector<Any>&) override {
-    DISCO_THROW(ValueError) << "Graph::Replay is not available over disco.connect yet";
+  void ReplayGraph(int64_t id, const std::vector<Any>& inputs) override {
+    std::vector<Any> operands;
+    operands.reserve(inputs.size() + 1);
+    operands.push_back(Any(id));
+    operands.insert(operands.end(), inputs.begin(), inputs.end());
+    Request(Op::kReplayGraph, operands.data(), operands.size());
   }
-  void FreeGraph(int64_t) noexcept override {}
+  void FreeGraph(int64_t id) noexcept override {
+    if (!closed_) graph_frees_.push_back(id);
+  }
+  void RefuseInCapture(const char* what) override {
+    if (!capturing_) return;
+    if (refused_in_capture_.empty()) refused_in_capture_ = what;
+    DISCO_THROW(ValueError) << what
+                            << " cannot be recorded in Session::Capture (only calls, collectives, "
+                               "point-to-point and Empty can); the capture is discarded";
+  }
 
  private:
   void Detach() {
@@ -189,7 +249,17 @@ class RemoteSession final : public detail::SessionBackend {
   }
 
   std::vector<Any> Request(Op op, const Any* operands, size_t n) {
+    if (op != Op::kFreeGraph) FlushGraphFrees();
     return Exchange(op, operands, n, /*upload=*/nullptr);
+  }
+
+  // Graphs freed since the last request go out in one request of their own first.
+  void FlushGraphFrees() {
+    if (graph_frees_.empty() || closed_ || broken_) return;
+    std::vector<Any> ids;
+    for (int64_t id : graph_frees_) ids.push_back(Any(id));
+    graph_frees_.clear();
+    Request(Op::kFreeGraph, ids.data(), ids.size());
   }
 
   DRef ResultRef(const std::vector<Any>& results, const char* what) {
@@ -202,6 +272,7 @@ class RemoteSession final : public detail::SessionBackend {
     for (size_t i = 0; i < n; ++i) {
       if (values[i].type_code() != TypeCode::kDRef) continue;
       DRef ref = values[i].cast<DRef>();
+      if (detail::PlaceholderIndex(values[i]) >= 0) continue;  // a capture's input
       DISCO_CHECK(!ref.defined() || ref.session() == generation(), ValueError)
           << what << ": argument " << i << " is DRef(" << ref.reg_id()
           << ") of another session, not of the remote session with " << where_;
@@ -228,6 +299,10 @@ class RemoteSession final : public detail::SessionBackend {
   size_t server_max_packet_ = 1 << 20;
   protocol::ByteBuffer buf_;
   std::vector<int64_t> frees_;
+  std::vector<int64_t> graph_frees_;
+  bool capturing_ = false;  // between a capture's begin and end
+  std::string
+      refused_in_capture_;  // the first call the capture's body made that cannot be recorded
   bool closed_ = false;
   bool broken_ = false;
   std::string broken_why_;

@@ -28,6 +28,14 @@ const char* OpName(Op op) {
       return "DebugGetFromRemote";
     case Op::kDebugSet:
       return "DebugSetRegister";
+    case Op::kCaptureBegin:
+      return "Capture";
+    case Op::kCaptureEnd:
+      return "Capture (end)";
+    case Op::kReplayGraph:
+      return "Graph::Replay";
+    case Op::kFreeGraph:
+      return "Graph (free)";
     case Op::kDetach:
       return "Detach";
     case Op::kShutdownJob:

@@ -60,8 +60,14 @@ enum class Op : uint8_t {
   kDebugSet = 9,
   kDetach = 10,
   kShutdownJob = 11,
+  // Capture and replay: begin [inputs] -> placeholder ids; end [discard] -> [graph id, calls];
+  // replay [graph id, inputs...]; free [graph ids...].
+  kCaptureBegin = 12,
+  kCaptureEnd = 13,
+  kReplayGraph = 14,
+  kFreeGraph = 15,
 };
-constexpr uint8_t kMaxOp = 11;
+constexpr uint8_t kMaxOp = 15;
 const char* OpName(Op op);
 
 /// The error types of disco/error.h on the wire.

@@ -424,6 +424,14 @@ class ClientConnection {
   void CleanUp() {
     if (cleaned_up_) return;
     cleaned_up_ = true;
+    if (impl_ != nullptr && impl_->capturing()) {
+      try {
+        impl_->EndCapture(/*discard=*/true);
+      } catch (const std::exception&) {
+        // the client left in the middle of a capture: discarded, as it must be
+      }
+    }
+    graphs_.clear();
     owned_.clear();
     try {
       session_->SyncAll();
@@ -481,7 +489,8 @@ class ClientConnection {
   std::vector<Any> Run(Op op, std::vector<Any>* operands) {
     std::vector<Any>& a = *operands;
     auto expect = [&](size_t n) {
-      DISCO_CHECK(a.size() == n || (op == Op::kCall && a.size() >= 1), ProtocolError)
+      const bool variadic = op == Op::kCall || op == Op::kReplayGraph || op == Op::kFreeGraph;
+      DISCO_CHECK(a.size() == n || (variadic && a.size() >= n), ProtocolError)
           << remote::OpName(op) << " takes " << n << " operands, got " << a.size();
     };
     switch (op) {
@@ -545,6 +554,32 @@ class ClientConnection {
         Resolve(&a[2]);
         session_->DebugSetRegister(OwnedReg(a[0], "DebugSetRegister"), a[2],
                                    static_cast<int>(a[1].cast<int64_t>()));
+        return {};
+      case Op::kCaptureBegin: {
+        expect(1);
+        std::vector<Any> ids;
+        for (const Any& p : impl_->BeginCapture(static_cast<int>(a[0].cast<int64_t>()))) {
+          ids.push_back(Any(p.cast<DRef>().reg_id()));
+        }
+        return ids;
+      }
+      case Op::kCaptureEnd: {
+        expect(1);
+        Graph g = impl_->EndCapture(a[0].cast<bool>());
+        graphs_[g.id()] = g;
+        return {Any(g.id()), Any(static_cast<int64_t>(g.num_calls()))};
+      }
+      case Op::kReplayGraph: {
+        expect(1);
+        auto it = graphs_.find(a[0].cast<int64_t>());
+        DISCO_CHECK(it != graphs_.end(), ValueError)
+            << "Graph::Replay: graph " << a[0].ToString() << " is not held by this client";
+        for (size_t i = 1; i < a.size(); ++i) Resolve(&a[i]);
+        it->second.Replay(std::vector<Any>(a.begin() + 1, a.end()));
+        return {};
+      }
+      case Op::kFreeGraph:
+        for (const Any& id : a) graphs_.erase(id.cast<int64_t>());
         return {};
       case Op::kDetach:
         expect(0);
@@ -649,6 +684,7 @@ class ClientConnection {
     if (v->type_code() != TypeCode::kDRef) return;
     DRef ref = v->cast<DRef>();
     if (!ref.defined()) return;  // an empty DRef stays empty (and is refused where it matters)
+    if (detail::PlaceholderIndex(*v) >= 0) return;  // a capture's input: the session checks it
     *v = Any(Owned(*v, "argument"));
   }
 
@@ -666,6 +702,7 @@ class ClientConnection {
   bool end_job_ = false;
   int exit_code_ = 0;
   std::unordered_map<int64_t, DRef> owned_;
+  std::unordered_map<int64_t, Graph> graphs_;  // the client's graphs, by id
   protocol::ByteBuffer in_, out_;
   remote::Request req_;
   Tensor copy_;

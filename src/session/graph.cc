@@ -10,20 +10,25 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/graph.h"
 #include "session/session_impl.h"
 
 namespace disco {
 namespace detail {
 
 namespace {
-// A placeholder of a capture: an unowned DRef with a negative id (never valid on the wire).
-Any Placeholder(int i) { return Any(DRef::Unowned(-1 - static_cast<int64_t>(i))); }
-// The input index a placeholder stands for, or -1.
+// A placeholder of a capture: an unowned DRef with an id no register has (the register file grows
+// one id at a time from 1), which still crosses the wire like any id (a remote client's capture).
+constexpr int64_t kPlaceholderBase = int64_t{1} << 62;
+Any Placeholder(int i) { return Any(DRef::Unowned(kPlaceholderBase + i)); }
+}  // namespace
+
 int64_t PlaceholderIndex(const Any& a) {
   const DRef* ref = std::get_if<DRef>(&a.storage());
-  return ref != nullptr && ref->session() == 0 && ref->reg_id() < 0 ? -1 - ref->reg_id() : -1;
+  if (ref == nullptr || ref->session() != 0) return -1;
+  const int64_t i = ref->reg_id() - kPlaceholderBase;
+  return i >= 0 && i < protocol::kMaxGraphInputs ? i : -1;
 }
-}  // namespace
 
 void SessionImpl::CheckNotCapturing(const char* what) {
   if (recording_ == nullptr) return;
@@ -35,35 +40,51 @@ void SessionImpl::CheckNotCapturing(const char* what) {
 
 Graph SessionImpl::Capture(int num_inputs,
                            const std::function<void(const std::vector<Any>&)>& body) {
+  DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
+  std::vector<Any> inputs = BeginCapture(num_inputs);
+  try {
+    body(inputs);
+  } catch (...) {
+    try {
+      EndCapture(/*discard=*/true);
+    } catch (const ValueError&) {
+      // the discard's own message; the body's error is the one to see
+    }
+    throw;
+  }
+  return EndCapture(/*discard=*/false);
+}
+
+std::vector<Any> SessionImpl::BeginCapture(int num_inputs) {
   CheckLive("Capture");
   CheckNotCapturing("a nested Capture");
-  DISCO_CHECK(num_inputs >= 0 && num_inputs <= 64, ValueError)
-      << "Capture: " << num_inputs << " inputs (0 to 64)";
-  DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
+  DISCO_CHECK(num_inputs >= 0 && num_inputs <= protocol::kMaxGraphInputs, ValueError)
+      << "Capture: " << num_inputs << " inputs (0 to " << protocol::kMaxGraphInputs << ")";
   recording_ = std::make_unique<Recording>();
   recording_->num_inputs = num_inputs;
   std::vector<Any> inputs;
   for (int i = 0; i < num_inputs; ++i) inputs.push_back(Placeholder(i));
-  try {
-    body(inputs);
-  } catch (...) {
-    // Its lookups and Empty tensors were handed out as DRefs: install them, without a graph.
-    std::unique_ptr<Recording> rec = std::move(recording_);
-    Install(*rec, 0);
-    throw;
-  }
+  return inputs;
+}
+
+Graph SessionImpl::EndCapture(bool discard) {
+  DISCO_CHECK(recording_ != nullptr, ValueError) << "EndCapture without a capture";
   std::unique_ptr<Recording> rec = std::move(recording_);
-  if (!rec->discarded.empty()) {
+  if (discard || !rec->discarded.empty()) {
+    // Its lookups and Empty tensors were handed out as DRefs: install them, without a graph.
     Install(*rec, 0);
-    DISCO_THROW(ValueError) << "Capture: the body called " << rec->discarded
-                            << ", which cannot be recorded; the capture was discarded";
+    DISCO_THROW(ValueError) << "Capture: "
+                            << (rec->discarded.empty() ? std::string("the body raised")
+                                                       : "the body called " + rec->discarded +
+                                                             ", which cannot be recorded")
+                            << "; the capture was discarded";
   }
   const int64_t id = next_graph_id_++;
   Install(*rec, id);
   auto state = std::make_shared<GraphState>();
   state->session = generation();
   state->id = id;
-  state->num_inputs = num_inputs;
+  state->num_inputs = rec->num_inputs;
   state->num_calls = rec->num_calls;
   state->keep = std::move(rec->keep);
   return Graph(std::move(state));
@@ -84,8 +105,9 @@ DRef SessionImpl::RecordLookup(const std::string& name) {
 DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args) {
   Recording& rec = *recording_;
   DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
-  DISCO_CHECK(num_args <= 64, ValueError)
-      << "Capture: a recorded call takes at most 64 arguments, not " << num_args;
+  DISCO_CHECK(num_args <= protocol::kMaxGraphCallArgs, ValueError)
+      << "Capture: a recorded call takes at most " << protocol::kMaxGraphCallArgs
+      << " arguments, not " << num_args;
   CheckOwnRefs(&func, args, num_args, "CallPacked");
   DISCO_CHECK(PlaceholderIndex(Any(func)) < 0, ValueError)
       << "Capture: a placeholder cannot be the function of a call";

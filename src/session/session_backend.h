@@ -77,6 +77,9 @@ struct GraphState {
   ~GraphState();
 };
 
+/// The input index a capture's placeholder stands for, or -1 (graph.cc).
+int64_t PlaceholderIndex(const Any& a);
+
 /// The live session of this process with the given generation (nullptr when it has ended).
 SessionBackend* LiveSession(uint64_t generation);
 

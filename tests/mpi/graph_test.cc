@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "mpi/mpi_test_env.h"
-#include "session/session_impl.h"
+#include "session/worker.h"
 
 namespace disco {
 namespace {
