@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -124,6 +125,28 @@ int Run(disco::Session& s, const std::string& mode) {
       s.InitCCL("mpi");
       if (i == 20) s.CallPacked(s.GetGlobalFunc("fault.kill_self_later"), s.num_workers() - 1);
     }
+  }
+  if (mode == "soak") {
+    // Calls and syncs for DISCO_TEST_SOAK_S seconds (10 by default), printing a line each second;
+    // tests/mpi/run_liveness_test.sh attacks the liveness pings meanwhile.
+    const char* env = std::getenv("DISCO_TEST_SOAK_S");
+    const double seconds = env != nullptr ? std::atof(env) : 10;
+    disco::DRef noop = s.GetGlobalFunc("fault.noop");
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t calls = 0;
+    for (int second = 1;; ++second) {
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(second)) {
+        s.CallPacked(noop);
+        s.SyncAll();
+        ++calls;
+        usleep(20 * 1000);
+      }
+      std::printf("soak: %d s, %lld calls\n", second, static_cast<long long>(calls));
+      std::fflush(stdout);
+      if (second >= seconds) break;
+    }
+    std::printf("soak done: %lld calls and syncs\n", static_cast<long long>(calls));
+    return 0;
   }
   if (mode == "clean") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));
