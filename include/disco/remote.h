@@ -46,8 +46,11 @@ struct ConnectOptions {
 
 /// Attaches to the session served at host:port with `key`; an empty key is taken from
 /// DISCO_SERVE_KEY, else from the key file (ConnectOptions::key_file). Raises RuntimeError when
-/// nothing listens or the server refuses (the message names the reason: wrong key, wrong protocol
-/// version, busy with another client).
+/// nothing listens or the server refuses (the message names the reason: wrong key, and where the
+/// key came from; wrong protocol version; busy with another client), and when the other end does
+/// not prove that it holds the key (it is not the server: another process may hold the port). The
+/// key never travels: client and server prove to each other that they hold it (challenge and
+/// response, HMAC-SHA256), the client first; see src/remote/socket.h.
 Session Connect(const std::string& host, int port, const std::string& key,
                 const ConnectOptions& options = {});
 

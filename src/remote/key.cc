@@ -97,10 +97,19 @@ std::string ReadKeyFile(const std::string& path) {
   return key;
 }
 
-std::string ClientKey(const std::string& key, const std::string& key_file, int port) {
-  if (!key.empty()) return key;
+std::string ClientKey(const std::string& key, const std::string& key_file, int port,
+                      std::string* source) {
+  std::string ignored;
+  if (source == nullptr) source = &ignored;
+  if (!key.empty()) {
+    *source = "the key given";
+    return key;
+  }
   const char* env = std::getenv("DISCO_SERVE_KEY");
-  if (env != nullptr && *env != '\0') return env;
+  if (env != nullptr && *env != '\0') {
+    *source = "DISCO_SERVE_KEY";
+    return env;
+  }
   std::string file = key_file;
   if (file.empty()) {
     const char* env_file = std::getenv("DISCO_SERVE_KEY_FILE");
@@ -110,6 +119,7 @@ std::string ClientKey(const std::string& key, const std::string& key_file, int p
       << "no key for the server on port " << port << ": none given, DISCO_SERVE_KEY is unset, and "
       << "there is no key file '" << file << "' (a server started without a key writes one "
       << "there; or set DISCO_SERVE_KEY_FILE)";
+  *source = "the key file '" + file + "'";
   return ReadKeyFile(file);
 }
 

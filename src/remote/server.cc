@@ -29,6 +29,7 @@
 
 #include "core/device_memory.h"
 #include "core/env.h"
+#include "core/sha256.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"
 #include "remote/rpc.h"
@@ -99,7 +100,7 @@ class Acceptor {
   static constexpr int64_t kForgetMs = 600000;
   static constexpr int64_t kLogEveryMs = 10000;
 
-  Acceptor(Socket* listener, std::string key) : listener_(listener), key_(std::move(key)) {
+  Acceptor(Socket* listener, const std::string& key) : listener_(listener), mac_(key) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Acceptor() {
@@ -122,10 +123,12 @@ class Acceptor {
  private:
   struct Pending {
     Socket sock;
-    std::string peer;     // ip:port
-    std::string address;  // ip
-    int64_t deadline_ms = 0;
-    std::vector<uint8_t> hello;
+    std::string peer;         // ip:port
+    std::string address;      // ip
+    int64_t deadline_ms = 0;  // for the current step
+    bool challenged = false;  // the hello was answered with a challenge; the proof comes next
+    std::vector<uint8_t> in;  // the bytes of the hello, then of the proof
+    uint8_t challenge[remote::kNonceBytes] = {0};
     int64_t answer_at_ms = -1;  // a wrong key waiting for its delayed answer
   };
   struct PeerRecord {
@@ -159,18 +162,29 @@ class Acceptor {
     r.unlogged = 0;
   }
 
-  void Answer(Pending* p, remote::HandshakeCode code) {
-    uint8_t c = static_cast<uint8_t>(code);
+  // Sends `n` bytes of an answer (they fit in the socket's empty send buffer); false if the peer
+  // is gone.
+  static bool Send(Pending* p, const uint8_t* data, size_t n) {
     try {
-      p->sock.SendAll(&c, 1, 100);
+      p->sock.SendAll(data, n, 100);
+      return true;
     } catch (const std::exception&) {
+      return false;
+    }
+  }
+  // A refusal: its code, and whatever the peer sent beyond what was read is dropped, so that the
+  // close does not reset the connection before the peer reads the code.
+  static void Refuse(Pending* p, remote::HandshakeCode code) {
+    uint8_t c = static_cast<uint8_t>(code);
+    Send(p, &c, 1);
+    uint8_t sink[4096];
+    for (int i = 0; i < 16 && ::recv(p->sock.fd(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
     }
   }
 
-  // The hello of `p` is complete: answer it (or schedule the answer); true when `p` is done.
+  // The proof of `p` is complete: answer it (or schedule the answer); true when `p` is done.
   bool Decide(Pending* p) {
-    remote::HandshakeCode code = remote::CheckHello(p->hello.data(), p->hello.size(), key_);
-    if (code == remote::HandshakeCode::kOk) {
+    if (remote::CheckClientProof(mac_, p->challenge, p->in.data())) {
       peers_.erase(p->address);  // the right key clears the address's record
       bool busy;
       {
@@ -179,20 +193,23 @@ class Acceptor {
         if (!busy) attached_ = true;
       }
       if (busy) {
-        Answer(p, remote::HandshakeCode::kBusy);
+        Refuse(p, remote::HandshakeCode::kBusy);
         LogRefusal(p->address, p->peer, remote::HandshakeCodeName(remote::HandshakeCode::kBusy));
         return true;
       }
-      Answer(p, remote::HandshakeCode::kOk);
+      uint8_t answer[remote::kServerProofBytes] = {
+          static_cast<uint8_t>(remote::HandshakeCode::kOk)};
+      crypto::Digest d = remote::ServerMac(mac_, p->in.data(), p->challenge);
+      std::memcpy(answer + 1, d.data(), remote::kMacBytes);
+      if (!Send(p, answer, sizeof answer)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        attached_ = false;
+        return true;
+      }
       DISCO_LOG(INFO) << "disco-serve: client " << p->peer << " attached";
       std::lock_guard<std::mutex> lock(mu_);
       next_ = std::move(p->sock);
       cv_.notify_all();
-      return true;
-    }
-    if (code != remote::HandshakeCode::kBadKey) {
-      Answer(p, code);
-      LogRefusal(p->address, p->peer, remote::HandshakeCodeName(code));
       return true;
     }
     // A wrong key: answered late, later with each failure from this address.
@@ -216,41 +233,37 @@ class Acceptor {
     return false;
   }
 
-  // Reads what `p` has sent; true when `p` is done (answered, closed or failed).
+  // Reads what `p` has sent: its hello, answered with a challenge at once (or refused), then
+  // its proof of the key (Decide). True when `p` is done (answered, closed or failed).
   bool ReadHello(Pending* p) {
     for (;;) {
-      const size_t have = p->hello.size();
-      size_t need = remote::kHelloHeadBytes;
-      if (have >= remote::kHelloHeadBytes) {
-        // The head tells what follows: a foreign protocol or an oversized key is answered now.
-        uint32_t magic;
-        uint16_t version;
-        std::memcpy(&magic, p->hello.data(), 4);
-        std::memcpy(&version, p->hello.data() + 4, 2);
-        remote::HandshakeCode early =
-            magic != remote::kRemoteMagic       ? remote::HandshakeCode::kBadMagic
-            : version != remote::kRemoteVersion ? remote::HandshakeCode::kBadVersion
-                                                : remote::HandshakeCode::kOk;
-        need = remote::HelloBytes(p->hello.data(), have);
-        if (early == remote::HandshakeCode::kOk &&
-            need > remote::kHelloHeadBytes + remote::kMaxKeyBytes) {
-          early = remote::HandshakeCode::kBadKey;
-        }
-        if (early != remote::HandshakeCode::kOk) {
-          Answer(p, early);
-          LogRefusal(p->address, p->peer, remote::HandshakeCodeName(early));
+      const size_t need = p->challenged ? remote::kClientProofBytes : remote::kHelloHeadBytes;
+      if (p->in.size() == need) {
+        if (p->challenged) return Decide(p);
+        remote::HandshakeCode code = remote::CheckHello(p->in.data());
+        if (code != remote::HandshakeCode::kOk) {  // a foreign protocol or another version
+          Refuse(p, code);
+          LogRefusal(p->address, p->peer, remote::HandshakeCodeName(code));
           return true;
         }
-        if (have == need) return Decide(p);
+        uint8_t challenge[remote::kChallengeBytes] = {
+            static_cast<uint8_t>(remote::HandshakeCode::kOk)};
+        crypto::RandomBytes(p->challenge, sizeof p->challenge);
+        std::memcpy(challenge + 1, p->challenge, sizeof p->challenge);
+        if (!Send(p, challenge, sizeof challenge)) return true;
+        p->challenged = true;
+        p->in.clear();
+        p->deadline_ms = NowMs() + kHandshakeTimeoutMs;  // a new step: the proof
+        continue;
       }
-      uint8_t buf[remote::kHelloHeadBytes + remote::kMaxKeyBytes];
-      ssize_t k = ::recv(p->sock.fd(), buf, need - have, 0);
+      uint8_t buf[remote::kClientProofBytes];
+      ssize_t k = ::recv(p->sock.fd(), buf, need - p->in.size(), 0);
       if (k > 0) {
-        p->hello.insert(p->hello.end(), buf, buf + k);
+        p->in.insert(p->in.end(), buf, buf + k);
         continue;
       }
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-      return true;  // closed or failed before its hello was complete
+      return true;  // closed or failed before its hello or proof was complete
     }
   }
 
@@ -260,7 +273,7 @@ class Acceptor {
       // Answers that are due, and handshakes past their deadline.
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->answer_at_ms >= 0 && it->answer_at_ms <= now) {
-          Answer(&*it, remote::HandshakeCode::kBadKey);
+          Refuse(&*it, remote::HandshakeCode::kBadKey);
           it = pending_.erase(it);
         } else if (it->answer_at_ms < 0 && it->deadline_ms <= now) {
           LogRefusal(it->address, it->peer,
@@ -343,7 +356,7 @@ class Acceptor {
   }
 
   Socket* listener_;
-  std::string key_;
+  const crypto::HmacSha256 mac_;  // keyed with the server's key
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -711,7 +724,7 @@ int Serve(Session& session, const ServeOptions& options) {
   }
   if (!IsLoopback(options.host)) {
     std::printf(
-        "disco-serve: %s is not loopback: the key and the data travel in clear text (an "
+        "disco-serve: %s is not loopback: the data travel in clear text (an "
         "SSH tunnel to a loopback server keeps them private)\n",
         options.host.c_str());
   }

@@ -223,8 +223,17 @@ ssize_t Socket::RecvSome(void* dst, size_t n) {
 }
 
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
+  Recv(data, n, timeout_ms, /*one_deadline=*/true, what);
+}
+
+void Socket::RecvAllWithin(void* data, size_t n, int timeout_ms, const char* what) {
+  Recv(data, n, timeout_ms, /*one_deadline=*/true, what);
+}
+
+void Socket::Recv(void* data, size_t n, int timeout_ms, bool one_deadline, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
   // The deadline is for all n bytes: a peer that drips one byte at a time cannot stretch it.
+  (void)one_deadline;
   const int64_t deadline = DeadlineAfter(timeout_ms);
   char* p = static_cast<char*>(data);
   size_t got = 0;
@@ -301,80 +310,117 @@ const char* HandshakeCodeName(HandshakeCode code) {
   return "unknown answer";
 }
 
-HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uint32_t magic,
-                          uint16_t version) {
-  DISCO_CHECK(key.size() <= kMaxKeyBytes, ValueError)
-      << "a key of " << key.size() << " bytes is longer than " << kMaxKeyBytes;
-  protocol::ByteBuffer hello;
-  protocol::Writer w(&hello);
-  w.Put<uint32_t>(magic);
-  w.Put<uint16_t>(version);
-  w.Put<uint16_t>(static_cast<uint16_t>(key.size()));
-  w.Append(key.data(), key.size());
-  s->SendAll(hello.data(), hello.size(), timeout_ms);
-  uint8_t code = 0xFF;
-  s->RecvAll(&code, 1, timeout_ms, "the server's answer to the handshake");
-  DISCO_CHECK(code <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
-      << "the server answered the handshake with unknown code " << static_cast<int>(code);
-  return static_cast<HandshakeCode>(code);
+namespace {
+
+constexpr char kClientLabel[] = "disco-remote-2 client";
+constexpr char kServerLabel[] = "disco-remote-2 server";
+
+}  // namespace
+
+void EncodeHello(uint8_t* out, uint32_t magic, uint16_t version) {
+  const uint16_t zero = 0;
+  std::memcpy(out, &magic, 4);
+  std::memcpy(out + 4, &version, 2);
+  std::memcpy(out + 6, &zero, 2);
 }
 
-size_t HelloBytes(const uint8_t* data, size_t n) {
-  if (n < kHelloHeadBytes) return 0;
-  uint16_t key_len;
-  std::memcpy(&key_len, data + 6, 2);
-  return kHelloHeadBytes + std::min<size_t>(key_len, kMaxKeyBytes + 1);
-}
-
-bool KeysEqual(const std::string& a, const std::string& b) {
-  // Constant time: the answer's timing says nothing about the key.
-  unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-  }
-  return diff == 0;
-}
-
-HandshakeCode CheckHello(const uint8_t* data, size_t n, const std::string& expected_key) {
-  DISCO_CHECK(n >= kHelloHeadBytes && n == HelloBytes(data, n), InternalError)
-      << "CheckHello of an incomplete hello (" << n << " bytes)";
+HandshakeCode CheckHello(const uint8_t* hello) {
   uint32_t magic;
-  uint16_t version, key_len;
-  std::memcpy(&magic, data, 4);
-  std::memcpy(&version, data + 4, 2);
-  std::memcpy(&key_len, data + 6, 2);
+  uint16_t version;
+  std::memcpy(&magic, hello, 4);
+  std::memcpy(&version, hello + 4, 2);
   if (magic != kRemoteMagic) return HandshakeCode::kBadMagic;
   if (version != kRemoteVersion) return HandshakeCode::kBadVersion;
-  if (key_len > kMaxKeyBytes) return HandshakeCode::kBadKey;
-  std::string key(reinterpret_cast<const char*>(data) + kHelloHeadBytes, key_len);
-  return KeysEqual(key, expected_key) ? HandshakeCode::kOk : HandshakeCode::kBadKey;
+  return HandshakeCode::kOk;
 }
 
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms, bool busy) {
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole hello
-  uint8_t hello[kHelloHeadBytes + kMaxKeyBytes + 1];
-  s->RecvAll(hello, kHelloHeadBytes, timeout_ms, "the client's handshake");
-  size_t total = HelloBytes(hello, kHelloHeadBytes);
-  HandshakeCode code = HandshakeCode::kBadKey;
-  uint32_t magic;
-  std::memcpy(&magic, hello, 4);
-  if (magic != kRemoteMagic) {
-    code = HandshakeCode::kBadMagic;
-  } else if (total > kHelloHeadBytes + kMaxKeyBytes) {
-    code = HandshakeCode::kBadKey;  // a key longer than any key: not worth reading
-  } else {
-    if (total > kHelloHeadBytes) {
-      int left = TimeLeftMs(deadline);
-      DISCO_CHECK(left != 0, RuntimeError)
-          << "timed out after " << timeout_ms << " ms waiting for the client's key";
-      s->RecvAll(hello + kHelloHeadBytes, total - kHelloHeadBytes, left, "the client's key");
-    }
-    code = CheckHello(hello, total, expected_key);
+crypto::Digest ClientMac(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* nc) {
+  return key.Mac(kClientLabel, sizeof kClientLabel - 1, ns, kNonceBytes, nc, kNonceBytes);
+}
+
+crypto::Digest ServerMac(const crypto::HmacSha256& key, const uint8_t* nc, const uint8_t* ns) {
+  return key.Mac(kServerLabel, sizeof kServerLabel - 1, nc, kNonceBytes, ns, kNonceBytes);
+}
+
+bool CheckClientProof(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* proof) {
+  crypto::Digest want = ClientMac(key, ns, proof);
+  return crypto::DigestsEqual(want.data(), proof + kNonceBytes, kMacBytes);
+}
+
+HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uint32_t magic,
+                          uint16_t version) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole handshake
+  auto left = [&] {
+    int ms = TimeLeftMs(deadline);
+    DISCO_CHECK(ms != 0, RuntimeError)
+        << "timed out after " << timeout_ms << " ms in the handshake with the server";
+    return ms;
+  };
+  uint8_t hello[kHelloHeadBytes];
+  EncodeHello(hello, magic, version);
+  s->SendAll(hello, sizeof hello, left());
+  uint8_t challenge[kChallengeBytes];
+  s->RecvAllWithin(challenge, 1, left(), "the server's answer to the hello");
+  DISCO_CHECK(challenge[0] <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
+      << "the server answered the hello with unknown code " << static_cast<int>(challenge[0])
+      << " (not a disco server?)";
+  if (challenge[0] != static_cast<uint8_t>(HandshakeCode::kOk)) {
+    return static_cast<HandshakeCode>(challenge[0]);
   }
+  s->RecvAllWithin(challenge + 1, kNonceBytes, left(), "the server's challenge");
+  const crypto::HmacSha256 mac(key);
+  uint8_t proof[kClientProofBytes];
+  crypto::RandomBytes(proof, kNonceBytes);
+  crypto::Digest d = ClientMac(mac, challenge + 1, proof);
+  std::memcpy(proof + kNonceBytes, d.data(), kMacBytes);
+  s->SendAll(proof, sizeof proof, left());
+  uint8_t answer[kServerProofBytes];
+  s->RecvAllWithin(answer, 1, left(), "the server's answer to the key");
+  DISCO_CHECK(answer[0] <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
+      << "the server answered the key with unknown code " << static_cast<int>(answer[0]);
+  if (answer[0] != static_cast<uint8_t>(HandshakeCode::kOk)) {
+    return static_cast<HandshakeCode>(answer[0]);
+  }
+  s->RecvAllWithin(answer + 1, kMacBytes, left(), "the server's proof of the key");
+  crypto::Digest want = ServerMac(mac, proof, challenge + 1);
+  DISCO_CHECK(crypto::DigestsEqual(want.data(), answer + 1, kMacBytes), RuntimeError)
+      << "the server did not prove that it holds the key (a wrong proof): it is not the disco "
+         "server this key belongs to (another process may hold the port)";
+  return HandshakeCode::kOk;
+}
+
+HandshakeCode ServerHello(Socket* s, const std::string& key, int timeout_ms, bool busy) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole handshake
+  auto left = [&](const char* what) {
+    int ms = TimeLeftMs(deadline);
+    DISCO_CHECK(ms != 0, RuntimeError)
+        << "timed out after " << timeout_ms << " ms waiting for " << what;
+    return ms;
+  };
+  uint8_t hello[kHelloHeadBytes];
+  s->RecvAllWithin(hello, sizeof hello, timeout_ms, "the client's handshake");
+  HandshakeCode code = CheckHello(hello);
+  uint8_t challenge[kChallengeBytes] = {static_cast<uint8_t>(code)};
+  if (code != HandshakeCode::kOk) {
+    s->SendAll(challenge, 1, std::max(1, TimeLeftMs(deadline)));
+    return code;
+  }
+  crypto::RandomBytes(challenge + 1, kNonceBytes);
+  s->SendAll(challenge, sizeof challenge, left("the client to take the challenge"));
+  uint8_t proof[kClientProofBytes];
+  s->RecvAllWithin(proof, sizeof proof, left("the client's proof of the key"),
+                   "the client's proof of the key");
+  const crypto::HmacSha256 mac(key);
+  code = CheckClientProof(mac, challenge + 1, proof) ? HandshakeCode::kOk : HandshakeCode::kBadKey;
   if (code == HandshakeCode::kOk && busy) code = HandshakeCode::kBusy;
-  uint8_t c = static_cast<uint8_t>(code);
-  int left = TimeLeftMs(deadline);
-  s->SendAll(&c, 1, left == 0 ? 1 : left);
+  uint8_t answer[kServerProofBytes] = {static_cast<uint8_t>(code)};
+  size_t n = 1;
+  if (code == HandshakeCode::kOk) {
+    crypto::Digest d = ServerMac(mac, proof, challenge + 1);
+    std::memcpy(answer + 1, d.data(), kMacBytes);
+    n = sizeof answer;
+  }
+  s->SendAll(answer, n, std::max(1, TimeLeftMs(deadline)));
   return code;
 }
 

@@ -1,6 +1,7 @@
 // TCP plumbing for remote sessions (issue: attach a controller over TCP): an owned socket with
 // deadlines on every operation, length-prefixed packets bounded before anything is allocated,
-// and the connection handshake (magic, protocol version, key) with a distinct answer per fault.
+// and the connection handshake (magic, protocol version, a challenge-response proof of the key on
+// both sides) with a distinct answer per fault.
 #ifndef DISCO_REMOTE_SOCKET_H_
 #define DISCO_REMOTE_SOCKET_H_
 
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "core/sha256.h"
 #include "protocol/frame.h"
 
 namespace disco {
@@ -59,6 +61,9 @@ class Socket {
   /// n"). Small reads go through a read-ahead buffer (one system call takes a whole short
   /// message); large ones land straight in `data`.
   void RecvAll(void* data, size_t n, int timeout_ms, const char* what);
+  /// As RecvAll, with one deadline for all n bytes however the peer paces them (handshakes: the
+  /// peer is not trusted yet).
+  void RecvAllWithin(void* data, size_t n, int timeout_ms, const char* what);
 
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
@@ -76,6 +81,8 @@ class Socket {
   /// One recv into `dst` (at most `n` bytes): >0 bytes read, 0 when the peer closed, -1 when
   /// nothing is there yet; other failures raise.
   ssize_t RecvSome(void* dst, size_t n);
+  /// RecvAll and RecvAllWithin.
+  void Recv(void* data, size_t n, int timeout_ms, bool one_deadline, const char* what);
   int fd_ = -1;
   std::unique_ptr<char[]> ahead_;
   size_t ahead_pos_ = 0;
@@ -92,10 +99,10 @@ void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms);
 
 constexpr uint32_t kRemoteMagic = 0x52435344;  // "DSCR" little-endian
-constexpr uint16_t kRemoteVersion = 1;
-constexpr size_t kMaxKeyBytes = 1024;
+/// 2: challenge-response (the key never travels); 1 sent the key in clear.
+constexpr uint16_t kRemoteVersion = 2;
 
-/// The server's one-byte answer to a client's hello.
+/// The server's one-byte answers in the handshake.
 enum class HandshakeCode : uint8_t {
   kOk = 0,
   kBadMagic = 1,
@@ -105,24 +112,51 @@ enum class HandshakeCode : uint8_t {
 };
 const char* HandshakeCodeName(HandshakeCode code);
 
-/// A hello is magic (u32), version (u16), key length (u16), then the key.
+// The handshake (version 2). Neither side sends the key or anything derived from it before the
+// other side has shown that it speaks the protocol, and the client proves that it holds the key
+// before the server does:
+//   client -> server  hello: magic (u32), version (u16), 0 (u16)                        8 bytes
+//   server -> client  kOk and the server's nonce Ns (32 random bytes)                  33 bytes
+//                     (or kBadMagic / kBadVersion, and the connection closes)
+//   client -> server  the client's nonce Nc (32 random bytes) and
+//                     HMAC-SHA256(key, "disco-remote-2 client" || Ns || Nc)             64 bytes
+//   server -> client  kOk and HMAC-SHA256(key, "disco-remote-2 server" || Nc || Ns)     33 bytes
+//                     (or kBadKey, after a delay that grows with the failures of that network;
+//                     or kBusy while another client is attached)
+// The client checks the server's MAC before it sends any request: a process that took the port
+// (before a server started, or after it ended) learns the client's nonce and MAC only, from which
+// the key can be recovered only by guessing it (a key of 16 characters or more, or the generated
+// 256 bits, puts that out of reach; a short dictionary word would not be). A version 1 client gets
+// kBadVersion ("unsupported protocol version") at once, never a hang.
 constexpr size_t kHelloHeadBytes = 8;
-/// The bytes of the hello that starts with data[0..n), once its head is in (0 before); a claimed
-/// key longer than kMaxKeyBytes counts as kMaxKeyBytes + 1 (refused, never read past).
-size_t HelloBytes(const uint8_t* data, size_t n);
-/// The answer to a complete hello of HelloBytes() bytes (kOk for the right key; constant-time
-/// key comparison).
-HandshakeCode CheckHello(const uint8_t* data, size_t n, const std::string& expected_key);
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
+constexpr size_t kChallengeBytes = 1 + kNonceBytes;
+constexpr size_t kClientProofBytes = kNonceBytes + kMacBytes;
+constexpr size_t kServerProofBytes = 1 + kMacBytes;
 
-/// Client side: sends magic, version and key; returns the server's answer.
+/// Writes the hello (kHelloHeadBytes) with `magic` and `version` (tests send others).
+void EncodeHello(uint8_t* out, uint32_t magic = kRemoteMagic, uint16_t version = kRemoteVersion);
+/// The server's answer to a hello: kOk (a challenge follows), kBadMagic or kBadVersion.
+HandshakeCode CheckHello(const uint8_t* hello);
+/// The client's MAC over the challenge `ns` and its own nonce `nc` (kNonceBytes each).
+crypto::Digest ClientMac(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* nc);
+/// The server's MAC, which the client checks.
+crypto::Digest ServerMac(const crypto::HmacSha256& key, const uint8_t* nc, const uint8_t* ns);
+/// Whether `proof` (kClientProofBytes: Nc, then its MAC) answers the challenge `ns` for `key`
+/// (constant-time comparison).
+bool CheckClientProof(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* proof);
+
+/// Client side: the whole handshake, within `timeout_ms` in all however the server paces its
+/// bytes. Returns the server's answer; kOk only once the server has proved that it holds the key
+/// (a server whose proof is wrong raises RuntimeError saying so, before anything else is sent).
 HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms,
                           uint32_t magic = kRemoteMagic, uint16_t version = kRemoteVersion);
-/// Server side, one connection at a time: reads a hello within `timeout_ms` in all, answers it
-/// and returns the code it sent (the caller closes the connection on anything but kOk). With
-/// `busy`, a hello that passes every check is answered kBusy. Malformed or slow hellos raise.
-/// (disco::Serve runs many handshakes at once with HelloBytes and CheckHello.)
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms,
-                          bool busy = false);
+/// Server side, one connection at a time: runs the handshake within `timeout_ms` in all, answers
+/// it and returns the code it sent (the caller closes the connection on anything but kOk). With
+/// `busy`, a client that proved the key is answered kBusy. Malformed or slow hellos raise.
+/// (disco::Serve runs many handshakes at once with CheckHello and CheckClientProof.)
+HandshakeCode ServerHello(Socket* s, const std::string& key, int timeout_ms, bool busy = false);
 
 }  // namespace remote
 }  // namespace disco

@@ -109,6 +109,50 @@ TEST(RemoteSocketTest, GarbageTruncatedAndSlowHellosAreErrorsNotHangs) {
   }
 }
 
+// A client of protocol version 1 sent its key in clear after magic and version: a server of
+// version 2 answers "unsupported protocol version" at once (the client says so, never hangs).
+TEST(RemoteSocketTest, AVersion1ClientIsToldItsVersionIsUnsupported) {
+  Server server([](Socket* s) {
+    EXPECT_EQ(ServerHello(s, "s3cret", kTimeoutMs), HandshakeCode::kBadVersion);
+  });
+  Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+  uint8_t hello[8 + 6];
+  uint32_t magic = kRemoteMagic;
+  uint16_t version = 1, key_len = 6;
+  std::memcpy(hello, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 6, &key_len, 2);
+  std::memcpy(hello + 8, "s3cret", 6);
+  s.SendAll(hello, sizeof hello, kTimeoutMs);
+  uint8_t code = 0xFF;
+  s.RecvAll(&code, 1, kTimeoutMs, "answer");
+  EXPECT_EQ(code, static_cast<uint8_t>(HandshakeCode::kBadVersion));
+  EXPECT_EQ(server.done.get(), "ok");
+}
+
+// The proofs: each side's MAC binds both nonces and its role, so that neither a reflected proof
+// nor one for another challenge passes.
+TEST(RemoteSocketTest, ProofsBindBothNoncesAndTheRole) {
+  const crypto::HmacSha256 key("s3cret-s3cret-s3cret"), other("s3cret-s3cret-s3creT");
+  uint8_t ns[kNonceBytes], nc[kNonceBytes];
+  crypto::RandomBytes(ns, sizeof ns);
+  crypto::RandomBytes(nc, sizeof nc);
+  uint8_t proof[kClientProofBytes];
+  std::memcpy(proof, nc, sizeof nc);
+  crypto::Digest d = ClientMac(key, ns, nc);
+  std::memcpy(proof + kNonceBytes, d.data(), kMacBytes);
+  EXPECT_TRUE(CheckClientProof(key, ns, proof));
+  EXPECT_FALSE(CheckClientProof(other, ns, proof));
+  uint8_t ns2[kNonceBytes];
+  std::memcpy(ns2, ns, sizeof ns);
+  ns2[0] ^= 1;
+  EXPECT_FALSE(CheckClientProof(key, ns2, proof));  // a proof for another challenge
+  crypto::Digest server = ServerMac(key, nc, ns);
+  std::memcpy(proof + kNonceBytes, server.data(), kMacBytes);
+  EXPECT_FALSE(CheckClientProof(key, ns, proof));  // the server's MAC is no client proof
+  EXPECT_NE(ClientMac(key, ns, nc), ServerMac(key, ns, nc));
+}
+
 TEST(RemoteSocketTest, OversizedPacketLengthIsRefusedBeforeAllocating) {
   Server server([](Socket* s) {
     protocol::ByteBuffer buf;
