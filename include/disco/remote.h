@@ -77,7 +77,7 @@ struct ServeOptions {
   /// Once a request has begun, all of it must arrive within this time (however it is paced); a
   /// handshake must be complete within 5 s of the connection. Handshakes run side by side: slow
   /// or silent connections cannot keep a client with the key out, and wrong keys are answered
-  /// later with each failure from the same address.
+  /// later with each failure from the same network (DISCO_SERVE_PEER_PREFIX).
   int request_timeout_ms = 60000;
   /// Largest request packet accepted; longer lengths are refused before anything is allocated.
   size_t max_packet_bytes = size_t{64} << 20;

@@ -22,7 +22,9 @@
 #include <fstream>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -80,16 +82,21 @@ void WritePortFile(const std::string& path, int port) {
       << "cannot move the port file into place at '" << path << "'";
 }
 
-// Accepts connections in a thread of its own and runs their handshakes, many at once, each with
-// a deadline for the whole hello: a peer that drips its bytes, or many of them, cannot keep a
+// Accepts connections in a thread of its own and runs their handshakes, many at once, each step
+// with a deadline for all of it: a peer that drips its bytes, or many of them, cannot keep a
 // client with the key out.
 // - At most kMaxPending connections wait in their handshake; a new one beyond that closes the
-//   oldest (an honest client sends its whole hello at once, within a millisecond).
-// - A wrong key is answered only after a delay that doubles with each failure from that address
-//   (kFirstBackoffMs .. kMaxBackoffMs, forgotten after kForgetMs of quiet); a wrong-key hello from
-//   an address that already has kMaxDelayedPerPeer answers waiting is closed unanswered. The right
-//   key is answered at once, whatever the address did before.
-// - Refusals are logged at most once per kLogEveryMs per address, with the count since.
+//   oldest (an honest client sends each message at once, within a millisecond).
+// - Failures count per network, not per address (remote::AddressGroup: all of 127.0.0.0/8 is one,
+//   other IPv4 addresses by DISCO_SERVE_PEER_PREFIX bits, IPv6 by /64), so that one host cannot
+//   reset its record by changing its source address. A wrong key is answered only after a delay
+//   that doubles with each failure from that network (kFirstBackoffMs .. kMaxBackoffMs, forgotten
+//   after kForgetMs without a failure); a wrong key from a network that already has
+//   kMaxDelayedPerPeer answers waiting is closed unanswered. The right key is answered at once,
+//   whatever the network did before.
+// - Refusals are logged at most once per kLogEveryMs in all: the first as it comes, the rest
+//   counted per network and reason and summed up in one line when the time is up (and when the
+//   server stops).
 // Hands an accepted client to the serving thread; answers "busy" while one is being served.
 class Acceptor {
  public:
@@ -100,12 +107,14 @@ class Acceptor {
   static constexpr int64_t kForgetMs = 600000;
   static constexpr int64_t kLogEveryMs = 10000;
 
-  Acceptor(Socket* listener, const std::string& key) : listener_(listener), mac_(key) {
+  Acceptor(Socket* listener, const std::string& key, int ipv4_prefix)
+      : listener_(listener), mac_(key), ipv4_prefix_(ipv4_prefix) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Acceptor() {
     stop_ = true;
     thread_.join();
+    FlushRefusals(/*now_or_never=*/true);  // the count since the last line, once at the end
   }
 
   /// Waits for the next client that passed the handshake.
@@ -124,7 +133,7 @@ class Acceptor {
   struct Pending {
     Socket sock;
     std::string peer;         // ip:port
-    std::string address;      // ip
+    std::string group;        // its network (remote::AddressGroup): failures count per group
     int64_t deadline_ms = 0;  // for the current step
     bool challenged = false;  // the hello was answered with a challenge; the proof comes next
     std::vector<uint8_t> in;  // the bytes of the hello, then of the proof
@@ -134,8 +143,6 @@ class Acceptor {
   struct PeerRecord {
     int failures = 0;
     int64_t last_failure_ms = 0;
-    int64_t last_log_ms = -kLogEveryMs;
-    int unlogged = 0;
   };
 
   static int64_t NowMs() {
@@ -143,23 +150,59 @@ class Acceptor {
     return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
   }
   static std::string AddressOf(const std::string& peer) { return peer.substr(0, peer.rfind(':')); }
+  static int64_t BackoffMs(int failures) {
+    return std::min<int64_t>(int64_t{kFirstBackoffMs} << (std::max(failures, 1) - 1),
+                             kMaxBackoffMs);
+  }
 
-  // One log line per address per kLogEveryMs; the lines in between are counted.
-  void LogRefusal(const std::string& address, const std::string& peer, const std::string& why) {
-    PeerRecord& r = peers_[address];
-    int64_t now = NowMs();
-    if (now - r.last_log_ms < kLogEveryMs) {
-      ++r.unlogged;
+  // The first refusal after a quiet kLogEveryMs is logged as it comes; the rest are counted (per
+  // network and reason) for FlushRefusals.
+  void LogRefusal(const Pending& p, const std::string& why, const char* reason) {
+    const int64_t now = NowMs();
+    if (unlogged_total_ == 0 && now - last_log_ms_ >= kLogEveryMs) {
+      DISCO_LOG(WARN) << "disco-serve: refused " << p.peer << ": " << why;
+      last_log_ms_ = now;
       return;
     }
-    DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": " << why
-                    << (r.unlogged > 0 ? " (and " + std::to_string(r.unlogged) +
-                                             " more refusals from " + address +
-                                             " since the last "
-                                             "such line)"
-                                       : std::string());
-    r.last_log_ms = now;
-    r.unlogged = 0;
+    ++unlogged_[p.group][reason];
+    ++unlogged_total_;
+  }
+
+  // One line for the refusals counted since the last line, once kLogEveryMs has passed: the
+  // networks with the most, each with its reasons (and its wrong keys' current delay).
+  void FlushRefusals(bool now_or_never = false) {
+    const int64_t now = NowMs();
+    if (unlogged_total_ == 0 || (now - last_log_ms_ < kLogEveryMs && !now_or_never)) return;
+    std::vector<std::pair<uint64_t, std::string>> groups;
+    for (const auto& g : unlogged_) {
+      uint64_t n = 0;
+      for (const auto& r : g.second) n += r.second;
+      groups.emplace_back(n, g.first);
+    }
+    std::sort(groups.rbegin(), groups.rend());
+    std::ostringstream line;
+    line << "disco-serve: refused " << unlogged_total_ << " more connections in the last "
+         << (now - last_log_ms_ + 500) / 1000 << " s: ";
+    const size_t shown = std::min<size_t>(groups.size(), 4);
+    for (size_t i = 0; i < shown; ++i) {
+      line << (i > 0 ? "; " : "") << groups[i].first << " from " << groups[i].second << " (";
+      bool first = true;
+      for (const auto& r : unlogged_[groups[i].second]) {
+        line << (first ? "" : ", ") << r.second << " " << r.first;
+        first = false;
+      }
+      auto rec = peers_.find(groups[i].second);
+      if (rec != peers_.end() && rec->second.failures > 0) {
+        line << "; a wrong key from there is now answered after " << BackoffMs(rec->second.failures)
+             << " ms";
+      }
+      line << ")";
+    }
+    if (groups.size() > shown) line << "; and from " << groups.size() - shown << " more networks";
+    DISCO_LOG(WARN) << line.str();
+    unlogged_.clear();
+    unlogged_total_ = 0;
+    last_log_ms_ = now;
   }
 
   // Sends `n` bytes of an answer (they fit in the socket's empty send buffer); false if the peer
@@ -185,7 +228,6 @@ class Acceptor {
   // The proof of `p` is complete: answer it (or schedule the answer); true when `p` is done.
   bool Decide(Pending* p) {
     if (remote::CheckClientProof(mac_, p->challenge, p->in.data())) {
-      peers_.erase(p->address);  // the right key clears the address's record
       bool busy;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -194,7 +236,7 @@ class Acceptor {
       }
       if (busy) {
         Refuse(p, remote::HandshakeCode::kBusy);
-        LogRefusal(p->address, p->peer, remote::HandshakeCodeName(remote::HandshakeCode::kBusy));
+        LogRefusal(*p, remote::HandshakeCodeName(remote::HandshakeCode::kBusy), "busy");
         return true;
       }
       uint8_t answer[remote::kServerProofBytes] = {
@@ -212,24 +254,27 @@ class Acceptor {
       cv_.notify_all();
       return true;
     }
-    // A wrong key: answered late, later with each failure from this address.
-    PeerRecord& r = peers_[p->address];
+    // A wrong key: answered late, later with each failure from this network.
+    PeerRecord& r = peers_[p->group];
     const int64_t now = NowMs();
     if (now - r.last_failure_ms > kForgetMs) r.failures = 0;
     r.failures = std::min(r.failures + 1, 30);
     r.last_failure_ms = now;
     size_t delayed = 0;
-    for (const Pending& q : pending_) delayed += q.address == p->address && q.answer_at_ms >= 0;
+    for (const Pending& q : pending_) delayed += q.group == p->group && q.answer_at_ms >= 0;
     if (delayed >= kMaxDelayedPerPeer) {
-      LogRefusal(p->address, p->peer, "wrong key (closed unanswered: too many guesses at once)");
+      LogRefusal(*p,
+                 "wrong key (closed unanswered: too many guesses at once from " + p->group + ")",
+                 "wrong keys closed unanswered");
       return true;
     }
-    int64_t delay = std::min<int64_t>(int64_t{kFirstBackoffMs} << (r.failures - 1), kMaxBackoffMs);
+    const int64_t delay = BackoffMs(r.failures);
     p->answer_at_ms = now + delay;
     p->deadline_ms = p->answer_at_ms + 1000;
-    LogRefusal(p->address, p->peer,
-               "wrong key (failure " + std::to_string(r.failures) + " from this address; " +
-                   "answered after " + std::to_string(delay) + " ms)");
+    LogRefusal(*p,
+               "wrong key (failure " + std::to_string(r.failures) + " from " + p->group +
+                   "; answered after " + std::to_string(delay) + " ms)",
+               "wrong keys");
     return false;
   }
 
@@ -243,7 +288,8 @@ class Acceptor {
         remote::HandshakeCode code = remote::CheckHello(p->in.data());
         if (code != remote::HandshakeCode::kOk) {  // a foreign protocol or another version
           Refuse(p, code);
-          LogRefusal(p->address, p->peer, remote::HandshakeCodeName(code));
+          LogRefusal(*p, remote::HandshakeCodeName(code),
+                     code == remote::HandshakeCode::kBadMagic ? "not disco" : "other versions");
           return true;
         }
         uint8_t challenge[remote::kChallengeBytes] = {
@@ -269,6 +315,7 @@ class Acceptor {
 
   void Run() {
     while (!stop_) {
+      FlushRefusals();
       const int64_t now = NowMs();
       // Answers that are due, and handshakes past their deadline.
       for (auto it = pending_.begin(); it != pending_.end();) {
@@ -276,8 +323,9 @@ class Acceptor {
           Refuse(&*it, remote::HandshakeCode::kBadKey);
           it = pending_.erase(it);
         } else if (it->answer_at_ms < 0 && it->deadline_ms <= now) {
-          LogRefusal(it->address, it->peer,
-                     "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
+          LogRefusal(*it,
+                     "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms",
+                     "handshakes too slow");
           it = pending_.erase(it);
         } else {
           ++it;
@@ -321,10 +369,7 @@ class Acceptor {
   void ForgetQuietPeers() {
     const int64_t now = NowMs();
     for (auto it = peers_.begin(); it != peers_.end();) {
-      it =
-          now - it->second.last_failure_ms > kForgetMs && now - it->second.last_log_ms > kLogEveryMs
-              ? peers_.erase(it)
-              : std::next(it);
+      it = now - it->second.last_failure_ms > kForgetMs ? peers_.erase(it) : std::next(it);
     }
   }
 
@@ -342,12 +387,13 @@ class Acceptor {
         auto oldest = std::find_if(pending_.begin(), pending_.end(),
                                    [](const Pending& p) { return p.answer_at_ms < 0; });
         if (oldest == pending_.end()) oldest = pending_.begin();
-        LogRefusal(oldest->address, oldest->peer, "handshake not complete when room was needed");
+        LogRefusal(*oldest, "handshake not complete when room was needed",
+                   "handshakes closed to make room");
         pending_.erase(oldest);
       }
       Pending p;
       p.peer = c.PeerName();
-      p.address = AddressOf(p.peer);
+      p.group = remote::AddressGroup(AddressOf(p.peer), ipv4_prefix_);
       p.deadline_ms = NowMs() + kHandshakeTimeoutMs;
       p.sock = std::move(c);
       pending_.push_back(std::move(p));
@@ -363,7 +409,12 @@ class Acceptor {
   bool attached_ = false;
   Socket next_;
   std::list<Pending> pending_;                         // the acceptor thread's alone
-  std::unordered_map<std::string, PeerRecord> peers_;  // likewise
+  std::unordered_map<std::string, PeerRecord> peers_;  // likewise, by network
+  const int ipv4_prefix_;
+  // Refusals not logged yet, by network and reason; when the last refusal line went out.
+  std::map<std::string, std::map<std::string, uint64_t>> unlogged_;
+  uint64_t unlogged_total_ = 0;
+  int64_t last_log_ms_ = -kLogEveryMs;
   std::thread thread_;
 };
 
@@ -730,7 +781,8 @@ int Serve(Session& session, const ServeOptions& options) {
   }
   std::fflush(stdout);
 
-  Acceptor acceptor(&listener, key);
+  Acceptor acceptor(&listener, key,
+                    static_cast<int>(env::GetInt("DISCO_SERVE_PEER_PREFIX", 8, 32)));
   for (int served = 0; options.max_clients == 0 || served < options.max_clients; ++served) {
     int exit_code = -1;
     bool end_job;

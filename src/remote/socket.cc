@@ -275,6 +275,31 @@ bool ParseHostPort(const std::string& text, std::string* host, int* port) {
   return true;
 }
 
+std::string AddressGroup(const std::string& ip, int ipv4_prefix) {
+  in_addr v4{};
+  in6_addr v6{};
+  char text[INET6_ADDRSTRLEN] = {0};
+  bool is_v4 = inet_pton(AF_INET, ip.c_str(), &v4) == 1;
+  if (!is_v4 && inet_pton(AF_INET6, ip.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return "::1/128";
+    if (!IN6_IS_ADDR_V4MAPPED(&v6)) {
+      std::memset(v6.s6_addr + 8, 0, 8);
+      inet_ntop(AF_INET6, &v6, text, sizeof text);
+      return std::string(text) + "/64";
+    }
+    std::memcpy(&v4, v6.s6_addr + 12, 4);
+    is_v4 = true;
+  }
+  if (!is_v4) return ip;
+  uint32_t a = ntohl(v4.s_addr);
+  if ((a >> 24) == 127) return "127.0.0.0/8";
+  const int bits = std::min(32, std::max(0, ipv4_prefix));
+  a &= bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+  v4.s_addr = htonl(a);
+  inet_ntop(AF_INET, &v4, text, sizeof text);
+  return std::string(text) + "/" + std::to_string(bits);
+}
+
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
   uint64_t len = n;
   s->SendAll2(&len, sizeof len, body, n, timeout_ms);

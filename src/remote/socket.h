@@ -92,6 +92,12 @@ class Socket {
 /// Splits "HOST:PORT" (the last colon separates them); false unless the port is 1..65535.
 bool ParseHostPort(const std::string& text, std::string* host, int* port);
 
+/// The network a client address counts in for refusals and back-off (disco::Serve): every
+/// loopback address (127.0.0.0/8, ::1) is one, other IPv4 addresses by their first `ipv4_prefix`
+/// bits ("10.1.2.0/24"), IPv6 ones by /64; IPv4-mapped IPv6 addresses as IPv4. Text that is no
+/// address stands for itself.
+std::string AddressGroup(const std::string& ip, int ipv4_prefix);
+
 /// Packets: a u64 little-endian length, then the body.
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
 /// Receives one packet into `buf` within `timeout_ms` in all; a length over `max_bytes` raises

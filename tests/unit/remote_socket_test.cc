@@ -153,6 +153,22 @@ TEST(RemoteSocketTest, ProofsBindBothNoncesAndTheRole) {
   EXPECT_NE(ClientMac(key, ns, nc), ServerMac(key, ns, nc));
 }
 
+// Refusals and back-off count per network: one host cannot reset them by changing its address.
+TEST(RemoteSocketTest, AddressesCountInTheirNetwork) {
+  EXPECT_EQ(AddressGroup("127.0.0.1", 24), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("127.201.17.3", 32), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 24), "10.1.2.0/24");
+  EXPECT_EQ(AddressGroup("10.1.2.200", 24), "10.1.2.0/24");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 16), "10.1.0.0/16");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 32), "10.1.2.3/32");
+  EXPECT_EQ(AddressGroup("::1", 24), "::1/128");
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:3:4:5:6", 24), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:ffff::9", 24), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressGroup("::ffff:192.168.7.9", 24), "192.168.7.0/24");
+  EXPECT_EQ(AddressGroup("::ffff:127.9.9.9", 24), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("(unknown peer)", 24), "(unknown peer)");
+}
+
 TEST(RemoteSocketTest, OversizedPacketLengthIsRefusedBeforeAllocating) {
   Server server([](Socket* s) {
     protocol::ByteBuffer buf;
