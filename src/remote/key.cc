@@ -49,7 +49,12 @@ std::string DefaultKeyFile(int port) {
 }
 
 void WriteKeyFile(const std::string& path, const std::string& key) {
-  const std::string dir = path.substr(0, path.rfind('/'));
+  // The directory to make when missing: none for a bare file name (the current directory), "/" for
+  // a file at the root.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string()
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   if (!dir.empty() && access(dir.c_str(), F_OK) != 0) {
     DISCO_CHECK(mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST, RuntimeError)
         << "cannot make the key directory '" << dir << "': " << std::strerror(errno);

@@ -31,6 +31,7 @@
 
 #include "core/device_memory.h"
 #include "core/env.h"
+#include "core/exit_cleanup.h"
 #include "core/sha256.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"
@@ -753,17 +754,27 @@ int Serve(Session& session, const ServeOptions& options) {
   Socket listener = Socket::Listen(options.host, options.port, /*backlog=*/64);
   int port = listener.port();
   std::string key_file;
+  // The generated key file goes when the server ends: by this destructor, or, when the job ends
+  // without running it (SIGTERM or SIGINT, a fatal error, the watchdog), by core/exit_cleanup.h.
+  struct RemoveKeyFile {
+    std::string path;
+    ~RemoveKeyFile() {
+      if (path.empty()) return;
+      unlink(path.c_str());
+      exit_cleanup::UnregisterFile(path);
+    }
+  } remove_key_file;
   if (key.empty()) {
     key = remote::GenerateKey();
     key_file = options.key_file.empty() ? remote::DefaultKeyFile(port) : options.key_file;
     remote::WriteKeyFile(key_file, key);
-  }
-  struct RemoveKeyFile {
-    std::string path;
-    ~RemoveKeyFile() {
-      if (!path.empty()) unlink(path.c_str());
+    remove_key_file.path = key_file;
+    if (!exit_cleanup::RegisterFile(key_file)) {
+      DISCO_LOG(WARN) << "disco-serve: the key file '" << key_file
+                      << "' cannot be registered for removal on a signal (its path is too long, "
+                         "or too many files are registered): it may outlive a killed job";
     }
-  } remove_key_file{key_file};
+  }
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
   std::printf("disco-serve: listening on %s:%d, %d workers in %d groups\n", options.host.c_str(),
               port, session.num_workers(), session.num_groups());

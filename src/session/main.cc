@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exit_cleanup.h"
 #include "core/launcher.h"
 #include "core/process_info.h"
 #include "mpi/mpi_util.h"
@@ -33,6 +34,7 @@ std::string StripPrefix(const std::string& what) {
 }
 
 [[noreturn]] void FatalAbort(const std::string& cause) {
+  exit_cleanup::RemoveRegisteredFiles();  // a served job's key file: no destructor runs from here
   LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
   watchdog::Dump("fatal error");
   EndSlurmStep();  // srun without --kill-on-bad-exit would leave the other nodes' ranks waiting

@@ -23,6 +23,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/exit_cleanup.h"
 #include "core/launcher.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
@@ -114,14 +115,16 @@ void PutStr(char* buf, size_t cap, size_t* at, const char* s) {
   while (*s != '\0' && *at + 1 < cap) buf[(*at)++] = *s++;
 }
 
-// SIGTERM (the launcher ending the job): one line saying what this rank was doing, then the
-// default action.
+// SIGTERM (the launcher ending the job) or SIGINT: the registered files go (a served job's key
+// file), one line says what this rank was doing, then the default action.
 void OnTerminate(int sig) {
+  exit_cleanup::RemoveRegisteredFiles();
   State& s = S();
   char line[512];
   size_t at = 0;
   PutStr(line, sizeof line, &at, s.prefix);
-  PutStr(line, sizeof line, &at, "terminated by the launcher ");
+  PutStr(line, sizeof line, &at,
+         sig == SIGINT ? "interrupted (SIGINT) " : "terminated by the launcher ");
   const uint64_t next = s.next.load();
   if (next == 0) {
     PutStr(line, sizeof line, &at, "before its first command");
@@ -435,6 +438,7 @@ void CheckLiveness() {
     return;
   }
   if (++s.missed_checks < 2 || s.shutting_down.load()) return;
+  exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   LogLine(LogLevel::kError, "watchdog: " + names +
                                 " stopped answering liveness pings (they answered before): "
                                 "dead, or their node is off the network; ending the job");
@@ -448,6 +452,7 @@ void CheckLiveness() {
 }
 
 void Fire(double elapsed_s) {
+  exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   State& s = S();
   const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
   std::ostringstream line;
@@ -611,8 +616,8 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   return;
 #endif
   struct sigaction old;
-  if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    signal(SIGTERM, OnTerminate);
+  for (int sig : {SIGTERM, SIGINT}) {  // unless the program handles them itself (Python: SIGINT)
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(sig, OnTerminate);
   }
   if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     signal(SIGUSR1, OnDumpRequest);

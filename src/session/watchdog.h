@@ -8,9 +8,11 @@
 // its sequence number, the elapsed time, and the peer a collective is waiting for when the
 // transport knows it), dumps the flight recorder, waits a second so that the other stuck ranks
 // print theirs, and ends the process, which makes the launcher end the job. A rank the launcher
-// terminates (SIGTERM) first prints one line saying what it was doing. SIGUSR1 dumps the flight
-// recorder of a running job; so does a fatal error. A watchdog that fires first pings every rank's
-// watchdog (UDP) and names the ranks that answer nothing within a second.
+// terminates (SIGTERM; or SIGINT, where the program does not handle it) first removes the files
+// registered with core/exit_cleanup.h (a served job's key file) and prints one line saying what it
+// was doing; so do a watchdog timeout and a liveness failure before they end the process. SIGUSR1
+// dumps the flight recorder of a running job; so does a fatal error. A watchdog that fires first
+// pings every rank's watchdog (UDP) and names the ranks that answer nothing within a second.
 #ifndef DISCO_SESSION_WATCHDOG_H_
 #define DISCO_SESSION_WATCHDOG_H_
 
@@ -43,7 +45,7 @@ struct PingAddress {
 };
 
 /// Starts this rank's watchdog thread (once; every rank, after MPI_Init). `timeout_s` <= 0 only
-/// serves SIGUSR1 and the SIGTERM line (no liveness socket). `secret` is the job's, the
+/// serves SIGUSR1 and the SIGTERM/SIGINT line (no liveness socket). `secret` is the job's, the
 /// same on every rank (rank 0 draws it, MPI carries it); `hosts` holds every rank's LocalHost(),
 /// in rank order: the liveness socket is bound to the address that reaches them (above).
 void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret& secret,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -50,6 +51,15 @@ DISCO_REGISTER_GLOBAL("fault.kill_self_later").set_body_typed([](int64_t worker)
     usleep(static_cast<useconds_t>(1000 + std::rand() % 20000));
     raise(SIGKILL);
   }).detach();
+});
+DISCO_REGISTER_GLOBAL("fault.sleep_ms").set_body_typed([](int64_t ms) {
+  if (disco::ThisWorker().worker_id == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+});
+// std::terminate on worker 0 (in the controller's process): disco::Main's fatal-error path.
+DISCO_REGISTER_GLOBAL("fault.terminate_on_0").set_body_typed([]() {
+  if (disco::ThisWorker().worker_id == 0) std::terminate();
 });
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
 
@@ -147,6 +157,15 @@ int Run(disco::Session& s, const std::string& mode) {
     }
     std::printf("soak done: %lld calls and syncs\n", static_cast<long long>(calls));
     return 0;
+  }
+  if (mode == "serve") {
+    // Serves the session with a generated key (written to ~/.disco/serve-PORT.key) and the port
+    // in DISCO_TEST_PORT_FILE: tests/remote/run_keyfile_test.sh ends it in the ways a job can
+    // end and checks that the key file goes with it.
+    disco::ServeOptions opts;
+    const char* port_file = std::getenv("DISCO_TEST_PORT_FILE");
+    if (port_file != nullptr) opts.port_file = port_file;
+    return disco::Serve(s, opts);
   }
   if (mode == "clean") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));
