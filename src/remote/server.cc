@@ -336,7 +336,10 @@ class Acceptor {
       fds.push_back(pollfd{listener_->fd(), POLLIN, 0});
       int64_t wake = now + 200;
       for (const Pending& p : pending_) {
-        fds.push_back(pollfd{p.sock.fd(), static_cast<short>(p.answer_at_ms < 0 ? POLLIN : 0), 0});
+        // A wrong key waiting for its delayed answer is watched for the peer leaving (its slot
+        // among the network's delayed answers is free again at once).
+        fds.push_back(
+            pollfd{p.sock.fd(), static_cast<short>(p.answer_at_ms < 0 ? POLLIN : POLLRDHUP), 0});
         wake = std::min(wake, p.answer_at_ms >= 0 ? p.answer_at_ms : p.deadline_ms);
       }
       int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wake - now)));
@@ -352,7 +355,7 @@ class Acceptor {
         const short ev = fds[i + 1].revents;
         if (p.answer_at_ms < 0 && (ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
           done[i] = ReadHello(&p);
-        } else if (p.answer_at_ms >= 0 && (ev & (POLLHUP | POLLERR)) != 0) {
+        } else if (p.answer_at_ms >= 0 && (ev & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
           done[i] = true;  // gone before its delayed answer: nothing to wait for
         }
         ++i;

@@ -149,11 +149,14 @@ void Socket::WaitFor(short events, int timeout_ms, const char* what) {
   WaitUntil(events, DeadlineAfter(timeout_ms), timeout_ms, what);
 }
 
-void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what) {
+void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what,
+                       bool progress) {
   for (;;) {
     int64_t left = deadline < 0 ? -1 : deadline - NowMs();
     DISCO_CHECK(deadline < 0 || left > 0, RuntimeError)
-        << "timed out after " << timeout_ms << " ms waiting for " << what;
+        << "timed out after " << timeout_ms << " ms"
+        << (progress ? " without progress (plus 1 s per MiB still to move)" : "") << " waiting for "
+        << what;
     pollfd p{fd_, events, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
     if (rc < 0 && errno == EINTR) continue;
@@ -167,10 +170,23 @@ void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
   SendAllV(iov, 1, timeout_ms);
 }
 
+namespace {
+
+// The deadline of a transfer with `remaining` bytes still to move, from now (-1: none).
+int64_t ProgressDeadline(int timeout_ms, size_t remaining) {
+  if (timeout_ms < 0) return -1;
+  return NowMs() + timeout_ms + static_cast<int64_t>(remaining) * 1000 / kMinBytesPerSecond;
+}
+
+}  // namespace
+
 void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
   DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole send, not each wait
   int first = 0;
+  size_t remaining = 0;
+  for (int i = 0; i < count; ++i) remaining += iov[i].iov_len;
+  // Counted afresh whenever bytes move: a slow peer is waited for, a silent one is not.
+  int64_t deadline = ProgressDeadline(timeout_ms, remaining);
   while (first < count && iov[first].iov_len == 0) ++first;
   while (first < count) {
     msghdr msg{};
@@ -179,6 +195,8 @@ void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
     ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (k >= 0) {
       size_t done = static_cast<size_t>(k);
+      remaining -= done;
+      if (done > 0) deadline = ProgressDeadline(timeout_ms, remaining);
       while (first < count && done >= iov[first].iov_len) {
         done -= iov[first].iov_len;
         ++first;
@@ -188,7 +206,7 @@ void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
         iov[first].iov_len -= done;
       }
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      WaitUntil(POLLOUT, deadline, timeout_ms, "the peer to take more data");
+      WaitUntil(POLLOUT, deadline, timeout_ms, "the peer to take more data", /*progress=*/true);
     } else {
       DISCO_THROW(RuntimeError) << "send failed: " << Errno();
     }
@@ -223,7 +241,7 @@ ssize_t Socket::RecvSome(void* dst, size_t n) {
 }
 
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
-  Recv(data, n, timeout_ms, /*one_deadline=*/true, what);
+  Recv(data, n, timeout_ms, /*one_deadline=*/false, what);
 }
 
 void Socket::RecvAllWithin(void* data, size_t n, int timeout_ms, const char* what) {
@@ -232,9 +250,9 @@ void Socket::RecvAllWithin(void* data, size_t n, int timeout_ms, const char* wha
 
 void Socket::Recv(void* data, size_t n, int timeout_ms, bool one_deadline, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
-  // The deadline is for all n bytes: a peer that drips one byte at a time cannot stretch it.
-  (void)one_deadline;
-  const int64_t deadline = DeadlineAfter(timeout_ms);
+  // One deadline for all n bytes (a peer that drips one byte at a time cannot stretch it), or one
+  // counted afresh whenever bytes come (a slow peer is waited for, a silent one is not).
+  int64_t deadline = one_deadline ? DeadlineAfter(timeout_ms) : ProgressDeadline(timeout_ms, n);
   char* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
@@ -255,11 +273,12 @@ void Socket::Recv(void* data, size_t n, int timeout_ms, bool one_deadline, const
         ahead_pos_ = 0;
         ahead_len_ = static_cast<size_t>(k);
       }
+      if (!one_deadline) deadline = ProgressDeadline(timeout_ms, n - got);
     } else if (k == 0) {
       DISCO_THROW(RuntimeError) << "the peer closed the connection after " << got << " of " << n
                                 << " bytes of " << what;
     } else {
-      WaitUntil(POLLIN, deadline, timeout_ms, what);
+      WaitUntil(POLLIN, deadline, timeout_ms, what, /*progress=*/!one_deadline);
     }
   }
 }
@@ -306,17 +325,13 @@ void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
 }
 
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms) {
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // one deadline for the whole packet
   uint64_t len = 0;
   s->RecvAll(&len, sizeof len, timeout_ms, "a packet length");
   DISCO_CHECK(len <= max_bytes, ProtocolError)
       << "a packet of " << len << " bytes exceeds the limit of " << max_bytes << " bytes";
   buf->Resize(static_cast<size_t>(len));
   if (len == 0) return;
-  int left = TimeLeftMs(deadline);
-  DISCO_CHECK(left != 0, RuntimeError)
-      << "timed out after " << timeout_ms << " ms waiting for a packet body";
-  s->RecvAll(buf->data(), static_cast<size_t>(len), left, "a packet body");
+  s->RecvAll(buf->data(), static_cast<size_t>(len), timeout_ms, "a packet body");
 }
 
 const char* HandshakeCodeName(HandshakeCode code) {

@@ -20,10 +20,18 @@ namespace remote {
 
 /// Pass as a timeout to wait without a deadline.
 constexpr int kNoTimeout = -1;
+/// The slowest rate a transfer may keep without being given up: a send or receive of n bytes waits
+/// for progress up to its timeout plus n / kMinBytesPerSecond (what is still to move), counted
+/// afresh whenever bytes move.
+constexpr int64_t kMinBytesPerSecond = int64_t{1} << 20;
 
 /// An owned TCP socket (closed by the destructor). Every blocking call takes a time limit in
-/// milliseconds (kNoTimeout: none) for the whole call, however the peer paces its bytes, and
-/// raises RuntimeError naming what it waited for when it passes.
+/// milliseconds (kNoTimeout: none) and raises RuntimeError naming what it waited for when it
+/// passes. Sends and receives (SendAll*, RecvAll) give up only on a peer that stops moving bytes:
+/// their limit is the timeout plus a second per MiB still to move (kMinBytesPerSecond), and starts
+/// again whenever bytes move, so that a slow peer (a loaded machine) is never dropped while a
+/// silent one still is. RecvAllWithin has one deadline for the whole call, however the peer paces
+/// its bytes (for handshakes, whose peer is not trusted yet).
 class Socket {
  public:
   Socket() = default;
@@ -76,8 +84,10 @@ class Socket {
  private:
   static constexpr size_t kAheadBytes = 64 << 10;
   void WaitFor(short events, int timeout_ms, const char* what);
-  /// As WaitFor, against an absolute deadline (-1: none); `timeout_ms` is for the message.
-  void WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what);
+  /// As WaitFor, against an absolute deadline (-1: none); `timeout_ms` and `progress` (the
+  /// deadline restarts when bytes move) are for the message.
+  void WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what,
+                 bool progress = false);
   /// One recv into `dst` (at most `n` bytes): >0 bytes read, 0 when the peer closed, -1 when
   /// nothing is there yet; other failures raise.
   ssize_t RecvSome(void* dst, size_t n);
@@ -100,8 +110,9 @@ std::string AddressGroup(const std::string& ip, int ipv4_prefix);
 
 /// Packets: a u64 little-endian length, then the body.
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms);
-/// Receives one packet into `buf` within `timeout_ms` in all; a length over `max_bytes` raises
-/// ProtocolError before anything is allocated or read.
+/// Receives one packet into `buf` (RecvAll's limits: `timeout_ms` without progress, plus a second
+/// per MiB still to come); a length over `max_bytes` raises ProtocolError before anything is
+/// allocated or read.
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms);
 
 constexpr uint32_t kRemoteMagic = 0x52435344;  // "DSCR" little-endian

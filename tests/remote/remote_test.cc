@@ -433,9 +433,9 @@ TEST_F(RemoteTest, IdleClientsAreDropped) {
   remote::Socket s = RawAttached();
   ASSERT_TRUE(s.valid());
   auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(ClosedByServer(&s, 20000));  // the test server's idle timeout is 4 s
+  EXPECT_TRUE(ClosedByServer(&s, 60000));  // the test server's idle timeout is 20 s
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(waited, 3.5);
+  EXPECT_GE(waited, 19.5);
   testing::Reattach();
   ExpectServing();
 }
