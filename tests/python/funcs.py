@@ -119,7 +119,7 @@ def tvm_add_one_float(x):
 
 @disco.register_func("tests.disco.add_one_ndarray")
 def tvm_add_one_ndarray(x):
-    return x + 1
+    return np.array(x + 1)
 
 
 @disco.register_func("tests.disco.str")
@@ -128,8 +128,9 @@ def tvm_str(x):
 
 
 @disco.register_func("tests.disco.shape_tuple")
-def tvm_shape_tuple(shape):
-    return tuple(shape)
+def tvm_shape_tuple(x):
+    assert isinstance(x, tuple)
+    return tuple(list(x) + [4, 5])
 
 
 @disco.register_func("tests.disco.peer")

@@ -34,6 +34,14 @@ def test_worker_info_on_every_worker(sess):
         assert group == w // (n // groups)
 
 
+def test_builtin_worker_id_and_num_workers(sess):
+    ids = sess.get_global_func("disco.worker_id")()
+    counts = sess.get_global_func("disco.num_workers")()
+    for w in range(sess.num_workers):
+        assert ids.debug_get_from_remote(w) == w
+        assert counts.debug_get_from_remote(w) == sess.num_workers
+
+
 def test_empty_shapes_dtypes_and_placement(sess):
     info = sess.get_global_func("test.py.array_info")
     for dtype in ["int8", "uint16", "int32", "int64", "float16", "float32", "float64"]:
