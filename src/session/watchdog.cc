@@ -367,7 +367,7 @@ void Loop() {
 // Commands are timed; a controller that sends none cannot hang a command, but it can hang the job:
 // blocked in an MPI call of its own (mpi4py's COMM_WORLD.Barrier()) that the workers, waiting in
 // disco's command loop, never join. When rank 0 has run no command for DISCO_TIMEOUT / 2, the
-// watchdog samples the controller thread's native stack about twice a second (a signal whose
+// watchdog samples the controller thread's native stack about once a second (a signal whose
 // handler records backtrace()); a controller that stays inside the same MPI entry point, called
 // from outside disco (not libdisco), until DISCO_TIMEOUT has passed without a command ends the
 // job, naming the call and the library that made it. A controller that computes, or waits inside
@@ -472,7 +472,7 @@ void ProbeController() {
   }
   const int64_t timeout_ns = static_cast<int64_t>(s.timeout_s * 1e9);
   const int64_t quiet_ns = now - p.quiet_since_ns;
-  if (quiet_ns < timeout_ns / 2 || now - p.last_sample_ns < 500000000) return;
+  if (quiet_ns < timeout_ns / 2 || now - p.last_sample_ns < 1000000000) return;
   p.last_sample_ns = now;
   p.depth.store(-1, std::memory_order_relaxed);
   if (pthread_kill(p.thread, p.signal) != 0) return;
