@@ -872,7 +872,9 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
       .def("numpy", &TensorToNumpy, "A numpy array sharing this host tensor's memory.")
       .def_static(
           "from_dlpack", [](py::handle obj) { return ToTensorOrThrow(obj, "Tensor.from_dlpack"); },
-          py::arg("obj"), "A Tensor sharing the memory of a numpy array or DLPack producer.")
+          py::arg("obj"),
+          "A Tensor sharing the memory of a numpy array or DLPack producer (a compact native copy "
+          "of one that is read-only, not contiguous or in the other byte order).")
       .def_static(
           "from_numpy",
           [](py::handle obj, py::object dtype) {
@@ -887,7 +889,8 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
             return Tensor::FromDLPack(managed);
           },
           py::arg("array"), py::arg("dtype") = py::none(),
-          "A Tensor sharing a numpy array's memory, its elements read as `dtype` (same size).")
+          "A Tensor sharing a numpy array's memory (or a compact native copy, as from_dlpack), "
+          "its elements read as `dtype` (same size).")
       .def_static(
           "empty",
           [](py::object shape, py::object dtype, py::object device) {
