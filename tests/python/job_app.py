@@ -75,6 +75,15 @@ if MODE == "mpi4py_after_main":
     total = MPI.COMM_WORLD.allreduce(1)
     say("mpi4py after disco.main: allreduce gave", total)
     sys.exit(code)
+if MODE == "main_after_finalize":
+    from mpi4py import MPI
+    MPI.Finalize()
+    try:
+        disco.main(lambda s: 0)
+    except RuntimeError as e:
+        say("RuntimeError:", str(e).split(" [")[0])
+        sys.exit(0)
+    sys.exit(1)
 if MODE == "sigterm_after_main":
     code = disco.main(lambda s: 0)
     say("returned", code)

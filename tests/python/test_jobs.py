@@ -103,6 +103,14 @@ def test_mpi4py_imported_after_disco_main_can_be_used():
     assert "mpi4py after disco.main: allreduce gave 2" in out, out
 
 
+def test_disco_main_after_mpi_finalize_is_a_clear_error():
+    pytest.importorskip("mpi4py")
+    code, out, _ = run(2, "main_after_finalize")
+    assert code == 0, out
+    assert "RuntimeError:" in out, out
+    assert "disco.main: MPI has been finalized in this process" in out, out
+
+
 # ---- The watchdog and a controller outside the runtime --------------------------------------------
 
 def test_a_controller_blocked_in_its_own_mpi_call_ends_the_job():
