@@ -140,7 +140,7 @@ def tvm_peer(table):
     return int(dict(table).get(str(disco.this_worker().worker_id), -1))
 
 
-# ---- Inputs of every kind (test_inputs.py) --------------------------------------------------------
+# ---- Inputs of every kind (test_inputs.py) -------------------------------------------------------
 
 @disco.register_func("test.py.big_endian")
 def big_endian(n):

@@ -79,7 +79,7 @@ def test_non_native_worker_function_arguments_and_results(sess):
         np.testing.assert_array_equal(got, [1, 2, 3, 4])
 
 
-# ---- Worker 0 holds the value at call time, like every other worker -------------------------------
+# ---- Worker 0 holds the value at call time, like every other worker ------------------------------
 
 def test_worker_0_keeps_the_value_at_call_time(ccl):
     sess = ccl
@@ -111,7 +111,7 @@ def test_a_worker_function_writing_its_argument_leaves_the_caller_alone(sess):
     np.testing.assert_array_equal(t.numpy(), [0] * 3)
 
 
-# ---- Non-contiguous inputs: numpy arrays and DLPack producers alike -------------------------------
+# ---- Non-contiguous inputs: numpy arrays and DLPack producers alike ------------------------------
 
 def test_non_contiguous_dlpack_producers_are_copied(sess):
     last = sess.num_workers - 1

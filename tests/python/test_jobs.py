@@ -88,7 +88,7 @@ def test_a_controller_returning_a_non_int_is_a_clear_type_error():
     assert "Unable to cast" not in out
 
 
-# ---- MPI after disco.main -------------------------------------------------------------------------
+# ---- MPI after disco.main ------------------------------------------------------------------------
 
 def test_disco_main_twice_in_one_process():
     code, out, _ = run(2, "main_twice")
@@ -111,7 +111,7 @@ def test_disco_main_after_mpi_finalize_is_a_clear_error():
     assert "disco.main: MPI has been finalized in this process" in out, out
 
 
-# ---- The watchdog and a controller outside the runtime --------------------------------------------
+# ---- The watchdog and a controller outside the runtime -------------------------------------------
 
 def test_a_controller_blocked_in_its_own_mpi_call_ends_the_job():
     pytest.importorskip("mpi4py")
@@ -161,7 +161,7 @@ def test_no_watchdog_line_after_disco_main_returned():
     assert "watchdog" not in out, out
 
 
-# ---- The interpreter a build is for ----------------------------------------------------------------
+# ---- The interpreter a build is for --------------------------------------------------------------
 
 def test_another_python_version_gets_a_clear_import_error(tmp_path):
     import shutil
@@ -174,8 +174,8 @@ def test_another_python_version_gets_a_clear_import_error(tmp_path):
     info = copy / "_build_info.py"
     text = info.read_text()
     major, minor = sys.version_info[:2]
-    text = re.sub(r"PYTHON_VERSION = \(\d+, \d+\)", "PYTHON_VERSION = (%d, %d)" % (major, minor + 1),
-                  text)
+    text = re.sub(r"PYTHON_VERSION = \(\d+, \d+\)",
+                  "PYTHON_VERSION = (%d, %d)" % (major, minor + 1), text)
     info.write_text(text)
     p = subprocess.run([sys.executable, "-c", "import disco"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, env=job_env(PYTHONPATH=str(tmp_path)), timeout=60)
