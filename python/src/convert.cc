@@ -89,10 +89,18 @@ bool IsNativeOrder(char order) {
 
 // A Tensor sharing `array`'s memory, or a compact native copy of it when it is read-only,
 // strided or in the other byte order (numpy's DLPack refuses that order; disco's tensors are
-// native): `*copied` says which.
-Tensor FromNumpy(py::array array, bool* copied) {
+// native), or when `own` asks for one: `*copied` says which.
+Tensor FromNumpy(py::array array, bool own, bool* copied) {
   constexpr int kNeed = py::array::c_style;
   *copied = false;
+  if (own && (array.flags() & kNeed) && IsNativeOrder(array.dtype().byteorder())) {
+    // A copy of a compact array: straight from its buffer, without lending the array.
+    std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+    Tensor t = Tensor::Empty(Shape(std::move(dims)), FromNumpyDType(array.dtype(), "array"), CPU());
+    std::memcpy(t.data(), array.data(), t.nbytes());
+    *copied = true;
+    return t;
+  }
   if (!IsNativeOrder(array.dtype().byteorder())) {
     // The values, converted (a byte-swapped copy): never the raw bytes reinterpreted.
     py::object native = array.dtype().attr("newbyteorder")("=");
@@ -212,12 +220,12 @@ Tensor OwnCopy(const Tensor& t) {
   return copy;
 }
 
-// ToTensor, and whether the result is a private copy already.
-std::optional<Tensor> ToTensorCopied(py::handle obj, bool* copied) {
+// ToTensor, and whether the result is a private copy already (`own`: a numpy array is copied).
+std::optional<Tensor> ToTensorCopied(py::handle obj, bool own, bool* copied) {
   *copied = false;
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (py::isinstance<py::array>(obj)) {
-    return FromNumpy(py::reinterpret_borrow<py::array>(obj), copied);
+    return FromNumpy(py::reinterpret_borrow<py::array>(obj), own, copied);
   }
   if (py::hasattr(obj, "__dlpack__")) return FromDLPackProducer(obj, copied);
   return std::nullopt;
@@ -254,7 +262,7 @@ Any SequenceToAny(py::sequence seq, bool own_tensors) {
 
 std::optional<Tensor> ToTensor(py::handle obj) {
   bool copied = false;
-  return ToTensorCopied(obj, &copied);
+  return ToTensorCopied(obj, /*own=*/false, &copied);
 }
 
 Tensor ToTensorOrThrow(py::handle obj, const char* what) {
@@ -354,7 +362,7 @@ Any ToAny(py::handle obj, bool own_tensors) {
   if (py::isinstance<PyDRef>(obj)) return Any(obj.cast<const PyDRef&>().ref);
   if (py::isinstance<DLDevice>(obj)) return Any(obj.cast<DLDevice>());
   bool copied = false;
-  if (std::optional<Tensor> t = ToTensorCopied(obj, &copied)) {
+  if (std::optional<Tensor> t = ToTensorCopied(obj, own_tensors, &copied)) {
     return Any(own_tensors && !copied ? OwnCopy(*t) : std::move(*t));
   }
   if (PyTuple_Check(p) || PyList_Check(p)) {
