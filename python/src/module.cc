@@ -425,7 +425,8 @@ int RunController(py::function controller, Session& session, ControllerOutcome* 
 
 // MPI that disco.main starts is finalized when the process exits (Python's atexit), as mpi4py
 // does, not when disco.main returns: a second disco.main, and mpi4py imported after disco.main,
-// find MPI running. MPI that the program started (mpi4py) is the program's to finalize.
+// find MPI running. MPI that the program started (mpi4py) is the program's to finalize. The
+// thread level is SERIALIZED: any Python thread may drive the session, one at a time (CallScope).
 void EnsureMpi() {
   int finalized = 0, initialized = 0;
   MPI_Finalized(&finalized);
@@ -436,7 +437,7 @@ void EnsureMpi() {
   MPI_Initialized(&initialized);
   if (initialized) return;
   int provided = 0;
-  DISCO_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
+  DISCO_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS,
               RuntimeError)
       << "disco.main: MPI_Init_thread failed";
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
