@@ -133,7 +133,14 @@ SessionConfig AgreeOnConfig(const SessionConfig& mine) {
 }  // namespace
 
 int Main(int argc, char** argv, std::function<int(Session&)> controller) {
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {  // MPI cannot start again; any MPI call now would abort the process
+    LogLine(LogLevel::kError,
+            "fatal: disco::Main called after MPI_Finalize: MPI cannot start again in this process "
+            "(run every disco::Main before MPI is finalized)");
+    return 1;
+  }
   MPI_Initialized(&initialized);
   const bool owns_mpi = !initialized;
   if (owns_mpi) {
@@ -219,6 +226,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       auto impl = std::make_shared<detail::SessionImpl>(&transport, config, info);
       Session session(impl);
       int user_code = 0;
+      watchdog::ControllerRunning(true);
       try {
         user_code = controller(session);
       } catch (const std::exception& e) {
@@ -226,6 +234,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       } catch (...) {
         FatalAbort("controller raised a non-standard exception");
       }
+      watchdog::ControllerRunning(false);
       exit_code = impl->Shutdown(user_code);
       // A controller that shut the session down itself fixed the workers' code then (0); its own
       // failure still ends rank 0, and so the job, non-zero.

@@ -2,10 +2,14 @@
 
 #include <arpa/inet.h>
 #include <disco/log.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <execinfo.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -158,6 +162,13 @@ void OnTerminate(int sig) {
 }
 
 void OnDumpRequest(int) { S().dump_requested.store(true); }
+
+// The controller probe and the interpreter's stacks (their section is at the end of this
+// namespace).
+void DumpInterpreterStacks();
+void ProbeController();
+void StartProbe(int rank, double timeout_s);
+void StopSignals();
 
 std::string Describe(const Record& r) {
   std::ostringstream os;
@@ -470,6 +481,7 @@ void Fire(double elapsed_s) {
   if (!silent.empty()) line << "; " << silent;
   line << "; ending the job";
   LogLine(LogLevel::kError, line.str());
+  DumpInterpreterStacks();
   Dump("watchdog timeout");
   // Give the other stuck ranks' watchdogs a moment to print their lines before the launcher,
   // seeing this rank exit, terminates them (srun without --kill-on-bad-exit would not: the step
@@ -503,6 +515,7 @@ void Loop() {
       double elapsed = (now - s.start_ns.load()) / 1e9;
       if (elapsed > s.timeout_s) Fire(elapsed);
     }
+    ProbeController();
     // Liveness: once at start (who answers pings at all), then every DISCO_TIMEOUT / 3 (at most
     // 10 s) while the job runs, so that a dead rank or node ends the job within DISCO_TIMEOUT
     // even where nothing waits on it in a command (idle workers, a controller in SyncAll).
@@ -573,7 +586,181 @@ void OpenPingSocket(const std::vector<PingAddress>& hosts) {
   s.self.port = addr.sin_port;
 }
 
+// ---- A controller blocked outside disco, and the interpreter's stacks ---------------------------
+//
+// Commands are timed; a controller that sends none cannot hang a command, but it can hang the job:
+// blocked in an MPI call of its own (mpi4py's COMM_WORLD.Barrier()) that the workers, waiting in
+// disco's command loop, never join. When rank 0 has run no command for DISCO_TIMEOUT / 2, the
+// watchdog samples the controller thread's native stack about once a second (a signal whose
+// handler records backtrace()); a controller that stays inside the same MPI entry point, called
+// from outside disco (not libdisco), until DISCO_TIMEOUT has passed without a command ends the
+// job, naming the call and the library that made it. A controller that computes, or waits inside
+// a disco call, is never ended by this.
+
+struct Probe {
+  std::atomic<bool> running{false};
+  std::atomic<uint64_t> runs{0};  // controllers started so far (a new one starts quiet)
+  uint64_t runs_seen = 0;
+  pthread_t thread{};
+  int signal = 0;  // 0: no probe in this job
+  void* frames[64] = {nullptr};
+  std::atomic<int> depth{-1};  // frames recorded by the last sample; -1: none yet
+  uint64_t commands_seen = 0;
+  int64_t quiet_since_ns = 0;  // since when rank 0 has run no command
+  int64_t last_sample_ns = 0;
+  std::string stuck_in;  // the foreign MPI call of the previous samples, if any
+  int64_t stuck_since_ns = 0;
+  std::atomic<void (*)()> dump_stacks{nullptr};
+};
+Probe& P() {
+  static Probe* p = new Probe();  // never destroyed: signal handlers may read it at exit
+  return *p;
+}
+
+void OnProbe(int) {
+  const int saved = errno;
+  Probe& p = P();
+  p.depth.store(backtrace(p.frames, 64), std::memory_order_release);
+  errno = saved;
+}
+
+void DumpInterpreterStacks() {
+  if (void (*dump)() = P().dump_stacks.load()) dump();
+}
+
+// The MPI entry point (MPI_Barrier) the sampled stack is inside, when it was called from outside
+// libdisco, with the path of the library that called it; "" otherwise.
+std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) {
+  Dl_info disco_lib{};
+  if (dladdr(reinterpret_cast<void*>(&Start), &disco_lib) == 0) return "";
+  // Return addresses point just past their call: look one byte back to stay inside it.
+  auto at = [&](int i, Dl_info* info) {
+    return dladdr(static_cast<char*>(frames[i]) - (i > 0 ? 1 : 0), info) != 0;
+  };
+  auto is_entry = [](const Dl_info& info) {
+    if (info.dli_sname == nullptr) return false;
+    const std::string name = info.dli_sname;
+    return name.rfind("MPI_", 0) == 0 || name.rfind("PMPI_", 0) == 0;
+  };
+  for (int i = 0; i < depth; ++i) {
+    Dl_info entry{};
+    if (!at(i, &entry) || !is_entry(entry)) continue;
+    std::string name = entry.dli_sname;
+    for (int j = i + 1; j < depth; ++j) {
+      Dl_info up{};
+      if (!at(j, &up)) return "";             // an unknown caller: no verdict
+      if (up.dli_fbase == entry.dli_fbase) {  // still inside the MPI library: the outermost entry
+        if (is_entry(up)) name = up.dli_sname;
+        continue;
+      }
+      if (up.dli_fbase == disco_lib.dli_fbase) return "";  // disco's own call
+      *caller = up.dli_fname != nullptr ? up.dli_fname : "an unknown library";
+      return name[0] == 'P' ? name.substr(1) : name;
+    }
+    return "";
+  }
+  return "";
+}
+
+[[noreturn]] void FireControllerBlocked(const std::string& call, const std::string& caller,
+                                        double quiet_s) {
+  State& s = S();
+  std::ostringstream line;
+  line << "watchdog: the controller (rank 0) has been inside " << call
+       << ", called from outside disco (" << caller << "), with no disco command for " << quiet_s
+       << " s, past DISCO_TIMEOUT=" << s.timeout_s
+       << " s: the workers wait in disco's command loop and cannot join an MPI call of the "
+          "controller's own; ending the job";
+  LogLine(LogLevel::kError, line.str());
+  DumpInterpreterStacks();
+  Dump("controller blocked in " + call);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // for the launcher to forward the lines
+  EndSlurmStep();
+  std::_Exit(1);
+}
+
+// One step of the probe, on the watchdog thread (every 50 ms while DISCO_TIMEOUT is set).
+void ProbeController() {
+  State& s = S();
+  Probe& p = P();
+  if (p.signal == 0) return;
+  const int64_t now = NowNs();
+  const uint64_t commands = s.next.load(std::memory_order_acquire);
+  const uint64_t runs = p.runs.load();
+  if (!p.running.load() || s.busy.load() || commands != p.commands_seen || runs != p.runs_seen) {
+    p.commands_seen = commands;
+    p.runs_seen = runs;
+    p.quiet_since_ns = now;
+    p.stuck_in.clear();
+    return;
+  }
+  const int64_t timeout_ns = static_cast<int64_t>(s.timeout_s * 1e9);
+  const int64_t quiet_ns = now - p.quiet_since_ns;
+  if (quiet_ns < timeout_ns / 2 || now - p.last_sample_ns < 1000000000) return;
+  p.last_sample_ns = now;
+  p.depth.store(-1, std::memory_order_relaxed);
+  if (pthread_kill(p.thread, p.signal) != 0) return;
+  int depth = -1;
+  for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (depth < 0) return;  // the thread did not answer (the signal blocked): no verdict
+  std::string caller;
+  const std::string call = ForeignMpiCall(p.frames, depth, &caller);
+  if (call.empty() || call != p.stuck_in) {
+    p.stuck_in = call;
+    p.stuck_since_ns = now;
+    return;
+  }
+  const int64_t stuck_ns = now - p.stuck_since_ns;
+  if (quiet_ns >= timeout_ns && stuck_ns >= std::max<int64_t>(timeout_ns / 2, 1000000000)) {
+    FireControllerBlocked(call, caller, quiet_ns / 1e9);
+  }
+}
+
+// Rank 0 with a timeout samples its controller (a real-time signal nothing else here uses).
+void StartProbe(int rank, double timeout_s) {
+  Probe& p = P();
+  p.signal = 0;
+  if (rank != 0 || timeout_s <= 0) return;
+  void* warm[2];
+  backtrace(warm, 2);  // loads the unwinder now, not first inside a signal handler
+  const int sig = SIGRTMAX - 1;
+  struct sigaction old {};
+  if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction sa {};
+  sa.sa_handler = OnProbe;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, nullptr) == 0) p.signal = sig;
+}
+
+// Gives back the signals this watchdog handled (the SIGTERM/SIGINT line, SIGUSR1, the probe's).
+void StopSignals() {
+  auto restore = [](int sig, void (*mine)(int)) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == mine) signal(sig, SIG_DFL);
+  };
+  restore(SIGTERM, OnTerminate);
+  restore(SIGINT, OnTerminate);
+  restore(SIGUSR1, OnDumpRequest);
+  Probe& p = P();
+  if (p.signal != 0) restore(p.signal, OnProbe);
+  p.signal = 0;
+}
+
 }  // namespace
+
+void ControllerRunning(bool running) {
+  Probe& p = P();
+  if (running) {
+    p.thread = pthread_self();
+    p.runs.fetch_add(1);
+  }
+  p.running.store(running);
+}
+
+void SetStackDumper(void (*dump)()) { P().dump_stacks.store(dump); }
 
 PingAddress LocalHost() {
   PingAddress me;
@@ -599,9 +786,22 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   State& s = S();
   if (s.started) return;
   s.started = true;
+  s.stopping = false;
   s.rank = rank;
   s.world = world_size;
   s.timeout_s = timeout_s;
+  // A new job of the same process (Python's disco.main run twice): the last one's ending state.
+  s.shutting_down.store(false);
+  s.have_peers.store(false);
+  s.known.clear();
+  s.peers_ready = false;
+  s.last_counter.clear();
+  s.heard_ns.clear();
+  s.answered.clear();
+  s.outstanding.clear();
+  s.last_check_ns = 0;
+  s.previous_check_ns = 0;
+  s.missed_checks = 0;
   std::snprintf(s.prefix, sizeof s.prefix, "[rank %d/%d] watchdog: ", rank, world_size);
 #if DISCO_SIMULATED
   // Under SimGrid's SMPI every rank is a simulated actor of one process: a thread of our own would
@@ -622,13 +822,19 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     signal(SIGUSR1, OnDumpRequest);
   }
+  StartProbe(rank, timeout_s);
   s.self = LocalHost();
+  if (s.ping_fd >= 0) {  // a new job of the same process (disco.main run twice): a new socket
+    close(s.ping_fd);
+    s.ping_fd = -1;
+  }
   // The liveness socket: only where there is a peer to watch and a timeout to enforce.
   if (timeout_s > 0 && world_size > 1 && static_cast<int>(hosts.size()) == world_size) {
     s.mac = crypto::HmacSha256(secret.secret, sizeof secret.secret);
     s.job_id = secret.job_id;
     OpenPingSocket(hosts);
   }
+  if (s.wake_fd >= 0) close(s.wake_fd);
   s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   s.thread = std::thread(Loop);
 }
@@ -646,6 +852,7 @@ void SetPingAddresses(const std::vector<PingAddress>& all) {
 
 void Stop() {
   State& s = S();
+  StopSignals();
   if (!s.thread.joinable()) return;
   s.stopping.store(true);
   if (s.wake_fd >= 0) {
@@ -654,6 +861,7 @@ void Stop() {
     (void)ignored;
   }
   s.thread.join();
+  s.started = false;
 }
 
 void Begin(uint64_t seq, const char* action, const std::string& function) {

@@ -44,13 +44,15 @@ struct PingAddress {
   char host[64] = {0};
 };
 
-/// Starts this rank's watchdog thread (once; every rank, after MPI_Init). `timeout_s` <= 0 only
+/// Starts this rank's watchdog thread (every rank, after MPI_Init; again after Stop for a new job
+/// of the same process). `timeout_s` <= 0 only
 /// serves SIGUSR1 and the SIGTERM/SIGINT line (no liveness socket). `secret` is the job's, the
 /// same on every rank (rank 0 draws it, MPI carries it); `hosts` holds every rank's LocalHost(),
 /// in rank order: the liveness socket is bound to the address that reaches them (above).
 void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret& secret,
            const std::vector<PingAddress>& hosts);
-/// Stops the thread (before MPI_Finalize); idempotent.
+/// Stops the thread (before MPI_Finalize) and gives back the signals it handled, so that a
+/// process that goes on after its job ends the usual way on SIGTERM; idempotent.
 void Stop();
 
 /// The rank starts running `function` for command #`seq` (`action` names the command).
@@ -60,6 +62,16 @@ void End();
 
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);
+
+/// Rank 0's controller starts running on the calling thread (`running`), or has returned. While
+/// it runs and no command does, the watchdog samples that thread's native stack now and then:
+/// a controller that stays inside an MPI call of its own (one the workers, waiting in disco's
+/// command loop, never join) past DISCO_TIMEOUT ends the job, naming the call. A controller that
+/// computes, or waits inside a disco call, is left alone.
+void ControllerRunning(bool running);
+/// `dump` prints the stacks of an interpreter running in this process (Python's) to stderr,
+/// without locks; the watchdog calls it on its own thread before it ends the job. nullptr: none.
+void SetStackDumper(void (*dump)());
 
 /// The job is ending normally: no more liveness checks (ranks that finished stop answering).
 void ShuttingDown();
