@@ -46,8 +46,11 @@ struct ConnectOptions {
 
 /// Attaches to the session served at host:port with `key`; an empty key is taken from
 /// DISCO_SERVE_KEY, else from the key file (ConnectOptions::key_file). Raises RuntimeError when
-/// nothing listens or the server refuses (the message names the reason: wrong key, wrong protocol
-/// version, busy with another client).
+/// nothing listens or the server refuses (the message names the reason: wrong key, and where the
+/// key came from; wrong protocol version; busy with another client), and when the other end does
+/// not prove that it holds the key (it is not the server: another process may hold the port). The
+/// key never travels: client and server prove to each other that they hold it (challenge and
+/// response, HMAC-SHA256), the client first; see src/remote/socket.h.
 Session Connect(const std::string& host, int port, const std::string& key,
                 const ConnectOptions& options = {});
 
@@ -71,10 +74,13 @@ struct ServeOptions {
   std::string port_file;
   /// A client silent for this long between requests is disconnected (0: never).
   int idle_timeout_s = 3600;
-  /// Once a request has begun, all of it must arrive within this time (however it is paced); a
-  /// handshake must be complete within 5 s of the connection. Handshakes run side by side: slow
-  /// or silent connections cannot keep a client with the key out, and wrong keys are answered
-  /// later with each failure from the same address.
+  /// Once a request (or an answer, or a tensor copy) has begun, the client is dropped when no byte
+  /// of it moves for this long plus a second per MiB still to move (the limit starts again with
+  /// every byte that moves): a slow client, or one on a loaded machine, is waited for; a silent
+  /// one is not. Each step of a handshake (the hello, then the proof of the key) must be complete
+  /// within 5 s, however it is paced. Handshakes run side by side: slow or silent connections
+  /// cannot keep a client with the key out, and wrong keys are answered later with each failure
+  /// from the same network (DISCO_SERVE_PEER_PREFIX).
   int request_timeout_ms = 60000;
   /// Largest request packet accepted; longer lengths are refused before anything is allocated.
   size_t max_packet_bytes = size_t{64} << 20;

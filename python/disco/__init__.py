@@ -33,8 +33,17 @@ disco.ProtocolError for a malformed message.
 
 import sys as _sys
 
-from . import _core
-from ._core import (
+from . import _build_info
+
+if _sys.version_info[:2] != _build_info.PYTHON_VERSION:
+    raise ImportError(
+        "disco was built for CPython %d.%d (%s); this is %d.%d (%s): run it with that interpreter, "
+        "or build disco for this one (cmake -DPython3_EXECUTABLE=%s)"
+        % (_build_info.PYTHON_VERSION + (_build_info.PYTHON_EXECUTABLE,)
+           + tuple(_sys.version_info[:2]) + (_sys.executable, _sys.executable)))
+
+from . import _core  # noqa: E402
+from ._core import (  # noqa: E402
     Device,
     DPackedFunc,
     DRef,
@@ -59,12 +68,23 @@ __all__ = [
 def main(controller, argv=None):
     """Runs the job: ``controller(session)`` on rank 0, the worker loop elsewhere.
 
-    Returns the process exit code for ``sys.exit``: the controller's return value (None is 0);
-    an exception in the controller prints its traceback and gives 1 (KeyboardInterrupt: 130);
-    non-zero on every rank if any rank failed. MPI is initialised unless the program did it
-    already (e.g. mpi4py), and then left to it to finalise.
+    Returns the process exit code for ``sys.exit``: the controller's return value (an int, or
+    None for 0), non-zero on every rank if any rank failed. When the job fails in a way the
+    controller did not return (it raised: its traceback is printed and the code is 1; it called
+    ``sys.exit(n)``: n; Ctrl-C: 130; it returned something else than an int or None: 1; a worker
+    error it never synced: 1), ``disco.main`` raises ``SystemExit`` with that code on rank 0 once
+    the job has ended, so that a script ending in a plain ``disco.main(controller)`` exits
+    non-zero, as Python does for an uncaught exception; ``sys.exit(disco.main(controller))`` gives
+    the same codes.
+
+    MPI is initialised unless the program did it already (mpi4py), and then left to it to
+    finalise; MPI that disco.main starts is finalised when the process exits (as mpi4py does), so
+    disco.main may run again, and mpi4py may be imported after it.
     """
-    return _core.main(controller, list(_sys.argv if argv is None else argv))
+    code, exit_now = _core.main(controller, list(_sys.argv if argv is None else argv))
+    if exit_now:
+        raise SystemExit(code)
+    return code
 
 
 def register_func(name, func=None, override=False):

@@ -80,12 +80,37 @@ py::dtype ToNumpyDType(DLDataType t) {
   DISCO_THROW(TypeError) << "a " << DataTypeToString(t) << " tensor has no numpy dtype";
 }
 
-Tensor FromNumpy(py::array array) {
+// Whether numpy's byte-order character `order` ('=', '|', '<' or '>') is this machine's.
+bool IsNativeOrder(char order) {
+  const uint16_t probe = 1;
+  const bool little = *reinterpret_cast<const uint8_t*>(&probe) == 1;
+  return order != (little ? '>' : '<');
+}
+
+// A Tensor sharing `array`'s memory, or a compact native copy of it when it is read-only,
+// strided or in the other byte order (numpy's DLPack refuses that order; disco's tensors are
+// native), or when `own` asks for one: `*copied` says which.
+Tensor FromNumpy(py::array array, bool own, bool* copied) {
   constexpr int kNeed = py::array::c_style;
-  if (!(array.flags() & kNeed) || !array.writeable()) {
+  *copied = false;
+  if (own && (array.flags() & kNeed) && IsNativeOrder(array.dtype().byteorder())) {
+    // A copy of a compact array: straight from its buffer, without lending the array.
+    std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+    Tensor t = Tensor::Empty(Shape(std::move(dims)), FromNumpyDType(array.dtype(), "array"), CPU());
+    std::memcpy(t.data(), array.data(), t.nbytes());
+    *copied = true;
+    return t;
+  }
+  if (!IsNativeOrder(array.dtype().byteorder())) {
+    // The values, converted (a byte-swapped copy): never the raw bytes reinterpreted.
+    py::object native = array.dtype().attr("newbyteorder")("=");
+    array = py::array::ensure(array.attr("astype")(native, py::arg("order") = "C"));
+    *copied = true;
+  } else if (!(array.flags() & kNeed) || !array.writeable()) {
     // Read-only or strided: the tensor gets a compact copy of its own.
     array = py::array::ensure(py::module_::import("numpy").attr("array")(
         array, py::arg("copy") = true, py::arg("order") = "C"));
+    *copied = true;
   }
   DLDataType dtype = FromNumpyDType(array.dtype(), "array");
   auto lease = std::make_unique<NumpyLease>(array);
@@ -107,18 +132,103 @@ Tensor FromNumpy(py::array array) {
   return t;
 }
 
-Tensor FromDLPackProducer(py::handle obj) {
+// Whether a DLPack tensor is compact row-major (what disco's tensors are).
+bool IsCompact(const DLTensor& t) {
+  if (t.strides == nullptr) return true;
+  int64_t expected = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] == 0) return true;  // empty: nothing to lay out
+    if (t.shape[i] != 1 && t.strides[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+// Copies the host DLPack tensor `src` (any strides, negative ones included) into the compact
+// row-major buffer `dst`, a row of the innermost axis at a time.
+void CopyStrided(const DLTensor& src, char* dst) {
+  const size_t elem = (static_cast<size_t>(src.dtype.bits) * src.dtype.lanes + 7) / 8;
+  const char* base = static_cast<const char*>(src.data) + src.byte_offset;
+  const int nd = src.ndim;
+  for (int i = 0; i < nd; ++i) {
+    if (src.shape[i] == 0) return;
+  }
+  if (nd == 0) {
+    std::memcpy(dst, base, elem);
+    return;
+  }
+  const int64_t inner = src.shape[nd - 1];
+  const int64_t inner_stride = src.strides[nd - 1];
+  std::vector<int64_t> index(static_cast<size_t>(nd), 0);
+  for (;;) {
+    int64_t offset = 0;
+    for (int i = 0; i < nd - 1; ++i) offset += index[i] * src.strides[i];
+    const char* row = base + offset * static_cast<int64_t>(elem);
+    if (inner_stride == 1) {
+      std::memcpy(dst, row, static_cast<size_t>(inner) * elem);
+      dst += static_cast<size_t>(inner) * elem;
+    } else {
+      for (int64_t j = 0; j < inner; ++j, dst += elem) {
+        std::memcpy(dst, row + j * inner_stride * static_cast<int64_t>(elem), elem);
+      }
+    }
+    int axis = nd - 2;
+    for (; axis >= 0; --axis) {
+      if (++index[axis] < src.shape[axis]) break;
+      index[axis] = 0;
+    }
+    if (axis < 0) return;
+  }
+}
+
+// A Tensor for a DLPack producer: sharing its memory when it is compact, else (host memory) a
+// compact copy, as for a strided numpy array (`*copied`). `in_place`: a destination, never copied.
+Tensor FromDLPackProducer(py::handle obj, bool* copied, const char* in_place = nullptr) {
   py::object capsule = obj.attr("__dlpack__")();
   PyObject* cap = capsule.ptr();
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
   if (managed == nullptr) throw py::error_already_set();
   PyCapsule_SetName(cap, "used_dltensor");
+  *copied = false;
   try {
-    return Tensor::FromDLPack(managed);
+    const DLTensor& dl = managed->dl_tensor;
+    const bool host = dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost;
+    if (dl.ndim >= 0 && dl.ndim <= 64 && (dl.ndim == 0 || dl.shape != nullptr) && !IsCompact(dl)) {
+      DISCO_CHECK(in_place == nullptr, ValueError)
+          << in_place << ": the tensor is not contiguous, and it is written in place (pass a "
+          << "contiguous one, e.g. t.contiguous())";
+      if (host) {
+        Tensor compact = Tensor::Empty(Shape(std::vector<int64_t>(dl.shape, dl.shape + dl.ndim)),
+                                       dl.dtype, CPU());
+        CopyStrided(dl, static_cast<char*>(compact.data()));
+        if (managed->deleter != nullptr) managed->deleter(managed);
+        *copied = true;
+        return compact;
+      }
+    }
+    return Tensor::FromDLPack(managed);  // a device tensor that is not compact is refused here
   } catch (...) {
     if (managed->deleter != nullptr) managed->deleter(managed);
     throw;
   }
+}
+
+// A copy of `t` in memory of its own, on the same device.
+Tensor OwnCopy(const Tensor& t) {
+  Tensor copy = Tensor::Empty(t.shape(), t.dtype(), t.device());
+  copy.CopyFrom(t);
+  return copy;
+}
+
+// ToTensor, and whether the result is a private copy already (`own`: a numpy array is copied).
+std::optional<Tensor> ToTensorCopied(py::handle obj, bool own, bool* copied) {
+  *copied = false;
+  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  if (py::isinstance<py::array>(obj)) {
+    return FromNumpy(py::reinterpret_borrow<py::array>(obj), own, copied);
+  }
+  if (py::hasattr(obj, "__dlpack__")) return FromDLPackProducer(obj, copied);
+  return std::nullopt;
 }
 
 bool IsPlainInt(py::handle h) { return PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr()); }
@@ -133,7 +243,7 @@ int64_t ToInt64(py::handle h) {
   return static_cast<int64_t>(v);
 }
 
-Any SequenceToAny(py::sequence seq) {
+Any SequenceToAny(py::sequence seq, bool own_tensors) {
   bool all_ints = true;
   for (py::handle item : seq) all_ints = all_ints && IsPlainInt(item);
   if (all_ints) {
@@ -144,17 +254,15 @@ Any SequenceToAny(py::sequence seq) {
   }
   std::vector<Any> items;
   items.reserve(seq.size());
-  for (py::handle item : seq) items.push_back(ToAny(item));
+  for (py::handle item : seq) items.push_back(ToAny(item, own_tensors));
   return Any(Array(std::move(items)));
 }
 
 }  // namespace
 
 std::optional<Tensor> ToTensor(py::handle obj) {
-  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
-  if (py::isinstance<py::array>(obj)) return FromNumpy(py::reinterpret_borrow<py::array>(obj));
-  if (py::hasattr(obj, "__dlpack__")) return FromDLPackProducer(obj);
-  return std::nullopt;
+  bool copied = false;
+  return ToTensorCopied(obj, /*own=*/false, &copied);
 }
 
 Tensor ToTensorOrThrow(py::handle obj, const char* what) {
@@ -163,6 +271,22 @@ Tensor ToTensorOrThrow(py::handle obj, const char* what) {
       << what << ": expected a tensor (numpy array, disco.Tensor or a DLPack producer), got "
       << std::string(py::str(py::type::of(obj).attr("__name__")));
   return *t;
+}
+
+Tensor ToTensorInPlace(py::handle obj, const char* what) {
+  if (py::isinstance<py::array>(obj)) {
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    DISCO_CHECK(a.writeable() && (a.flags() & py::array::c_style), ValueError)
+        << what << ": the numpy array must be writeable and C-contiguous (it is written in place)";
+    DISCO_CHECK(IsNativeOrder(a.dtype().byteorder()), ValueError)
+        << what << ": the numpy array is not in native byte order (it is written in place)";
+  }
+  if (!py::isinstance<Tensor>(obj) && !py::isinstance<py::array>(obj) &&
+      py::hasattr(obj, "__dlpack__")) {
+    bool copied = false;
+    return FromDLPackProducer(obj, &copied, what);
+  }
+  return ToTensorOrThrow(obj, what);
 }
 
 py::array TensorToNumpy(const Tensor& t) {
@@ -217,7 +341,7 @@ DLDataType ToDataType(py::handle obj) {
                          << type;
 }
 
-Any ToAny(py::handle obj) {
+Any ToAny(py::handle obj, bool own_tensors) {
   PyObject* p = obj.ptr();
   if (p == Py_None) return Any();
   if (PyBool_Check(p)) return Any(p == Py_True);
@@ -237,9 +361,12 @@ Any ToAny(py::handle obj) {
   }
   if (py::isinstance<PyDRef>(obj)) return Any(obj.cast<const PyDRef&>().ref);
   if (py::isinstance<DLDevice>(obj)) return Any(obj.cast<DLDevice>());
-  if (std::optional<Tensor> t = ToTensor(obj)) return Any(std::move(*t));
+  bool copied = false;
+  if (std::optional<Tensor> t = ToTensorCopied(obj, own_tensors, &copied)) {
+    return Any(own_tensors && !copied ? OwnCopy(*t) : std::move(*t));
+  }
   if (PyTuple_Check(p) || PyList_Check(p)) {
-    return SequenceToAny(py::reinterpret_borrow<py::sequence>(obj));
+    return SequenceToAny(py::reinterpret_borrow<py::sequence>(obj), own_tensors);
   }
   if (PyDict_Check(p)) {
     std::map<std::string, Any> items;
@@ -247,7 +374,7 @@ Any ToAny(py::handle obj) {
       DISCO_CHECK(py::isinstance<py::str>(kv.first), TypeError)
           << "dict keys must be strings to become a disco Map, got "
           << std::string(py::str(py::type::of(kv.first).attr("__name__")));
-      items.emplace(kv.first.cast<std::string>(), ToAny(kv.second));
+      items.emplace(kv.first.cast<std::string>(), ToAny(kv.second, own_tensors));
     }
     return Any(Map(std::move(items)));
   }
@@ -300,7 +427,7 @@ py::object FromAny(const Any& value) {
       return py::cast(t);
     }
     case TypeCode::kDRef:
-      return py::cast(PyDRef(std::get<DRef>(s)));
+      return py::cast(PyDRef(std::get<DRef>(s), nullptr));
     case TypeCode::kFunction: {
       Function f = std::get<Function>(s);
       return py::cpp_function([f](py::args args) {

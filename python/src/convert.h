@@ -2,10 +2,11 @@
 //
 // Python to disco (`ToAny`): None, bool, int (int64), float, str, bytes; numpy scalars as their
 // Python value; `disco.Tensor`, numpy arrays and any object with `__dlpack__` as a Tensor sharing
-// the memory (a copy only for read-only or non-contiguous numpy arrays); tuples and lists of ints
-// as a Shape, other tuples and lists as an Array; dicts with string keys as a Map; `disco.DRef`,
-// `disco.Device`; anything else as an Object that holds the Python object itself (usable inside
-// this process only: the wire refuses to send it).
+// the memory (a compact copy for read-only, non-contiguous or non-native byte order numpy arrays
+// and for non-contiguous host DLPack tensors; with `own_tensors`, a copy always); tuples and lists
+// of ints as a Shape, other tuples and lists as an Array; dicts with string keys as a Map;
+// `disco.DRef`, `disco.Device`; anything else as an Object that holds the Python object itself
+// (usable inside this process only: the wire refuses to send it).
 //
 // disco to Python (`FromAny`): the reverse; a host Tensor becomes a numpy array that shares its
 // memory (bfloat16 as uint16: numpy has no bfloat16), a device tensor stays a `disco.Tensor`.
@@ -17,6 +18,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,19 +28,27 @@ namespace python {
 
 namespace py = pybind11;
 
-/// What Python holds for a DRef. Dropped on a thread other than the session's, its register is
-/// freed by the next session call (a session is driven from one thread).
+/// What the binding knows of a session's use from Python (module.cc): which thread drives it, the
+/// thread inside one of its calls, and the DRefs other threads dropped.
+struct SessionState;
+
+/// What Python holds for a DRef. Dropped by a thread other than the one driving its session, or
+/// during one of the session's calls (inside a worker function), its register is freed by the
+/// driving thread's next session call.
 struct PyDRef {
   DRef ref;
+  std::shared_ptr<SessionState> state;  // null: not made by a session call (freed at once)
   PyDRef() = default;
-  explicit PyDRef(DRef r) : ref(std::move(r)) {}
+  PyDRef(DRef r, std::shared_ptr<SessionState> s) : ref(std::move(r)), state(std::move(s)) {}
   PyDRef(const PyDRef&) = default;
   PyDRef& operator=(const PyDRef&) = default;
   ~PyDRef();
 };
 
-/// Which Python type a disco value becomes for worker functions and debug reads.
-Any ToAny(py::handle obj);
+/// Which Python type a disco value becomes for worker functions and debug reads. With
+/// `own_tensors`, every tensor in `obj` is a copy of its own, never the caller's memory (worker 0
+/// then holds the value at call time, as the other workers do through the wire).
+Any ToAny(py::handle obj, bool own_tensors = false);
 py::object FromAny(const Any& value);
 
 /// A Tensor for `obj` (disco.Tensor, numpy array, DLPack producer), or nullopt when it is none of
@@ -46,6 +56,10 @@ py::object FromAny(const Any& value);
 std::optional<Tensor> ToTensor(py::handle obj);
 /// Like ToTensor, but a TypeError naming `what` when `obj` is not a tensor.
 Tensor ToTensorOrThrow(py::handle obj, const char* what);
+/// A Tensor that shares the memory of the destination `obj` (written in place): a numpy array must
+/// be writeable, C-contiguous and in native byte order, a DLPack tensor compact. `what` names the
+/// argument in errors.
+Tensor ToTensorInPlace(py::handle obj, const char* what);
 /// A numpy array viewing a host tensor's memory (bfloat16 as uint16).
 py::array TensorToNumpy(const Tensor& t);
 

@@ -5,8 +5,10 @@
 // while the runtime works (broadcasts, syncs, collectives, copies, waits), so other Python threads
 // run meanwhile. Worker functions written in Python take the GIL only while Python runs: ranks
 // 1..N-1 sit in the C++ worker loop without it, and worker 0 runs inside the controller's session
-// call, which has released it. A session is driven from one thread, the controller's; a DRef that
-// another thread drops is freed by that thread's next session call.
+// call, which has released it. A session is driven by one thread at a time (the one that made its
+// last call); a DRef that another thread drops is freed by the driving thread's next call, and a
+// session call from inside a worker function (worker 0 runs it inside the controller's call) is
+// refused before anything is sent (SessionState, CallScope).
 #include <disco/disco.h>
 #include <disco/h5.h>
 #include <disco/remote.h>
@@ -14,16 +16,21 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mpi.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <csignal>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "convert.h"
+#include "session/watchdog.h"
 
 namespace py = pybind11;
 
@@ -62,34 +69,91 @@ void TranslateErrors(std::exception_ptr p) {
   }
 }
 
-// ---- DRefs dropped on other threads -------------------------------------------------------------
-
-std::thread::id g_session_thread;
-std::mutex g_orphans_mu;
-std::vector<DRef> g_orphans;
-std::atomic<bool> g_have_orphans{false};
-
-void FreeOrphans() {
-  if (!g_have_orphans.load(std::memory_order_acquire)) return;
-  if (std::this_thread::get_id() != g_session_thread) return;
-  std::vector<DRef> drop;
-  {
-    std::lock_guard<std::mutex> lock(g_orphans_mu);
-    drop.swap(g_orphans);
-    g_have_orphans.store(false, std::memory_order_release);
-  }
-}
-
 }  // namespace
 
+// ---- Which thread drives a session, and calls made inside its own calls -------------------------
+
+// A session's use from Python. The thread that made its last call drives it. A DRef dropped by
+// another thread, or while one of the session's calls runs (a worker function runs on worker 0
+// inside the controller's call), is queued here and freed by the driving thread's next call: a
+// register is never freed from under a running call, nor by a thread that does not drive the
+// session. Once the session ends, dropped DRefs are queued until it is gone (disco.main returned,
+// or the remote session was destroyed), and then dropped at once (they free nothing).
+struct SessionState {
+  enum Phase { kLive, kEnding, kGone };
+  std::atomic<std::thread::id> driver{};
+  std::atomic<std::thread::id> in_call{};  // the thread inside one of the session's calls
+  std::atomic<int> phase{kLive};
+  std::mutex mu;
+  std::vector<DRef> orphans;
+  std::atomic<bool> have_orphans{false};
+
+  void Queue(DRef ref) {
+    std::lock_guard<std::mutex> lock(mu);
+    orphans.push_back(std::move(ref));
+    have_orphans.store(true, std::memory_order_release);
+  }
+  void FreeOrphans() {
+    if (!have_orphans.load(std::memory_order_acquire)) return;
+    std::vector<DRef> drop;
+    std::lock_guard<std::mutex> lock(mu);
+    drop.swap(orphans);
+    have_orphans.store(false, std::memory_order_release);
+  }
+  // The session ended (`gone`: its registers are gone too).
+  void End(bool gone) {
+    phase.store(gone ? kGone : kEnding);
+    FreeOrphans();
+  }
+};
+
 PyDRef::~PyDRef() {
-  if (!ref.defined() || std::this_thread::get_id() == g_session_thread) return;
-  std::lock_guard<std::mutex> lock(g_orphans_mu);
-  g_orphans.push_back(std::move(ref));
-  g_have_orphans.store(true, std::memory_order_release);
+  if (!ref.defined() || state == nullptr) return;
+  const int phase = state->phase.load();
+  if (phase == SessionState::kGone) return;
+  if (phase == SessionState::kLive &&
+      state->driver.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
+      state->in_call.load(std::memory_order_relaxed) == std::thread::id()) {
+    return;  // freed now, by the thread that drives the session, between its calls
+  }
+  state->Queue(std::move(ref));
 }
 
 namespace {
+
+constexpr const char* kNoReentry =
+    "session calls from inside a worker function are not allowed: the function runs on worker 0 "
+    "inside the controller's call of this session, and on every other worker without a session. "
+    "Return what the controller needs and make the call from the controller";
+
+// One call of a session from Python, from its start until it returns: refuses, before anything
+// is sent, a call made inside a worker function of this session (the same thread is inside a
+// call) and a call from a second thread while another one runs; makes this thread the session's
+// driver and frees the DRefs queued for it.
+class CallScope {
+ public:
+  explicit CallScope(SessionState* state) : state_(state) {
+    if (state_ == nullptr) return;
+    const std::thread::id me = std::this_thread::get_id();
+    std::thread::id none;
+    if (!state_->in_call.compare_exchange_strong(none, me, std::memory_order_acquire)) {
+      state_ = nullptr;
+      DISCO_CHECK(none != me, RuntimeError) << kNoReentry;
+      DISCO_THROW(RuntimeError) << "this disco.Session is inside a call made by another thread; "
+                                   "drive a session from one thread at a time";
+    }
+    state_->driver.store(me, std::memory_order_relaxed);
+    if (state_->phase.load() == SessionState::kLive) state_->FreeOrphans();
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  ~CallScope() {
+    if (state_ != nullptr) state_->in_call.store(std::thread::id(), std::memory_order_release);
+  }
+
+ private:
+  SessionState* state_;
+};
 
 // ---- Sessions -----------------------------------------------------------------------------------
 
@@ -98,11 +162,17 @@ struct PySession {
   Session* session = nullptr;
   std::unique_ptr<Session> owned;
   bool remote = false;
+  std::shared_ptr<SessionState> state = std::make_shared<SessionState>();
 
-  Session& get() {
+  ~PySession() {
+    owned.reset();
+    state->End(/*gone=*/true);
+  }
+
+  // The session, for the duration of `scope` (a CallScope made first).
+  Session& get(const CallScope&) {
     DISCO_CHECK(session != nullptr, RuntimeError)
         << "this disco.Session has ended (the controller returned or shutdown() was called)";
-    FreeOrphans();
     return *session;
   }
 };
@@ -111,7 +181,7 @@ using SessionPtr = std::shared_ptr<PySession>;
 // A DRef that holds a function: calling it is `session.call_packed(self, *args)`.
 struct PyFunc : PyDRef {
   SessionPtr session;
-  PyFunc(DRef r, SessionPtr s) : PyDRef(std::move(r)), session(std::move(s)) {}
+  PyFunc(DRef r, SessionPtr s) : PyDRef(std::move(r), s->state), session(std::move(s)) {}
 };
 
 DRef RefOf(py::handle h, const char* what) {
@@ -122,10 +192,17 @@ DRef RefOf(py::handle h, const char* what) {
   return h.cast<const PyDRef&>().ref;
 }
 
-py::object Wrap(DRef r) { return py::cast(PyDRef(std::move(r))); }
+// What Python gets for a register of the session `ps`.
+PyDRef Ref(PySession& ps, DRef r) { return PyDRef(std::move(r), ps.state); }
+py::object Wrap(PySession& ps, DRef r) { return py::cast(Ref(ps, std::move(r))); }
 
 PyDRef CallPacked(PySession& ps, const DRef& func, const py::tuple& args) {
-  Session& s = ps.get();
+  CallScope call(ps.state.get());
+  Session& s = ps.get(call);
+  // Tensors passed by value: worker 0 runs in this process, so it gets a copy of its own, as the
+  // other workers get one through the wire; the caller may reuse its array at once, and worker 0
+  // never keeps a live alias of it. A remote session's tensors cross a socket anyway.
+  const bool own = !ps.remote;
   // The hot path of every call from Python: arguments straight from the tuple, no heap for the
   // usual few.
   constexpr size_t kInline = 8;
@@ -147,17 +224,19 @@ PyDRef CallPacked(PySession& ps, const DRef& func, const py::tuple& args) {
   } destroy{packed, &made, n <= kInline};
   if (n > kInline) {
     large.reserve(n);
-    for (size_t i = 0; i < n; ++i) large.push_back(ToAny(PyTuple_GET_ITEM(args.ptr(), i)));
+    for (size_t i = 0; i < n; ++i) large.push_back(ToAny(PyTuple_GET_ITEM(args.ptr(), i), own));
     packed = large.data();
   } else {
-    for (; made < n; ++made) new (packed + made) Any(ToAny(PyTuple_GET_ITEM(args.ptr(), made)));
+    for (; made < n; ++made) {
+      new (packed + made) Any(ToAny(PyTuple_GET_ITEM(args.ptr(), made), own));
+    }
   }
   DRef out;
   {
     py::gil_scoped_release release;
     out = s.CallWithMovedArgs(func, packed, n);
   }
-  return PyDRef(std::move(out));
+  return Ref(ps, std::move(out));
 }
 
 // DPackedFunc's tp_call: f(*args) without pybind11's dispatcher, which costs more than the call.
@@ -259,14 +338,68 @@ void InterruptMonitor() {
   }
 }
 
-int RunController(py::function controller, Session& session) {
+// Python's SIGINT handler for the controller's run: the interrupt reached Python (the controller
+// runs Python code, and may handle KeyboardInterrupt and go on working), so the 2 s deadline of a
+// controller stuck inside the runtime no longer applies.
+py::object WrapPythonSigintHandler(py::object handler) {
+  return py::cpp_function([handler](py::object signum, py::object frame) {
+    g_sigint_at.store(0);
+    return handler(signum, frame);
+  });
+}
+
+// ---- The controller's exit code -----------------------------------------------------------------
+
+// What the controller of this rank did (rank 0 only runs one).
+struct ControllerOutcome {
+  bool ran = false;
+  bool returned = false;  // it returned an int or None (not an exception, not another type)
+  int code = 0;           // what it returned
+};
+
+void PrintToStderr(const std::string& text) {
+  py::print(text, py::arg("file") = py::module_::import("sys").attr("stderr"));
+}
+
+// The exit code a controller returned (None is 0), or false after saying why it is none.
+bool ControllerCode(py::handle r, int* code) {
+  if (r.is_none()) {
+    *code = 0;
+    return true;
+  }
+  const std::string type = py::str(py::type::of(r).attr("__name__"));
+  if (PyLong_Check(r.ptr())) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(r.ptr(), &overflow);  // NOLINT(runtime/int)
+    if (overflow == 0 && v >= INT_MIN && v <= INT_MAX) {
+      *code = static_cast<int>(v);
+      return true;
+    }
+    PyErr_Clear();
+    PrintToStderr("TypeError: the controller must return an int exit code or None, got " + type +
+                  " " + std::string(py::str(r)) + ", which is out of range");
+    return false;
+  }
+  PrintToStderr("TypeError: the controller must return an int exit code or None, got " + type);
+  return false;
+}
+
+int RunController(py::function controller, Session& session, ControllerOutcome* outcome,
+                  std::weak_ptr<SessionState>* state) {
   py::gil_scoped_acquire gil;
   auto ps = std::make_shared<PySession>();
   ps->session = &session;
+  *state = ps->state;
+  outcome->ran = true;
   int code = 1;
   try {
     py::object r = controller(ps);
-    code = r.is_none() ? 0 : r.cast<int>();
+    if (ControllerCode(r, &code)) {
+      outcome->returned = true;
+      outcome->code = code;
+    } else {
+      code = 1;
+    }
   } catch (py::error_already_set& e) {
     if (e.matches(PyExc_SystemExit)) {
       py::object c = e.value().attr("code");
@@ -279,47 +412,118 @@ int RunController(py::function controller, Session& session) {
       PyErr_Print();
     }
   } catch (const std::exception& e) {
-    py::print("disco: the controller's result:", e.what(),
-              py::arg("file") = py::module_::import("sys").attr("stderr"));
+    PrintToStderr(std::string("disco: the controller's result: ") + e.what());
     code = 1;
   }
   g_sigint_at.store(0);
   ps->session = nullptr;
+  ps->state->End(/*gone=*/false);  // DRefs dropped from now on wait until the session is gone
   return code;
 }
 
-int Main(py::function controller, std::vector<std::string> argv) {
+// ---- MPI for Python programs --------------------------------------------------------------------
+
+// MPI that disco.main starts is finalized when the process exits (Python's atexit), as mpi4py
+// does, not when disco.main returns: a second disco.main, and mpi4py imported after disco.main,
+// find MPI running. MPI that the program started (mpi4py) is the program's to finalize. The
+// thread level is SERIALIZED: any Python thread may drive the session, one at a time (CallScope).
+void EnsureMpi() {
+  int finalized = 0, initialized = 0;
+  MPI_Finalized(&finalized);
+  DISCO_CHECK(!finalized, RuntimeError)
+      << "disco.main: MPI has been finalized in this process (mpi4py's MPI.Finalize(), or the "
+         "program's own MPI_Finalize), and MPI cannot start again; run disco.main before MPI is "
+         "finalized";
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  DISCO_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS,
+              RuntimeError)
+      << "disco.main: MPI_Init_thread failed";
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }));
+}
+
+// ---- Python stacks in the watchdog's lines ------------------------------------------------------
+
+// faulthandler prints every Python thread's stack from a signal handler, without the GIL (so it
+// works while a stuck worker function holds it); the watchdog raises this signal on its own
+// thread before it ends the job, so its line is followed by where Python code was.
+int StackDumpSignal() { return SIGRTMAX - 2; }
+void DumpPythonStacks() { raise(StackDumpSignal()); }
+
+// Registers the dump for disco.main's run; false when the program uses the signal itself.
+bool StartStackDumps() {
+  struct sigaction current {};
+  if (sigaction(StackDumpSignal(), nullptr, &current) != 0 || current.sa_handler != SIG_DFL) {
+    return false;
+  }
+  py::module_::import("faulthandler")
+      .attr("register")(StackDumpSignal(), py::arg("file") = 2, py::arg("all_threads") = true,
+                        py::arg("chain") = false);
+  watchdog::SetStackDumper(&DumpPythonStacks);
+  return true;
+}
+
+void StopStackDumps() {
+  watchdog::SetStackDumper(nullptr);
+  py::module_::import("faulthandler").attr("unregister")(StackDumpSignal());
+}
+
+// disco.main: (the exit code, whether the process should exit with it now). The latter is true on
+// rank 0 when the code is not one the controller returned (it raised, called sys.exit, was
+// interrupted, returned another type, or the job failed after it returned).
+py::tuple Main(py::function controller, std::vector<std::string> argv) {
+  EnsureMpi();
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   int argc = static_cast<int>(argv.size());
   char** argvp = cargv.data();
-  g_session_thread = std::this_thread::get_id();
   py::module_ threading = py::module_::import("threading");
   const bool main_thread = threading.attr("current_thread")().is(threading.attr("main_thread")());
   struct sigaction old_int {};
   sigaction(SIGINT, nullptr, &old_int);
   // An ignored SIGINT (nohup, a background job of a script) stays ignored.
   const bool handle_sigint = main_thread && old_int.sa_handler != SIG_IGN;
+  py::object python_handler;  // Python's own SIGINT handler, wrapped during the run
   if (handle_sigint) {
+    py::module_ signal_module = py::module_::import("signal");
+    py::object current = signal_module.attr("getsignal")(SIGINT);
+    if (PyCallable_Check(current.ptr())) {
+      python_handler = current;
+      signal_module.attr("signal")(SIGINT, WrapPythonSigintHandler(current));
+    }
     struct sigaction sa {};
     sa.sa_handler = OnSigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
   }
+  const bool stack_dumps = StartStackDumps();
   g_sigint_at.store(0);
   g_controller_running.store(true);
   std::thread monitor(InterruptMonitor);
+  ControllerOutcome outcome;
+  std::weak_ptr<SessionState> state;
   int code;
   {
     py::gil_scoped_release release;
     code = disco::Main(argc, argvp,
-                       [&controller](Session& s) { return RunController(controller, s); });
+                       [&](Session& s) { return RunController(controller, s, &outcome, &state); });
   }
   g_controller_running.store(false);
   monitor.join();
-  if (handle_sigint) sigaction(SIGINT, &old_int, nullptr);
-  return code;
+  if (stack_dumps) StopStackDumps();
+  if (handle_sigint) {
+    sigaction(SIGINT, &old_int, nullptr);
+    if (python_handler) py::module_::import("signal").attr("signal")(SIGINT, python_handler);
+  }
+  if (std::shared_ptr<SessionState> st = state.lock()) st->End(/*gone=*/true);
+  const bool exit_now = outcome.ran && (!outcome.returned || code != outcome.code);
+  return py::make_tuple(code, exit_now);
 }
 
 SessionPtr Connect(const std::string& host, int port, const std::string& key,
@@ -335,7 +539,6 @@ SessionPtr Connect(const std::string& host, int port, const std::string& key,
   }
   ps->session = ps->owned.get();
   ps->remote = true;
-  if (g_session_thread == std::thread::id()) g_session_thread = std::this_thread::get_id();
   return ps;
 }
 
@@ -345,13 +548,22 @@ void BindSession(py::module_& m) {
 In a job: the argument of the controller that disco.main runs on rank 0. Remote: disco.connect.
 Calls are asynchronous and ordered; errors of workers surface at the next sync or debug read as
 disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
-      .def_property_readonly("num_workers", [](PySession& s) { return s.get().num_workers(); })
-      .def_property_readonly("num_groups", [](PySession& s) { return s.get().num_groups(); })
+      .def_property_readonly("num_workers",
+                             [](PySession& s) {
+                               CallScope call(s.state.get());
+                               return s.get(call).num_workers();
+                             })
+      .def_property_readonly("num_groups",
+                             [](PySession& s) {
+                               CallScope call(s.state.get());
+                               return s.get(call).num_groups();
+                             })
       .def_property_readonly("is_remote", [](PySession& s) { return s.remote; })
       .def(
           "get_global_func",
           [](SessionPtr s, const std::string& name) {
-            Session& sess = s->get();
+            CallScope call(s->state.get());
+            Session& sess = s->get(call);
             DRef f = Released([&] { return sess.GetGlobalFunc(name); });
             return PyFunc(std::move(f), s);
           },
@@ -366,38 +578,43 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           "empty",
           [](PySession& s, py::object shape, py::object dtype, py::object device, bool worker0_only,
              bool in_group) {
-            Session& sess = s.get();
+            CallScope call(s.state.get());
+            Session& sess = s.get(call);
             Shape sh = ToShape(shape);
             DLDataType dt = ToDataType(dtype);
             DLDevice dev = ToDevice(device);
-            return PyDRef(
-                Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
+            return Ref(s,
+                       Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
           },
           py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none(),
           py::arg("worker0_only") = false, py::arg("in_group") = true)
       .def("sync_worker_0",
            [](PySession& s) {
-             Session& x = s.get();
+             CallScope call(s.state.get());
+             disco::Session& x = s.get(call);
              Released([&] { x.SyncWorker(0); });
            })
       .def(
           "sync_worker",
           [](PySession& s, int i) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             Released([&] { x.SyncWorker(i); });
           },
           py::arg("worker_id"))
       .def("sync_all",
            [](PySession& s) {
-             Session& x = s.get();
+             CallScope call(s.state.get());
+             disco::Session& x = s.get(call);
              Released([&] { x.SyncAll(); });
            })
       .def(
           "copy_to_worker_0",
           [](PySession& s, py::handle host, py::handle remote) -> py::object {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             Tensor t = ToTensorOrThrow(host, "copy_to_worker_0(host)");
-            if (remote.is_none()) return Wrap(Released([&] { return x.CopyToWorker0(t); }));
+            if (remote.is_none()) return Wrap(s, Released([&] { return x.CopyToWorker0(t); }));
             DRef r = RefOf(remote, "copy_to_worker_0(remote)");
             Released([&] { x.CopyToWorker0(t, r); });
             return py::reinterpret_borrow<py::object>(remote);
@@ -407,14 +624,26 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "copy_from_worker_0",
           [](PySession& s, py::handle host, const PyDRef& remote) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
+            const char* what = "copy_from_worker_0(host)";
             if (py::isinstance<py::array>(host)) {
               auto a = py::reinterpret_borrow<py::array>(host);
-              DISCO_CHECK(a.writeable() && (a.flags() & py::array::c_style), ValueError)
-                  << "copy_from_worker_0(host): the numpy array must be writeable and "
-                     "C-contiguous (it is written in place)";
+              py::object native = a.dtype().attr("newbyteorder")("=");
+              if (!native.equal(a.dtype())) {
+                // The other byte order: worker 0's values into a native array, then numpy
+                // converts them into `host` (written in place like any destination).
+                DISCO_CHECK(a.writeable(), ValueError)
+                    << what << ": the numpy array must be writeable (it is written in place)";
+                py::array tmp = py::array::ensure(
+                    py::module_::import("numpy").attr("empty")(a.attr("shape"), native));
+                Tensor t = ToTensorInPlace(tmp, what);
+                Released([&] { x.CopyFromWorker0(t, remote.ref); });
+                py::module_::import("numpy").attr("copyto")(a, tmp);
+                return;
+              }
             }
-            Tensor t = ToTensorOrThrow(host, "copy_from_worker_0(host)");
+            Tensor t = ToTensorInPlace(host, what);
             Released([&] { x.CopyFromWorker0(t, remote.ref); });
           },
           py::arg("host"), py::arg("remote"),
@@ -422,7 +651,8 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "init_ccl",
           [](PySession& s, const std::string& ccl, py::args device_ids) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             std::vector<int64_t> ids;
             for (py::handle d : device_ids) ids.push_back(d.cast<int64_t>());
             Released([&] { x.InitCCL(ccl, ids); });
@@ -431,33 +661,37 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "allreduce",
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "allreduce(src)"), b = RefOf(dst, "allreduce(dst)");
-            return PyDRef(Released([&] { return x.AllReduce(a, op, in_group, b); }));
+            return Ref(s, Released([&] { return x.AllReduce(a, op, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
       .def(
           "allgather",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "allgather(src)"), b = RefOf(dst, "allgather(dst)");
-            return PyDRef(Released([&] { return x.AllGather(a, in_group, b); }));
+            return Ref(s, Released([&] { return x.AllGather(a, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
       .def(
           "reduce_scatter",
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "reduce_scatter(src)"), b = RefOf(dst, "reduce_scatter(dst)");
-            return PyDRef(Released([&] { return x.ReduceScatter(a, op, in_group, b); }));
+            return Ref(s, Released([&] { return x.ReduceScatter(a, op, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
       .def(
           "broadcast",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             Tensor t = ToTensorOrThrow(src, "broadcast(src)");
-            if (dst.is_none()) return Wrap(Released([&] { return x.Broadcast(t, in_group); }));
+            if (dst.is_none()) return Wrap(s, Released([&] { return x.Broadcast(t, in_group); }));
             DRef d = RefOf(dst, "broadcast(dst)");
             Released([&] {
               DRef on0 = x.CopyToWorker0(t);
@@ -470,18 +704,20 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "broadcast_from_worker0",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "broadcast_from_worker0(src)");
             DRef b = RefOf(dst, "broadcast_from_worker0(dst)");
-            return PyDRef(Released([&] { return x.Broadcast(a, in_group, b); }));
+            return Ref(s, Released([&] { return x.Broadcast(a, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
       .def(
           "scatter",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             Tensor t = ToTensorOrThrow(src, "scatter(src)");
-            if (dst.is_none()) return Wrap(Released([&] { return x.Scatter(t, in_group); }));
+            if (dst.is_none()) return Wrap(s, Released([&] { return x.Scatter(t, in_group); }));
             DRef d = RefOf(dst, "scatter(dst)");
             Released([&] {
               DRef on0 = x.CopyToWorker0(t);
@@ -494,33 +730,37 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "scatter_from_worker0",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "scatter_from_worker0(src)");
             DRef b = RefOf(dst, "scatter_from_worker0(dst)");
-            return PyDRef(Released([&] { return x.Scatter(a, in_group, b); }));
+            return Ref(s, Released([&] { return x.Scatter(a, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
       .def(
           "gather_to_worker0",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             DRef a = RefOf(src, "gather_to_worker0(src)");
             DRef b = RefOf(dst, "gather_to_worker0(dst)");
-            return PyDRef(Released([&] { return x.Gather(a, in_group, b); }));
+            return Ref(s, Released([&] { return x.Gather(a, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
       .def(
           "barrier",
           [](PySession& s, bool in_group) {
-            Session& x = s.get();
-            return PyDRef(Released([&] { return x.Barrier(in_group); }));
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
+            return Ref(s, Released([&] { return x.Barrier(in_group); }));
           },
           py::arg("in_group") = false)
       .def(
           "load_tensors",
           [](PySession& s, const std::string& path, py::dict plan, bool in_group,
              py::object device) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             std::vector<h5::LoadEntry> entries;
             for (auto kv : plan) {
               h5::LoadEntry e;
@@ -532,7 +772,7 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             std::map<std::string, DRef> loaded =
                 Released([&] { return h5::LoadTensors(x, path, entries, in_group, dev); });
             py::dict out;
-            for (auto& kv : loaded) out[py::str(kv.first)] = Wrap(kv.second);
+            for (auto& kv : loaded) out[py::str(kv.first)] = Wrap(s, kv.second);
             return out;
           },
           py::arg("path"), py::arg("plan"), py::arg("in_group") = false,
@@ -542,7 +782,8 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "save_tensors",
           [](PySession& s, const std::string& path, py::dict tensors, bool in_group) {
-            Session& x = s.get();
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
             std::vector<h5::SaveEntry> entries;
             for (auto kv : tensors) {
               h5::SaveEntry e;
@@ -567,12 +808,14 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
       .def(
           "shutdown",
           [](PySession& s) {
+            CallScope call(s.state.get());
             if (s.session == nullptr) return;
             Released([&] { s.session->Shutdown(); });
           },
           "Ends the session (remote: detaches this client; the served job goes on).")
       .def("__enter__", [](SessionPtr s) { return s; })
       .def("__exit__", [](PySession& s, py::args) {
+        CallScope call(s.state.get());
         if (s.session == nullptr) return;
         Released([&] { s.session->Shutdown(); });
       });
@@ -630,7 +873,9 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
       .def("numpy", &TensorToNumpy, "A numpy array sharing this host tensor's memory.")
       .def_static(
           "from_dlpack", [](py::handle obj) { return ToTensorOrThrow(obj, "Tensor.from_dlpack"); },
-          py::arg("obj"), "A Tensor sharing the memory of a numpy array or DLPack producer.")
+          py::arg("obj"),
+          "A Tensor sharing the memory of a numpy array or DLPack producer (a compact native copy "
+          "of one that is read-only, not contiguous or in the other byte order).")
       .def_static(
           "from_numpy",
           [](py::handle obj, py::object dtype) {
@@ -645,7 +890,8 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
             return Tensor::FromDLPack(managed);
           },
           py::arg("array"), py::arg("dtype") = py::none(),
-          "A Tensor sharing a numpy array's memory, its elements read as `dtype` (same size).")
+          "A Tensor sharing a numpy array's memory (or a compact native copy, as from_dlpack), "
+          "its elements read as `dtype` (same size).")
       .def_static(
           "empty",
           [](py::object shape, py::object dtype, py::object device) {
@@ -659,7 +905,7 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
       .def(
           "debug_get_from_remote",
           [](const PyDRef& r, int worker) {
-            FreeOrphans();
+            CallScope call(r.state.get());
             Any v = Released([&] { return r.ref.DebugGetFromRemote(worker); });
             return FromAny(v);
           },
@@ -667,7 +913,7 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
       .def(
           "debug_copy_from",
           [](const PyDRef& r, int worker, py::handle value) {
-            FreeOrphans();
+            CallScope call(r.state.get());
             Any v = ToAny(value);
             Released([&] { r.ref.DebugCopyFrom(worker, v); });
           },
@@ -726,7 +972,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "shutdown_remote_job",
       [](PySession& s, int exit_code) {
-        disco::Session& x = s.get();
+        CallScope call(s.state.get());
+        disco::Session& x = s.get(call);
         Released([&] { disco::ShutdownRemoteJob(x, exit_code); });
         s.session = nullptr;
       },
@@ -734,7 +981,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "serve",
       [](PySession& s, const disco::ServeOptions& options) {
-        disco::Session& x = s.get();
+        CallScope call(s.state.get());
+        disco::Session& x = s.get(call);
         return Released([&] { return disco::Serve(x, options); });
       },
       py::arg("session"), py::arg("options"));
@@ -755,7 +1003,8 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "_bench_calls",
       [](PySession& s, const PyDRef& func, py::tuple args, int64_t k, bool sync_each) {
-        disco::Session& x = s.get();
+        CallScope call(s.state.get());
+        disco::Session& x = s.get(call);
         std::vector<disco::Any> packed;
         for (py::handle a : args) packed.push_back(ToAny(a));
         return Released([&] {

@@ -313,19 +313,32 @@ class RemoteSession final : public detail::SessionBackend {
 Session Connect(const std::string& host, int port, const std::string& key,
                 const ConnectOptions& options) {
   std::string where = host + ":" + std::to_string(port);
-  const std::string the_key = remote::ClientKey(key, options.key_file, port);
+  std::string source;
+  const std::string the_key = remote::ClientKey(key, options.key_file, port, &source);
+  // A refused key may be a stale key file: one that a server on this port wrote earlier.
+  std::string about_key = " (" + source + ")";
+  if (source.compare(0, 12, "the key file") == 0) {
+    about_key = " (" + source + " may be stale: left by an earlier server on this port, or " +
+                "written by another server than this one)";
+  }
+  static const std::string kOtherVersion =
+      " (the server speaks another version of the remote protocol than this client's " +
+      std::to_string(remote::kRemoteVersion) + ": use a client and server of one disco release)";
   remote::Socket sock;
   remote::HandshakeCode code;
   try {
     sock = remote::Socket::Connect(host, port, options.connect_timeout_ms);
     code = remote::ClientHello(&sock, the_key, options.connect_timeout_ms);
   } catch (const Error& e) {
+    const bool proof = std::string(e.what()).find("did not prove") != std::string::npos;
     DISCO_THROW(RuntimeError) << "cannot attach to the disco server at " << where << ": "
-                              << e.what();
+                              << e.what() << (proof ? about_key : std::string());
   }
   DISCO_CHECK(code == remote::HandshakeCode::kOk, RuntimeError)
       << "the disco server at " << where
-      << " refused the connection: " << remote::HandshakeCodeName(code);
+      << " refused the connection: " << remote::HandshakeCodeName(code)
+      << (code == remote::HandshakeCode::kBadKey ? about_key : std::string())
+      << (code == remote::HandshakeCode::kBadVersion ? kOtherVersion : "");
   return Session(std::make_shared<RemoteSession>(std::move(sock), where, options));
 }
 

@@ -49,7 +49,12 @@ std::string DefaultKeyFile(int port) {
 }
 
 void WriteKeyFile(const std::string& path, const std::string& key) {
-  const std::string dir = path.substr(0, path.rfind('/'));
+  // The directory to make when missing: none for a bare file name (the current directory), "/" for
+  // a file at the root.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string()
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   if (!dir.empty() && access(dir.c_str(), F_OK) != 0) {
     DISCO_CHECK(mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST, RuntimeError)
         << "cannot make the key directory '" << dir << "': " << std::strerror(errno);
@@ -97,10 +102,19 @@ std::string ReadKeyFile(const std::string& path) {
   return key;
 }
 
-std::string ClientKey(const std::string& key, const std::string& key_file, int port) {
-  if (!key.empty()) return key;
+std::string ClientKey(const std::string& key, const std::string& key_file, int port,
+                      std::string* source) {
+  std::string ignored;
+  if (source == nullptr) source = &ignored;
+  if (!key.empty()) {
+    *source = "the key given";
+    return key;
+  }
   const char* env = std::getenv("DISCO_SERVE_KEY");
-  if (env != nullptr && *env != '\0') return env;
+  if (env != nullptr && *env != '\0') {
+    *source = "DISCO_SERVE_KEY";
+    return env;
+  }
   std::string file = key_file;
   if (file.empty()) {
     const char* env_file = std::getenv("DISCO_SERVE_KEY_FILE");
@@ -110,6 +124,7 @@ std::string ClientKey(const std::string& key, const std::string& key_file, int p
       << "no key for the server on port " << port << ": none given, DISCO_SERVE_KEY is unset, and "
       << "there is no key file '" << file << "' (a server started without a key writes one "
       << "there; or set DISCO_SERVE_KEY_FILE)";
+  *source = "the key file '" + file + "'";
   return ReadKeyFile(file);
 }
 

@@ -24,8 +24,10 @@ void WriteKeyFile(const std::string& path, const std::string& key);
 std::string ReadKeyFile(const std::string& path);
 /// The key a client presents: `key` when given, else DISCO_SERVE_KEY, else the file `key_file`,
 /// else DISCO_SERVE_KEY_FILE, else DefaultKeyFile(port). Throws ValueError naming where it looked
-/// when none of them has one.
-std::string ClientKey(const std::string& key, const std::string& key_file, int port);
+/// when none of them has one. With `source`, says where the key came from ("the key file 'PATH'",
+/// "DISCO_SERVE_KEY", "the key given"), for messages about a key the server refused.
+std::string ClientKey(const std::string& key, const std::string& key_file, int port,
+                      std::string* source = nullptr);
 
 }  // namespace remote
 }  // namespace disco

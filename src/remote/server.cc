@@ -22,13 +22,17 @@
 #include <fstream>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "core/device_memory.h"
 #include "core/env.h"
+#include "core/exit_cleanup.h"
+#include "core/sha256.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"
 #include "remote/rpc.h"
@@ -79,16 +83,21 @@ void WritePortFile(const std::string& path, int port) {
       << "cannot move the port file into place at '" << path << "'";
 }
 
-// Accepts connections in a thread of its own and runs their handshakes, many at once, each with
-// a deadline for the whole hello: a peer that drips its bytes, or many of them, cannot keep a
+// Accepts connections in a thread of its own and runs their handshakes, many at once, each step
+// with a deadline for all of it: a peer that drips its bytes, or many of them, cannot keep a
 // client with the key out.
 // - At most kMaxPending connections wait in their handshake; a new one beyond that closes the
-//   oldest (an honest client sends its whole hello at once, within a millisecond).
-// - A wrong key is answered only after a delay that doubles with each failure from that address
-//   (kFirstBackoffMs .. kMaxBackoffMs, forgotten after kForgetMs of quiet); a wrong-key hello from
-//   an address that already has kMaxDelayedPerPeer answers waiting is closed unanswered. The right
-//   key is answered at once, whatever the address did before.
-// - Refusals are logged at most once per kLogEveryMs per address, with the count since.
+//   oldest (an honest client sends each message at once, within a millisecond).
+// - Failures count per network, not per address (remote::AddressGroup: all of 127.0.0.0/8 is one,
+//   other IPv4 addresses by DISCO_SERVE_PEER_PREFIX bits, IPv6 by /64), so that one host cannot
+//   reset its record by changing its source address. A wrong key is answered only after a delay
+//   that doubles with each failure from that network (kFirstBackoffMs .. kMaxBackoffMs, forgotten
+//   after kForgetMs without a failure); a wrong key from a network that already has
+//   kMaxDelayedPerPeer answers waiting is closed unanswered. The right key is answered at once,
+//   whatever the network did before.
+// - Refusals are logged at most once per kLogEveryMs in all: the first as it comes, the rest
+//   counted per network and reason and summed up in one line when the time is up (and when the
+//   server stops).
 // Hands an accepted client to the serving thread; answers "busy" while one is being served.
 class Acceptor {
  public:
@@ -99,12 +108,14 @@ class Acceptor {
   static constexpr int64_t kForgetMs = 600000;
   static constexpr int64_t kLogEveryMs = 10000;
 
-  Acceptor(Socket* listener, std::string key) : listener_(listener), key_(std::move(key)) {
+  Acceptor(Socket* listener, const std::string& key, int ipv4_prefix)
+      : listener_(listener), mac_(key), ipv4_prefix_(ipv4_prefix) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Acceptor() {
     stop_ = true;
     thread_.join();
+    FlushRefusals(/*now_or_never=*/true);  // the count since the last line, once at the end
   }
 
   /// Waits for the next client that passed the handshake.
@@ -122,17 +133,17 @@ class Acceptor {
  private:
   struct Pending {
     Socket sock;
-    std::string peer;     // ip:port
-    std::string address;  // ip
-    int64_t deadline_ms = 0;
-    std::vector<uint8_t> hello;
+    std::string peer;         // ip:port
+    std::string group;        // its network (remote::AddressGroup): failures count per group
+    int64_t deadline_ms = 0;  // for the current step
+    bool challenged = false;  // the hello was answered with a challenge; the proof comes next
+    std::vector<uint8_t> in;  // the bytes of the hello, then of the proof
+    uint8_t challenge[remote::kNonceBytes] = {0};
     int64_t answer_at_ms = -1;  // a wrong key waiting for its delayed answer
   };
   struct PeerRecord {
     int failures = 0;
     int64_t last_failure_ms = 0;
-    int64_t last_log_ms = -kLogEveryMs;
-    int unlogged = 0;
   };
 
   static int64_t NowMs() {
@@ -140,38 +151,84 @@ class Acceptor {
     return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
   }
   static std::string AddressOf(const std::string& peer) { return peer.substr(0, peer.rfind(':')); }
+  static int64_t BackoffMs(int failures) {
+    return std::min<int64_t>(int64_t{kFirstBackoffMs} << (std::max(failures, 1) - 1),
+                             kMaxBackoffMs);
+  }
 
-  // One log line per address per kLogEveryMs; the lines in between are counted.
-  void LogRefusal(const std::string& address, const std::string& peer, const std::string& why) {
-    PeerRecord& r = peers_[address];
-    int64_t now = NowMs();
-    if (now - r.last_log_ms < kLogEveryMs) {
-      ++r.unlogged;
+  // The first refusal after a quiet kLogEveryMs is logged as it comes; the rest are counted (per
+  // network and reason) for FlushRefusals.
+  void LogRefusal(const Pending& p, const std::string& why, const char* reason) {
+    const int64_t now = NowMs();
+    if (unlogged_total_ == 0 && now - last_log_ms_ >= kLogEveryMs) {
+      DISCO_LOG(WARN) << "disco-serve: refused " << p.peer << ": " << why;
+      last_log_ms_ = now;
       return;
     }
-    DISCO_LOG(WARN) << "disco-serve: refused " << peer << ": " << why
-                    << (r.unlogged > 0 ? " (and " + std::to_string(r.unlogged) +
-                                             " more refusals from " + address +
-                                             " since the last "
-                                             "such line)"
-                                       : std::string());
-    r.last_log_ms = now;
-    r.unlogged = 0;
+    ++unlogged_[p.group][reason];
+    ++unlogged_total_;
   }
 
-  void Answer(Pending* p, remote::HandshakeCode code) {
-    uint8_t c = static_cast<uint8_t>(code);
+  // One line for the refusals counted since the last line, once kLogEveryMs has passed: the
+  // networks with the most, each with its reasons (and its wrong keys' current delay).
+  void FlushRefusals(bool now_or_never = false) {
+    const int64_t now = NowMs();
+    if (unlogged_total_ == 0 || (now - last_log_ms_ < kLogEveryMs && !now_or_never)) return;
+    std::vector<std::pair<uint64_t, std::string>> groups;
+    for (const auto& g : unlogged_) {
+      uint64_t n = 0;
+      for (const auto& r : g.second) n += r.second;
+      groups.emplace_back(n, g.first);
+    }
+    std::sort(groups.rbegin(), groups.rend());
+    std::ostringstream line;
+    line << "disco-serve: refused " << unlogged_total_ << " more connections in the last "
+         << (now - last_log_ms_ + 500) / 1000 << " s: ";
+    const size_t shown = std::min<size_t>(groups.size(), 4);
+    for (size_t i = 0; i < shown; ++i) {
+      line << (i > 0 ? "; " : "") << groups[i].first << " from " << groups[i].second << " (";
+      bool first = true;
+      for (const auto& r : unlogged_[groups[i].second]) {
+        line << (first ? "" : ", ") << r.second << " " << r.first;
+        first = false;
+      }
+      auto rec = peers_.find(groups[i].second);
+      if (rec != peers_.end() && rec->second.failures > 0) {
+        line << "; a wrong key from there is now answered after " << BackoffMs(rec->second.failures)
+             << " ms";
+      }
+      line << ")";
+    }
+    if (groups.size() > shown) line << "; and from " << groups.size() - shown << " more networks";
+    DISCO_LOG(WARN) << line.str();
+    unlogged_.clear();
+    unlogged_total_ = 0;
+    last_log_ms_ = now;
+  }
+
+  // Sends `n` bytes of an answer (they fit in the socket's empty send buffer); false if the peer
+  // is gone.
+  static bool Send(Pending* p, const uint8_t* data, size_t n) {
     try {
-      p->sock.SendAll(&c, 1, 100);
+      p->sock.SendAll(data, n, 100);
+      return true;
     } catch (const std::exception&) {
+      return false;
+    }
+  }
+  // A refusal: its code, and whatever the peer sent beyond what was read is dropped, so that the
+  // close does not reset the connection before the peer reads the code.
+  static void Refuse(Pending* p, remote::HandshakeCode code) {
+    uint8_t c = static_cast<uint8_t>(code);
+    Send(p, &c, 1);
+    uint8_t sink[4096];
+    for (int i = 0; i < 16 && ::recv(p->sock.fd(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
     }
   }
 
-  // The hello of `p` is complete: answer it (or schedule the answer); true when `p` is done.
+  // The proof of `p` is complete: answer it (or schedule the answer); true when `p` is done.
   bool Decide(Pending* p) {
-    remote::HandshakeCode code = remote::CheckHello(p->hello.data(), p->hello.size(), key_);
-    if (code == remote::HandshakeCode::kOk) {
-      peers_.erase(p->address);  // the right key clears the address's record
+    if (remote::CheckClientProof(mac_, p->challenge, p->in.data())) {
       bool busy;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -179,92 +236,97 @@ class Acceptor {
         if (!busy) attached_ = true;
       }
       if (busy) {
-        Answer(p, remote::HandshakeCode::kBusy);
-        LogRefusal(p->address, p->peer, remote::HandshakeCodeName(remote::HandshakeCode::kBusy));
+        Refuse(p, remote::HandshakeCode::kBusy);
+        LogRefusal(*p, remote::HandshakeCodeName(remote::HandshakeCode::kBusy), "busy");
         return true;
       }
-      Answer(p, remote::HandshakeCode::kOk);
+      uint8_t answer[remote::kServerProofBytes] = {
+          static_cast<uint8_t>(remote::HandshakeCode::kOk)};
+      crypto::Digest d = remote::ServerMac(mac_, p->in.data(), p->challenge);
+      std::memcpy(answer + 1, d.data(), remote::kMacBytes);
+      if (!Send(p, answer, sizeof answer)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        attached_ = false;
+        return true;
+      }
       DISCO_LOG(INFO) << "disco-serve: client " << p->peer << " attached";
       std::lock_guard<std::mutex> lock(mu_);
       next_ = std::move(p->sock);
       cv_.notify_all();
       return true;
     }
-    if (code != remote::HandshakeCode::kBadKey) {
-      Answer(p, code);
-      LogRefusal(p->address, p->peer, remote::HandshakeCodeName(code));
-      return true;
-    }
-    // A wrong key: answered late, later with each failure from this address.
-    PeerRecord& r = peers_[p->address];
+    // A wrong key: answered late, later with each failure from this network.
+    PeerRecord& r = peers_[p->group];
     const int64_t now = NowMs();
     if (now - r.last_failure_ms > kForgetMs) r.failures = 0;
     r.failures = std::min(r.failures + 1, 30);
     r.last_failure_ms = now;
     size_t delayed = 0;
-    for (const Pending& q : pending_) delayed += q.address == p->address && q.answer_at_ms >= 0;
+    for (const Pending& q : pending_) delayed += q.group == p->group && q.answer_at_ms >= 0;
     if (delayed >= kMaxDelayedPerPeer) {
-      LogRefusal(p->address, p->peer, "wrong key (closed unanswered: too many guesses at once)");
+      LogRefusal(*p,
+                 "wrong key (closed unanswered: too many guesses at once from " + p->group + ")",
+                 "wrong keys closed unanswered");
       return true;
     }
-    int64_t delay = std::min<int64_t>(int64_t{kFirstBackoffMs} << (r.failures - 1), kMaxBackoffMs);
+    const int64_t delay = BackoffMs(r.failures);
     p->answer_at_ms = now + delay;
     p->deadline_ms = p->answer_at_ms + 1000;
-    LogRefusal(p->address, p->peer,
-               "wrong key (failure " + std::to_string(r.failures) + " from this address; " +
-                   "answered after " + std::to_string(delay) + " ms)");
+    LogRefusal(*p,
+               "wrong key (failure " + std::to_string(r.failures) + " from " + p->group +
+                   "; answered after " + std::to_string(delay) + " ms)",
+               "wrong keys");
     return false;
   }
 
-  // Reads what `p` has sent; true when `p` is done (answered, closed or failed).
+  // Reads what `p` has sent: its hello, answered with a challenge at once (or refused), then
+  // its proof of the key (Decide). True when `p` is done (answered, closed or failed).
   bool ReadHello(Pending* p) {
     for (;;) {
-      const size_t have = p->hello.size();
-      size_t need = remote::kHelloHeadBytes;
-      if (have >= remote::kHelloHeadBytes) {
-        // The head tells what follows: a foreign protocol or an oversized key is answered now.
-        uint32_t magic;
-        uint16_t version;
-        std::memcpy(&magic, p->hello.data(), 4);
-        std::memcpy(&version, p->hello.data() + 4, 2);
-        remote::HandshakeCode early =
-            magic != remote::kRemoteMagic       ? remote::HandshakeCode::kBadMagic
-            : version != remote::kRemoteVersion ? remote::HandshakeCode::kBadVersion
-                                                : remote::HandshakeCode::kOk;
-        need = remote::HelloBytes(p->hello.data(), have);
-        if (early == remote::HandshakeCode::kOk &&
-            need > remote::kHelloHeadBytes + remote::kMaxKeyBytes) {
-          early = remote::HandshakeCode::kBadKey;
-        }
-        if (early != remote::HandshakeCode::kOk) {
-          Answer(p, early);
-          LogRefusal(p->address, p->peer, remote::HandshakeCodeName(early));
+      const size_t need = p->challenged ? remote::kClientProofBytes : remote::kHelloHeadBytes;
+      if (p->in.size() == need) {
+        if (p->challenged) return Decide(p);
+        remote::HandshakeCode code = remote::CheckHello(p->in.data());
+        if (code != remote::HandshakeCode::kOk) {  // a foreign protocol or another version
+          Refuse(p, code);
+          LogRefusal(*p, remote::HandshakeCodeName(code),
+                     code == remote::HandshakeCode::kBadMagic ? "not disco" : "other versions");
           return true;
         }
-        if (have == need) return Decide(p);
+        uint8_t challenge[remote::kChallengeBytes] = {
+            static_cast<uint8_t>(remote::HandshakeCode::kOk)};
+        crypto::RandomBytes(p->challenge, sizeof p->challenge);
+        std::memcpy(challenge + 1, p->challenge, sizeof p->challenge);
+        if (!Send(p, challenge, sizeof challenge)) return true;
+        p->challenged = true;
+        p->in.clear();
+        p->deadline_ms = NowMs() + kHandshakeTimeoutMs;  // a new step: the proof
+        continue;
       }
-      uint8_t buf[remote::kHelloHeadBytes + remote::kMaxKeyBytes];
-      ssize_t k = ::recv(p->sock.fd(), buf, need - have, 0);
+      uint8_t buf[remote::kClientProofBytes];
+      ssize_t k = ::recv(p->sock.fd(), buf, need - p->in.size(), 0);
       if (k > 0) {
-        p->hello.insert(p->hello.end(), buf, buf + k);
+        p->in.insert(p->in.end(), buf, buf + k);
         continue;
       }
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
-      return true;  // closed or failed before its hello was complete
+      return true;  // closed or failed before its hello or proof was complete
     }
   }
 
   void Run() {
     while (!stop_) {
+      FlushRefusals();
       const int64_t now = NowMs();
       // Answers that are due, and handshakes past their deadline.
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->answer_at_ms >= 0 && it->answer_at_ms <= now) {
-          Answer(&*it, remote::HandshakeCode::kBadKey);
+          Refuse(&*it, remote::HandshakeCode::kBadKey);
           it = pending_.erase(it);
         } else if (it->answer_at_ms < 0 && it->deadline_ms <= now) {
-          LogRefusal(it->address, it->peer,
-                     "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
+          LogRefusal(*it,
+                     "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms",
+                     "handshakes too slow");
           it = pending_.erase(it);
         } else {
           ++it;
@@ -274,7 +336,10 @@ class Acceptor {
       fds.push_back(pollfd{listener_->fd(), POLLIN, 0});
       int64_t wake = now + 200;
       for (const Pending& p : pending_) {
-        fds.push_back(pollfd{p.sock.fd(), static_cast<short>(p.answer_at_ms < 0 ? POLLIN : 0), 0});
+        // A wrong key waiting for its delayed answer is watched for the peer leaving (its slot
+        // among the network's delayed answers is free again at once).
+        fds.push_back(
+            pollfd{p.sock.fd(), static_cast<short>(p.answer_at_ms < 0 ? POLLIN : POLLRDHUP), 0});
         wake = std::min(wake, p.answer_at_ms >= 0 ? p.answer_at_ms : p.deadline_ms);
       }
       int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wake - now)));
@@ -290,7 +355,7 @@ class Acceptor {
         const short ev = fds[i + 1].revents;
         if (p.answer_at_ms < 0 && (ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
           done[i] = ReadHello(&p);
-        } else if (p.answer_at_ms >= 0 && (ev & (POLLHUP | POLLERR)) != 0) {
+        } else if (p.answer_at_ms >= 0 && (ev & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
           done[i] = true;  // gone before its delayed answer: nothing to wait for
         }
         ++i;
@@ -308,10 +373,7 @@ class Acceptor {
   void ForgetQuietPeers() {
     const int64_t now = NowMs();
     for (auto it = peers_.begin(); it != peers_.end();) {
-      it =
-          now - it->second.last_failure_ms > kForgetMs && now - it->second.last_log_ms > kLogEveryMs
-              ? peers_.erase(it)
-              : std::next(it);
+      it = now - it->second.last_failure_ms > kForgetMs ? peers_.erase(it) : std::next(it);
     }
   }
 
@@ -329,12 +391,13 @@ class Acceptor {
         auto oldest = std::find_if(pending_.begin(), pending_.end(),
                                    [](const Pending& p) { return p.answer_at_ms < 0; });
         if (oldest == pending_.end()) oldest = pending_.begin();
-        LogRefusal(oldest->address, oldest->peer, "handshake not complete when room was needed");
+        LogRefusal(*oldest, "handshake not complete when room was needed",
+                   "handshakes closed to make room");
         pending_.erase(oldest);
       }
       Pending p;
       p.peer = c.PeerName();
-      p.address = AddressOf(p.peer);
+      p.group = remote::AddressGroup(AddressOf(p.peer), ipv4_prefix_);
       p.deadline_ms = NowMs() + kHandshakeTimeoutMs;
       p.sock = std::move(c);
       pending_.push_back(std::move(p));
@@ -343,14 +406,19 @@ class Acceptor {
   }
 
   Socket* listener_;
-  std::string key_;
+  const crypto::HmacSha256 mac_;  // keyed with the server's key
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   bool attached_ = false;
   Socket next_;
   std::list<Pending> pending_;                         // the acceptor thread's alone
-  std::unordered_map<std::string, PeerRecord> peers_;  // likewise
+  std::unordered_map<std::string, PeerRecord> peers_;  // likewise, by network
+  const int ipv4_prefix_;
+  // Refusals not logged yet, by network and reason; when the last refusal line went out.
+  std::map<std::string, std::map<std::string, uint64_t>> unlogged_;
+  uint64_t unlogged_total_ = 0;
+  int64_t last_log_ms_ = -kLogEveryMs;
   std::thread thread_;
 };
 
@@ -726,17 +794,27 @@ int Serve(Session& session, const ServeOptions& options) {
   Socket listener = Socket::Listen(options.host, options.port, /*backlog=*/64);
   int port = listener.port();
   std::string key_file;
+  // The generated key file goes when the server ends: by this destructor, or, when the job ends
+  // without running it (SIGTERM or SIGINT, a fatal error, the watchdog), by core/exit_cleanup.h.
+  struct RemoveKeyFile {
+    std::string path;
+    ~RemoveKeyFile() {
+      if (path.empty()) return;
+      unlink(path.c_str());
+      exit_cleanup::UnregisterFile(path);
+    }
+  } remove_key_file;
   if (key.empty()) {
     key = remote::GenerateKey();
     key_file = options.key_file.empty() ? remote::DefaultKeyFile(port) : options.key_file;
     remote::WriteKeyFile(key_file, key);
-  }
-  struct RemoveKeyFile {
-    std::string path;
-    ~RemoveKeyFile() {
-      if (!path.empty()) unlink(path.c_str());
+    remove_key_file.path = key_file;
+    if (!exit_cleanup::RegisterFile(key_file)) {
+      DISCO_LOG(WARN) << "disco-serve: the key file '" << key_file
+                      << "' cannot be registered for removal on a signal (its path is too long, "
+                         "or too many files are registered): it may outlive a killed job";
     }
-  } remove_key_file{key_file};
+  }
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
   std::printf("disco-serve: listening on %s:%d, %d workers in %d groups\n", options.host.c_str(),
               port, session.num_workers(), session.num_groups());
@@ -748,13 +826,14 @@ int Serve(Session& session, const ServeOptions& options) {
   }
   if (!IsLoopback(options.host)) {
     std::printf(
-        "disco-serve: %s is not loopback: the key and the data travel in clear text (an "
+        "disco-serve: %s is not loopback: the data travel in clear text (an "
         "SSH tunnel to a loopback server keeps them private)\n",
         options.host.c_str());
   }
   std::fflush(stdout);
 
-  Acceptor acceptor(&listener, key);
+  Acceptor acceptor(&listener, key,
+                    static_cast<int>(env::GetInt("DISCO_SERVE_PEER_PREFIX", 8, 32)));
   for (int served = 0; options.max_clients == 0 || served < options.max_clients; ++served) {
     int exit_code = -1;
     bool end_job;

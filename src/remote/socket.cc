@@ -149,11 +149,14 @@ void Socket::WaitFor(short events, int timeout_ms, const char* what) {
   WaitUntil(events, DeadlineAfter(timeout_ms), timeout_ms, what);
 }
 
-void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what) {
+void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const char* what,
+                       bool progress) {
   for (;;) {
     int64_t left = deadline < 0 ? -1 : deadline - NowMs();
     DISCO_CHECK(deadline < 0 || left > 0, RuntimeError)
-        << "timed out after " << timeout_ms << " ms waiting for " << what;
+        << "timed out after " << timeout_ms << " ms"
+        << (progress ? " without progress (plus 1 s per MiB still to move)" : "") << " waiting for "
+        << what;
     pollfd p{fd_, events, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
     if (rc < 0 && errno == EINTR) continue;
@@ -167,10 +170,23 @@ void Socket::SendAll(const void* data, size_t n, int timeout_ms) {
   SendAllV(iov, 1, timeout_ms);
 }
 
+namespace {
+
+// The deadline of a transfer with `remaining` bytes still to move, from now (-1: none).
+int64_t ProgressDeadline(int timeout_ms, size_t remaining) {
+  if (timeout_ms < 0) return -1;
+  return NowMs() + timeout_ms + static_cast<int64_t>(remaining) * 1000 / kMinBytesPerSecond;
+}
+
+}  // namespace
+
 void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
   DISCO_CHECK(valid(), RuntimeError) << "send on a closed connection";
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole send, not each wait
   int first = 0;
+  size_t remaining = 0;
+  for (int i = 0; i < count; ++i) remaining += iov[i].iov_len;
+  // Counted afresh whenever bytes move: a slow peer is waited for, a silent one is not.
+  int64_t deadline = ProgressDeadline(timeout_ms, remaining);
   while (first < count && iov[first].iov_len == 0) ++first;
   while (first < count) {
     msghdr msg{};
@@ -179,6 +195,8 @@ void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
     ssize_t k = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     if (k >= 0) {
       size_t done = static_cast<size_t>(k);
+      remaining -= done;
+      if (done > 0) deadline = ProgressDeadline(timeout_ms, remaining);
       while (first < count && done >= iov[first].iov_len) {
         done -= iov[first].iov_len;
         ++first;
@@ -188,7 +206,7 @@ void Socket::SendAllV(iovec* iov, int count, int timeout_ms) {
         iov[first].iov_len -= done;
       }
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      WaitUntil(POLLOUT, deadline, timeout_ms, "the peer to take more data");
+      WaitUntil(POLLOUT, deadline, timeout_ms, "the peer to take more data", /*progress=*/true);
     } else {
       DISCO_THROW(RuntimeError) << "send failed: " << Errno();
     }
@@ -223,9 +241,18 @@ ssize_t Socket::RecvSome(void* dst, size_t n) {
 }
 
 void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
+  Recv(data, n, timeout_ms, /*one_deadline=*/false, what);
+}
+
+void Socket::RecvAllWithin(void* data, size_t n, int timeout_ms, const char* what) {
+  Recv(data, n, timeout_ms, /*one_deadline=*/true, what);
+}
+
+void Socket::Recv(void* data, size_t n, int timeout_ms, bool one_deadline, const char* what) {
   DISCO_CHECK(valid(), RuntimeError) << "receive on a closed connection";
-  // The deadline is for all n bytes: a peer that drips one byte at a time cannot stretch it.
-  const int64_t deadline = DeadlineAfter(timeout_ms);
+  // One deadline for all n bytes (a peer that drips one byte at a time cannot stretch it), or one
+  // counted afresh whenever bytes come (a slow peer is waited for, a silent one is not).
+  int64_t deadline = one_deadline ? DeadlineAfter(timeout_ms) : ProgressDeadline(timeout_ms, n);
   char* p = static_cast<char*>(data);
   size_t got = 0;
   while (got < n) {
@@ -246,11 +273,12 @@ void Socket::RecvAll(void* data, size_t n, int timeout_ms, const char* what) {
         ahead_pos_ = 0;
         ahead_len_ = static_cast<size_t>(k);
       }
+      if (!one_deadline) deadline = ProgressDeadline(timeout_ms, n - got);
     } else if (k == 0) {
       DISCO_THROW(RuntimeError) << "the peer closed the connection after " << got << " of " << n
                                 << " bytes of " << what;
     } else {
-      WaitUntil(POLLIN, deadline, timeout_ms, what);
+      WaitUntil(POLLIN, deadline, timeout_ms, what, /*progress=*/!one_deadline);
     }
   }
 }
@@ -266,23 +294,44 @@ bool ParseHostPort(const std::string& text, std::string* host, int* port) {
   return true;
 }
 
+std::string AddressGroup(const std::string& ip, int ipv4_prefix) {
+  in_addr v4{};
+  in6_addr v6{};
+  char text[INET6_ADDRSTRLEN] = {0};
+  bool is_v4 = inet_pton(AF_INET, ip.c_str(), &v4) == 1;
+  if (!is_v4 && inet_pton(AF_INET6, ip.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return "::1/128";
+    if (!IN6_IS_ADDR_V4MAPPED(&v6)) {
+      std::memset(v6.s6_addr + 8, 0, 8);
+      inet_ntop(AF_INET6, &v6, text, sizeof text);
+      return std::string(text) + "/64";
+    }
+    std::memcpy(&v4, v6.s6_addr + 12, 4);
+    is_v4 = true;
+  }
+  if (!is_v4) return ip;
+  uint32_t a = ntohl(v4.s_addr);
+  if ((a >> 24) == 127) return "127.0.0.0/8";
+  const int bits = std::min(32, std::max(0, ipv4_prefix));
+  a &= bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+  v4.s_addr = htonl(a);
+  inet_ntop(AF_INET, &v4, text, sizeof text);
+  return std::string(text) + "/" + std::to_string(bits);
+}
+
 void SendPacket(Socket* s, const void* body, size_t n, int timeout_ms) {
   uint64_t len = n;
   s->SendAll2(&len, sizeof len, body, n, timeout_ms);
 }
 
 void RecvPacket(Socket* s, protocol::ByteBuffer* buf, size_t max_bytes, int timeout_ms) {
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // one deadline for the whole packet
   uint64_t len = 0;
   s->RecvAll(&len, sizeof len, timeout_ms, "a packet length");
   DISCO_CHECK(len <= max_bytes, ProtocolError)
       << "a packet of " << len << " bytes exceeds the limit of " << max_bytes << " bytes";
   buf->Resize(static_cast<size_t>(len));
   if (len == 0) return;
-  int left = TimeLeftMs(deadline);
-  DISCO_CHECK(left != 0, RuntimeError)
-      << "timed out after " << timeout_ms << " ms waiting for a packet body";
-  s->RecvAll(buf->data(), static_cast<size_t>(len), left, "a packet body");
+  s->RecvAll(buf->data(), static_cast<size_t>(len), timeout_ms, "a packet body");
 }
 
 const char* HandshakeCodeName(HandshakeCode code) {
@@ -301,80 +350,117 @@ const char* HandshakeCodeName(HandshakeCode code) {
   return "unknown answer";
 }
 
-HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uint32_t magic,
-                          uint16_t version) {
-  DISCO_CHECK(key.size() <= kMaxKeyBytes, ValueError)
-      << "a key of " << key.size() << " bytes is longer than " << kMaxKeyBytes;
-  protocol::ByteBuffer hello;
-  protocol::Writer w(&hello);
-  w.Put<uint32_t>(magic);
-  w.Put<uint16_t>(version);
-  w.Put<uint16_t>(static_cast<uint16_t>(key.size()));
-  w.Append(key.data(), key.size());
-  s->SendAll(hello.data(), hello.size(), timeout_ms);
-  uint8_t code = 0xFF;
-  s->RecvAll(&code, 1, timeout_ms, "the server's answer to the handshake");
-  DISCO_CHECK(code <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
-      << "the server answered the handshake with unknown code " << static_cast<int>(code);
-  return static_cast<HandshakeCode>(code);
+namespace {
+
+constexpr char kClientLabel[] = "disco-remote-2 client";
+constexpr char kServerLabel[] = "disco-remote-2 server";
+
+}  // namespace
+
+void EncodeHello(uint8_t* out, uint32_t magic, uint16_t version) {
+  const uint16_t zero = 0;
+  std::memcpy(out, &magic, 4);
+  std::memcpy(out + 4, &version, 2);
+  std::memcpy(out + 6, &zero, 2);
 }
 
-size_t HelloBytes(const uint8_t* data, size_t n) {
-  if (n < kHelloHeadBytes) return 0;
-  uint16_t key_len;
-  std::memcpy(&key_len, data + 6, 2);
-  return kHelloHeadBytes + std::min<size_t>(key_len, kMaxKeyBytes + 1);
-}
-
-bool KeysEqual(const std::string& a, const std::string& b) {
-  // Constant time: the answer's timing says nothing about the key.
-  unsigned diff = static_cast<unsigned>(a.size() ^ b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-  }
-  return diff == 0;
-}
-
-HandshakeCode CheckHello(const uint8_t* data, size_t n, const std::string& expected_key) {
-  DISCO_CHECK(n >= kHelloHeadBytes && n == HelloBytes(data, n), InternalError)
-      << "CheckHello of an incomplete hello (" << n << " bytes)";
+HandshakeCode CheckHello(const uint8_t* hello) {
   uint32_t magic;
-  uint16_t version, key_len;
-  std::memcpy(&magic, data, 4);
-  std::memcpy(&version, data + 4, 2);
-  std::memcpy(&key_len, data + 6, 2);
+  uint16_t version;
+  std::memcpy(&magic, hello, 4);
+  std::memcpy(&version, hello + 4, 2);
   if (magic != kRemoteMagic) return HandshakeCode::kBadMagic;
   if (version != kRemoteVersion) return HandshakeCode::kBadVersion;
-  if (key_len > kMaxKeyBytes) return HandshakeCode::kBadKey;
-  std::string key(reinterpret_cast<const char*>(data) + kHelloHeadBytes, key_len);
-  return KeysEqual(key, expected_key) ? HandshakeCode::kOk : HandshakeCode::kBadKey;
+  return HandshakeCode::kOk;
 }
 
-HandshakeCode ServerHello(Socket* s, const std::string& expected_key, int timeout_ms, bool busy) {
-  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole hello
-  uint8_t hello[kHelloHeadBytes + kMaxKeyBytes + 1];
-  s->RecvAll(hello, kHelloHeadBytes, timeout_ms, "the client's handshake");
-  size_t total = HelloBytes(hello, kHelloHeadBytes);
-  HandshakeCode code = HandshakeCode::kBadKey;
-  uint32_t magic;
-  std::memcpy(&magic, hello, 4);
-  if (magic != kRemoteMagic) {
-    code = HandshakeCode::kBadMagic;
-  } else if (total > kHelloHeadBytes + kMaxKeyBytes) {
-    code = HandshakeCode::kBadKey;  // a key longer than any key: not worth reading
-  } else {
-    if (total > kHelloHeadBytes) {
-      int left = TimeLeftMs(deadline);
-      DISCO_CHECK(left != 0, RuntimeError)
-          << "timed out after " << timeout_ms << " ms waiting for the client's key";
-      s->RecvAll(hello + kHelloHeadBytes, total - kHelloHeadBytes, left, "the client's key");
-    }
-    code = CheckHello(hello, total, expected_key);
+crypto::Digest ClientMac(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* nc) {
+  return key.Mac(kClientLabel, sizeof kClientLabel - 1, ns, kNonceBytes, nc, kNonceBytes);
+}
+
+crypto::Digest ServerMac(const crypto::HmacSha256& key, const uint8_t* nc, const uint8_t* ns) {
+  return key.Mac(kServerLabel, sizeof kServerLabel - 1, nc, kNonceBytes, ns, kNonceBytes);
+}
+
+bool CheckClientProof(const crypto::HmacSha256& key, const uint8_t* ns, const uint8_t* proof) {
+  crypto::Digest want = ClientMac(key, ns, proof);
+  return crypto::DigestsEqual(want.data(), proof + kNonceBytes, kMacBytes);
+}
+
+HandshakeCode ClientHello(Socket* s, const std::string& key, int timeout_ms, uint32_t magic,
+                          uint16_t version) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole handshake
+  auto left = [&] {
+    int ms = TimeLeftMs(deadline);
+    DISCO_CHECK(ms != 0, RuntimeError)
+        << "timed out after " << timeout_ms << " ms in the handshake with the server";
+    return ms;
+  };
+  uint8_t hello[kHelloHeadBytes];
+  EncodeHello(hello, magic, version);
+  s->SendAll(hello, sizeof hello, left());
+  uint8_t challenge[kChallengeBytes];
+  s->RecvAllWithin(challenge, 1, left(), "the server's answer to the hello");
+  DISCO_CHECK(challenge[0] <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
+      << "the server answered the hello with unknown code " << static_cast<int>(challenge[0])
+      << " (not a disco server?)";
+  if (challenge[0] != static_cast<uint8_t>(HandshakeCode::kOk)) {
+    return static_cast<HandshakeCode>(challenge[0]);
   }
+  s->RecvAllWithin(challenge + 1, kNonceBytes, left(), "the server's challenge");
+  const crypto::HmacSha256 mac(key);
+  uint8_t proof[kClientProofBytes];
+  crypto::RandomBytes(proof, kNonceBytes);
+  crypto::Digest d = ClientMac(mac, challenge + 1, proof);
+  std::memcpy(proof + kNonceBytes, d.data(), kMacBytes);
+  s->SendAll(proof, sizeof proof, left());
+  uint8_t answer[kServerProofBytes];
+  s->RecvAllWithin(answer, 1, left(), "the server's answer to the key");
+  DISCO_CHECK(answer[0] <= static_cast<uint8_t>(HandshakeCode::kBusy), ProtocolError)
+      << "the server answered the key with unknown code " << static_cast<int>(answer[0]);
+  if (answer[0] != static_cast<uint8_t>(HandshakeCode::kOk)) {
+    return static_cast<HandshakeCode>(answer[0]);
+  }
+  s->RecvAllWithin(answer + 1, kMacBytes, left(), "the server's proof of the key");
+  crypto::Digest want = ServerMac(mac, proof, challenge + 1);
+  DISCO_CHECK(crypto::DigestsEqual(want.data(), answer + 1, kMacBytes), RuntimeError)
+      << "the server did not prove that it holds the key (a wrong proof): it is not the disco "
+         "server this key belongs to (another process may hold the port)";
+  return HandshakeCode::kOk;
+}
+
+HandshakeCode ServerHello(Socket* s, const std::string& key, int timeout_ms, bool busy) {
+  const int64_t deadline = DeadlineAfter(timeout_ms);  // for the whole handshake
+  auto left = [&](const char* what) {
+    int ms = TimeLeftMs(deadline);
+    DISCO_CHECK(ms != 0, RuntimeError)
+        << "timed out after " << timeout_ms << " ms waiting for " << what;
+    return ms;
+  };
+  uint8_t hello[kHelloHeadBytes];
+  s->RecvAllWithin(hello, sizeof hello, timeout_ms, "the client's handshake");
+  HandshakeCode code = CheckHello(hello);
+  uint8_t challenge[kChallengeBytes] = {static_cast<uint8_t>(code)};
+  if (code != HandshakeCode::kOk) {
+    s->SendAll(challenge, 1, std::max(1, TimeLeftMs(deadline)));
+    return code;
+  }
+  crypto::RandomBytes(challenge + 1, kNonceBytes);
+  s->SendAll(challenge, sizeof challenge, left("the client to take the challenge"));
+  uint8_t proof[kClientProofBytes];
+  s->RecvAllWithin(proof, sizeof proof, left("the client's proof of the key"),
+                   "the client's proof of the key");
+  const crypto::HmacSha256 mac(key);
+  code = CheckClientProof(mac, challenge + 1, proof) ? HandshakeCode::kOk : HandshakeCode::kBadKey;
   if (code == HandshakeCode::kOk && busy) code = HandshakeCode::kBusy;
-  uint8_t c = static_cast<uint8_t>(code);
-  int left = TimeLeftMs(deadline);
-  s->SendAll(&c, 1, left == 0 ? 1 : left);
+  uint8_t answer[kServerProofBytes] = {static_cast<uint8_t>(code)};
+  size_t n = 1;
+  if (code == HandshakeCode::kOk) {
+    crypto::Digest d = ServerMac(mac, proof, challenge + 1);
+    std::memcpy(answer + 1, d.data(), kMacBytes);
+    n = sizeof answer;
+  }
+  s->SendAll(answer, n, std::max(1, TimeLeftMs(deadline)));
   return code;
 }
 

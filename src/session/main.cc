@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/exit_cleanup.h"
 #include "core/launcher.h"
 #include "core/process_info.h"
 #include "mpi/mpi_util.h"
 #include "session/builtins.h"
+#include "session/liveness.h"
 #include "session/mpi_transport.h"
 #include "session/session_impl.h"
 #include "session/watchdog.h"
@@ -32,6 +34,7 @@ std::string StripPrefix(const std::string& what) {
 }
 
 [[noreturn]] void FatalAbort(const std::string& cause) {
+  exit_cleanup::RemoveRegisteredFiles();  // a served job's key file: no destructor runs from here
   LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
   watchdog::Dump("fatal error");
   EndSlurmStep();  // srun without --kill-on-bad-exit would leave the other nodes' ranks waiting
@@ -130,7 +133,14 @@ SessionConfig AgreeOnConfig(const SessionConfig& mine) {
 }  // namespace
 
 int Main(int argc, char** argv, std::function<int(Session&)> controller) {
-  int initialized = 0;
+  int initialized = 0, finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {  // MPI cannot start again; any MPI call now would abort the process
+    LogLine(LogLevel::kError,
+            "fatal: disco::Main called after MPI_Finalize: MPI cannot start again in this process "
+            "(run every disco::Main before MPI is finalized)");
+    return 1;
+  }
   MPI_Initialized(&initialized);
   const bool owns_mpi = !initialized;
   if (owns_mpi) {
@@ -175,7 +185,19 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     }
     config = AgreeOnConfig(config);
     AgreeOnJobKnobs(rank);
-    watchdog::Start(rank, size, static_cast<double>(config.timeout_s));
+    {
+      // The job's liveness secret: drawn by rank 0, carried by MPI only (never by the network
+      // otherwise); the hosts of every rank choose the address the liveness socket is bound to.
+      liveness::JobSecret secret;
+      if (rank == 0) secret = liveness::NewJobSecret();
+      DISCO_MPI_CALL(MPI_Bcast(&secret, sizeof secret, MPI_BYTE, 0, MPI_COMM_WORLD));
+      std::vector<watchdog::PingAddress> hosts(static_cast<size_t>(size));
+      watchdog::PingAddress here = watchdog::LocalHost();
+      DISCO_MPI_CALL(MPI_Allgather(&here, sizeof here, MPI_BYTE, hosts.data(), sizeof here,
+                                   MPI_BYTE, MPI_COMM_WORLD));
+      watchdog::Start(rank, size, static_cast<double>(config.timeout_s), secret, hosts);
+      std::memset(secret.secret, 0, sizeof secret.secret);
+    }
     {
       std::vector<watchdog::PingAddress> all(static_cast<size_t>(size));
       watchdog::PingAddress mine = watchdog::LocalPingAddress();
@@ -204,6 +226,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       auto impl = std::make_shared<detail::SessionImpl>(&transport, config, info);
       Session session(impl);
       int user_code = 0;
+      watchdog::ControllerRunning(true);
       try {
         user_code = controller(session);
       } catch (const std::exception& e) {
@@ -211,6 +234,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
       } catch (...) {
         FatalAbort("controller raised a non-standard exception");
       }
+      watchdog::ControllerRunning(false);
       exit_code = impl->Shutdown(user_code);
       // A controller that shut the session down itself fixed the workers' code then (0); its own
       // failure still ends rank 0, and so the job, non-zero.

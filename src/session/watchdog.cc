@@ -2,10 +2,16 @@
 
 #include <arpa/inet.h>
 #include <disco/log.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <execinfo.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,14 +19,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
+#include "core/exit_cleanup.h"
 #include "core/launcher.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
@@ -51,25 +58,41 @@ struct State {
   std::atomic<bool> dump_requested{false};
   char prefix[96] = {0};
   int rank = 0;
+  int world = 1;
   double timeout_s = 0;
   std::thread thread;
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stopping = false;
+  std::atomic<bool> stopping{false};
+  int wake_fd = -1;  // an eventfd: Stop wakes the thread from its poll
   bool started = false;
-  // Liveness pings: this rank's UDP socket (answered by the watchdog thread) and every rank's
-  // address.
+  // Liveness pings: this rank's UDP socket (served by the watchdog thread) and every rank's
+  // address, set once by SetPingAddresses and copied into `known` by the thread.
   int ping_fd = -1;
   PingAddress self;
   std::vector<PingAddress> peers;
   std::mutex peers_mu;
-  // Ranks that answered a ping at least once (only those can be said to have stopped: UDP may be
-  // filtered), and when this rank last checked.
-  std::vector<bool> answered;
-  int64_t last_check_ns = 0;
-  int missed_checks = 0;
-  std::atomic<bool> shutting_down{false};
   std::atomic<bool> have_peers{false};
+  std::atomic<bool> shutting_down{false};
+  crypto::HmacSha256 mac;  // keyed with the job's secret
+  uint64_t job_id = 0;
+  // The watchdog thread's alone from here on.
+  std::vector<PingAddress> known;
+  bool peers_ready = false;
+  uint64_t next_nonce = 1;             // the counter of the pings this rank sends
+  std::vector<uint64_t> last_counter;  // per rank: the highest ping counter taken from it
+  std::vector<int64_t> heard_ns;       // per rank: the latest time it was known alive (0: never)
+  std::vector<bool> answered;          // per rank: proved alive at least once
+  struct Outstanding {
+    int target;
+    int64_t sent_ns;
+  };
+  std::unordered_map<uint64_t, Outstanding> outstanding;  // pings waiting for a pong, by nonce
+  int64_t last_check_ns = 0;
+  int64_t previous_check_ns = 0;
+  int missed_checks = 0;
+  // Datagrams dropped since the last warning, by reason (the warning: at most one per 10 s).
+  enum Drop { kMalformed, kOtherJob, kWrongSource, kBadMac, kReplay, kDropKinds };
+  uint64_t dropped[kDropKinds] = {0};
+  int64_t last_drop_warning_ns = 0;
 };
 State& S() {
   static State* s = new State();  // never destroyed: signal handlers may read it at exit
@@ -97,14 +120,16 @@ void PutStr(char* buf, size_t cap, size_t* at, const char* s) {
   while (*s != '\0' && *at + 1 < cap) buf[(*at)++] = *s++;
 }
 
-// SIGTERM (the launcher ending the job): one line saying what this rank was doing, then the
-// default action.
+// SIGTERM (the launcher ending the job) or SIGINT: the registered files go (a served job's key
+// file), one line says what this rank was doing, then the default action.
 void OnTerminate(int sig) {
+  exit_cleanup::RemoveRegisteredFiles();
   State& s = S();
   char line[512];
   size_t at = 0;
   PutStr(line, sizeof line, &at, s.prefix);
-  PutStr(line, sizeof line, &at, "terminated by the launcher ");
+  PutStr(line, sizeof line, &at,
+         sig == SIGINT ? "interrupted (SIGINT) " : "terminated by the launcher ");
   const uint64_t next = s.next.load();
   if (next == 0) {
     PutStr(line, sizeof line, &at, "before its first command");
@@ -139,6 +164,13 @@ void OnTerminate(int sig) {
 
 void OnDumpRequest(int) { S().dump_requested.store(true); }
 
+// The controller probe and the interpreter's stacks (their section is at the end of this
+// namespace).
+void DumpInterpreterStacks();
+void ProbeController();
+void StartProbe(int rank, double timeout_s);
+void StopSignals();
+
 std::string Describe(const Record& r) {
   std::ostringstream os;
   os << "command #" << r.seq << " (" << r.action;
@@ -147,146 +179,278 @@ std::string Describe(const Record& r) {
   return os.str();
 }
 
-// A ping or its answer: magic, kind, the sender's rank, a nonce.
-struct PingPacket {
-  char magic[4] = {'D', 'W', 'D', 'P'};
-  uint8_t kind = 0;  // 1 ping, 2 pong
-  int32_t rank = 0;
-  uint64_t nonce = 0;
-};
+bool SameHost(const PingAddress& a, const PingAddress& b) {
+  return std::strncmp(a.host, b.host, sizeof a.host) == 0;
+}
 
-// Answers the pings waiting on the socket; with `pongs`, records the answers to `nonce` in it.
-void ServePings(uint64_t nonce = 0, std::vector<bool>* pongs = nullptr) {
+// Whether a datagram from `from` can be rank `r`'s: its port, and its address (the one the rank's
+// socket is bound to; any of its host's, or loopback on this host, when it is bound to all).
+bool FromRank(const sockaddr_in& from, int r) {
+  State& s = S();
+  const PingAddress& p = s.known[r];
+  if (p.port == 0 || from.sin_port != p.port) return false;
+  const uint32_t a = from.sin_addr.s_addr;
+  if (p.bound != 0) return a == p.bound;
+  for (uint32_t x : p.ipv4) {
+    if (x != 0 && x == a) return true;
+  }
+  return SameHost(p, s.self) && (ntohl(a) >> 24) == 127;
+}
+
+// One datagram that arrived: a ping is answered, a pong settles its ping; either proves its
+// sender alive. Anything else is counted and dropped.
+void Take(const uint8_t* data, size_t n, bool truncated, const sockaddr_in& from) {
+  State& s = S();
+  liveness::Packet p;
+  liveness::Verdict v = truncated ? liveness::Verdict::kMalformed
+                                  : liveness::Parse(data, n, s.rank, s.world, s.job_id, &p);
+  if (v == liveness::Verdict::kMalformed) {
+    ++s.dropped[State::kMalformed];
+    return;
+  }
+  if (v == liveness::Verdict::kOtherJob) {
+    ++s.dropped[State::kOtherJob];
+    return;
+  }
+  const int sender = static_cast<int>(p.sender);
+  if (!FromRank(from, sender)) {  // checked before the MAC: a flood costs no hashing
+    ++s.dropped[State::kWrongSource];
+    return;
+  }
+  if (!liveness::MacValid(data, s.mac)) {
+    ++s.dropped[State::kBadMac];
+    return;
+  }
+  const int64_t now = NowNs();
+  if (p.kind == liveness::kPing) {
+    if (p.nonce <= s.last_counter[sender]) {  // replayed (or overtaken by a later ping)
+      ++s.dropped[State::kReplay];
+      return;
+    }
+    s.last_counter[sender] = p.nonce;
+    s.heard_ns[sender] = std::max(s.heard_ns[sender], now);
+    s.answered[sender] = true;
+    liveness::Packet pong;
+    pong.kind = liveness::kPong;
+    pong.sender = static_cast<uint32_t>(s.rank);
+    pong.receiver = p.sender;
+    pong.job_id = s.job_id;
+    pong.nonce = p.nonce;
+    uint8_t out[liveness::kPacketBytes];
+    liveness::Encode(pong, s.mac, out);
+    sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<const sockaddr*>(&from), sizeof from);
+    return;
+  }
+  auto it = s.outstanding.find(p.nonce);
+  if (it == s.outstanding.end() || it->second.target != sender) {  // no ping of ours: a replay
+    ++s.dropped[State::kReplay];                                   // (or a late duplicate)
+    return;
+  }
+  // Alive after the ping went out (not necessarily when the pong arrived).
+  s.heard_ns[sender] = std::max(s.heard_ns[sender], it->second.sent_ns);
+  s.answered[sender] = true;
+  s.outstanding.erase(it);
+}
+
+// Takes every datagram waiting on the socket, in batches, up to a bound per call (the thread
+// still checks its timeouts during a flood, and comes back at once). Datagrams larger than a
+// liveness packet are cut short by the kernel and dropped unread.
+void ServePings() {
   State& s = S();
   if (s.ping_fd < 0) return;
+  constexpr int kBatch = 64;
+  static uint8_t bufs[kBatch][liveness::kPacketBytes + 16];  // the watchdog thread's alone
+  mmsghdr msgs[kBatch];
+  iovec iovs[kBatch];
+  sockaddr_in froms[kBatch];
+  for (int batch = 0; batch < 64; ++batch) {
+    for (int i = 0; i < kBatch; ++i) {
+      iovs[i] = {bufs[i], sizeof bufs[i]};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iovs[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_name = &froms[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof froms[i];
+    }
+    int n = recvmmsg(s.ping_fd, msgs, kBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      if (!s.peers_ready || msgs[i].msg_hdr.msg_namelen != sizeof froms[i]) continue;
+      Take(bufs[i], msgs[i].msg_len, (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0, froms[i]);
+    }
+    if (n < kBatch) return;
+  }
+}
+
+// At most one line per 10 s about datagrams that were dropped, with their counts.
+void WarnAboutDrops(int64_t now) {
+  State& s = S();
+  uint64_t total = 0;
+  for (uint64_t d : s.dropped) total += d;
+  if (total == 0 || now - s.last_drop_warning_ns < 10 * int64_t{1000000000}) return;
+  // Stale pongs alone are the job's own (answers to pings already answered): not worth a line.
+  if (total == s.dropped[State::kReplay] && total < 100) return;
+  char where[INET_ADDRSTRLEN] = "0.0.0.0";
+  in_addr bound{s.self.bound};
+  inet_ntop(AF_INET, &bound, where, sizeof where);
+  std::ostringstream line;
+  line << "watchdog: dropped " << total << " datagrams on the liveness port (UDP " << where << ":"
+       << ntohs(s.self.port) << ") that were not this job's pings";
+  if (s.last_drop_warning_ns != 0) {
+    line << " in the last " << (now - s.last_drop_warning_ns) / 1000000000 << " s";
+  }
+  line << " (malformed: " << s.dropped[State::kMalformed]
+       << ", another job's: " << s.dropped[State::kOtherJob]
+       << ", from an address that is no rank's: " << s.dropped[State::kWrongSource]
+       << ", wrong MAC: " << s.dropped[State::kBadMac]
+       << ", stale or replayed: " << s.dropped[State::kReplay]
+       << "); none counts as an answer. Another process on this host or network sends them";
+  LogLine(LogLevel::kWarn, line.str());
+  for (uint64_t& d : s.dropped) d = 0;
+  s.last_drop_warning_ns = now;
+}
+
+// The addresses rank `r` is pinged at: the one its socket is bound to, else each of its host's
+// (which one reaches it is not known) and loopback when it runs on this host.
+std::vector<uint32_t> AddressesOf(int r) {
+  State& s = S();
+  const PingAddress& p = s.known[r];
+  if (p.bound != 0) return {p.bound};
+  std::vector<uint32_t> to;
+  for (uint32_t a : p.ipv4) {
+    if (a != 0) to.push_back(a);
+  }
+  if (SameHost(p, s.self)) to.push_back(htonl(INADDR_LOOPBACK));
+  return to;
+}
+
+void SendPing(int r, int64_t now) {
+  State& s = S();
+  for (uint32_t a : AddressesOf(r)) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = a;
+    to.sin_port = s.known[r].port;
+    liveness::Packet p;
+    p.kind = liveness::kPing;
+    p.sender = static_cast<uint32_t>(s.rank);
+    p.receiver = static_cast<uint32_t>(r);
+    p.job_id = s.job_id;
+    p.nonce = s.next_nonce++;
+    uint8_t out[liveness::kPacketBytes];
+    liveness::Encode(p, s.mac, out);
+    s.outstanding[p.nonce] = State::Outstanding{r, now};
+    sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  }
+}
+
+// Pings `targets` for up to a second (again every 100 ms to those not heard from yet); returns,
+// by rank, whether each was known alive at `since_ns` or later (true for non-targets).
+std::vector<bool> Ping(const std::vector<int>& targets, int64_t since_ns) {
+  State& s = S();
+  const int64_t start = NowNs();
+  // Pings older than 10 s get no more credit for an answer.
+  for (auto it = s.outstanding.begin(); it != s.outstanding.end();) {
+    it = start - it->second.sent_ns > 10 * int64_t{1000000000} ? s.outstanding.erase(it)
+                                                               : std::next(it);
+  }
+  auto heard = [&](int r) { return s.heard_ns[r] >= since_ns; };
+  const int64_t deadline = start + 1000000000;
+  int64_t next_send = start;
   for (;;) {
-    PingPacket p;
-    sockaddr_in from{};
-    socklen_t len = sizeof from;
-    ssize_t n =
-        recvfrom(s.ping_fd, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
-    if (n < 0) return;
-    if (n != static_cast<ssize_t>(sizeof p) || std::memcmp(p.magic, "DWDP", 4) != 0) continue;
-    if (p.kind == 1) {
-      PingPacket answer = p;
-      answer.kind = 2;
-      answer.rank = s.rank;
-      sendto(s.ping_fd, &answer, sizeof answer, 0, reinterpret_cast<sockaddr*>(&from), len);
-    } else if (p.kind == 2 && pongs != nullptr && p.nonce == nonce && p.rank >= 0 &&
-               p.rank < static_cast<int>(pongs->size())) {
-      (*pongs)[p.rank] = true;
-    }
-  }
-}
-
-// Pings `targets` (all other ranks when empty) for up to a second; returns who answered, by rank.
-std::vector<bool> Ping(const std::vector<PingAddress>& peers, const std::vector<int>& targets) {
-  State& s = S();
-  std::vector<bool> pongs(peers.size(), true);
-  if (targets.empty()) {
-    for (size_t r = 0; r < peers.size(); ++r) pongs[r] = static_cast<int>(r) == s.rank;
-  } else {
-    for (int r : targets) pongs[r] = false;
-  }
-  const uint64_t nonce = static_cast<uint64_t>(NowNs()) ^ (static_cast<uint64_t>(s.rank) << 48);
-  const int64_t deadline = NowNs() + 1000000000;
-  for (int round = 0; NowNs() < deadline; ++round) {
-    if (round % 10 == 0) {  // every 100 ms, to the ranks that have not answered
-      for (size_t r = 0; r < peers.size(); ++r) {
-        if (pongs[r] || peers[r].port == 0) continue;
-        // To each of its addresses (which one reaches it is not known), and to loopback when it
-        // runs on this host.
-        std::vector<uint32_t> to_addresses;
-        for (uint32_t a : peers[r].ipv4) {
-          if (a != 0) to_addresses.push_back(a);
-        }
-        if (std::strncmp(peers[r].host, s.self.host, sizeof s.self.host) == 0) {
-          to_addresses.push_back(htonl(INADDR_LOOPBACK));
-        }
-        for (uint32_t a : to_addresses) {
-          sockaddr_in to{};
-          to.sin_family = AF_INET;
-          to.sin_addr.s_addr = a;
-          to.sin_port = peers[r].port;
-          PingPacket p;
-          p.kind = 1;
-          p.rank = s.rank;
-          p.nonce = nonce;
-          sendto(s.ping_fd, &p, sizeof p, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
-        }
+    const int64_t now = NowNs();
+    if (now >= next_send) {
+      for (int r : targets) {
+        if (!heard(r) && s.known[r].port != 0) SendPing(r, now);
       }
+      next_send = now + 100000000;
     }
-    ServePings(nonce, &pongs);
-    if (std::all_of(pongs.begin(), pongs.end(), [](bool b) { return b; })) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (std::all_of(targets.begin(), targets.end(), heard) || now >= deadline) break;
+    pollfd p{s.ping_fd, POLLIN, 0};
+    const int64_t wake = std::min(next_send, deadline);
+    poll(&p, 1, static_cast<int>(std::max<int64_t>(1, (wake - now) / 1000000)));
+    ServePings();
   }
-  return pongs;
+  std::vector<bool> alive(s.known.size(), true);
+  for (int r : targets) alive[r] = heard(r);
+  return alive;
 }
 
-std::vector<PingAddress> Peers() {
-  State& s = S();
-  std::lock_guard<std::mutex> lock(s.peers_mu);
-  return s.peers;
-}
-
-// "ranks 2, 3 (node2)" of those not answering (and counted in `answered`, when given).
-std::string Name(const std::vector<PingAddress>& peers, const std::vector<bool>& pongs,
+// "ranks 2, 3 (node2)" of those not alive (and counted in `answered`, when given).
+std::string Name(const std::vector<PingAddress>& peers, const std::vector<bool>& alive,
                  const std::vector<bool>* answered, int* count) {
   std::ostringstream os;
   int silent = 0;
   for (size_t r = 0; r < peers.size(); ++r) {
-    if (pongs[r] || (answered != nullptr && !(*answered)[r])) continue;
+    if (alive[r] || (answered != nullptr && !(*answered)[r])) continue;
     os << (silent++ ? ", " : "") << r << " (" << peers[r].host << ")";
   }
   *count = silent;
   return (silent > 1 ? "ranks " : "rank ") + os.str();
 }
 
+// The thread's copy of every rank's address, once SetPingAddresses has run.
+bool PeersReady() {
+  State& s = S();
+  if (s.peers_ready) return true;
+  if (!s.have_peers.load()) return false;
+  {
+    std::lock_guard<std::mutex> lock(s.peers_mu);
+    s.known = s.peers;
+  }
+  s.last_counter.assign(s.known.size(), 0);
+  s.heard_ns.assign(s.known.size(), 0);
+  s.answered.assign(s.known.size(), false);
+  s.peers_ready = true;
+  return true;
+}
+
 // Pings every other rank for up to a second: "ranks 2, 3 (node2) answered no liveness ping ...",
 // or "" (all answered, or no addresses to ping).
 std::string SilentRanks() {
   State& s = S();
-  std::vector<PingAddress> peers = Peers();
-  if (s.ping_fd < 0 || peers.size() < 2) return "";
-  std::vector<bool> pongs = Ping(peers, {});
+  if (s.ping_fd < 0 || !PeersReady() || s.known.size() < 2) return "";
+  std::vector<int> targets;
+  for (int r = 0; r < static_cast<int>(s.known.size()); ++r) {
+    if (r != s.rank) targets.push_back(r);
+  }
+  std::vector<bool> alive = Ping(targets, NowNs());
   int silent = 0;
-  std::string names = Name(peers, pongs, nullptr, &silent);
+  std::string names = Name(s.known, alive, nullptr, &silent);
   if (silent == 0) return "";
-  if (silent == static_cast<int>(peers.size()) - 1 && peers.size() > 2) {
+  if (silent == static_cast<int>(s.known.size()) - 1 && s.known.size() > 2) {
     return "no other rank answered a liveness ping (UDP may be filtered here)";
   }
   return names + " answered no liveness ping within 1 s: dead, or their node is off the network";
 }
 
 // The liveness check of a rank that waits (see Loop): rank 0 watches every rank, the others watch
-// rank 0. A rank that answered pings before and answers none in two checks in a row has died or
-// lost its network: the job cannot go on, and this rank ends it (a launcher may not: srun without
-// --kill-on-bad-exit, or mpirun for a node that went silent without closing its connections).
+// rank 0. A check passes for a rank heard from (an authenticated pong, or a fresh ping of its
+// own) since the previous check began. A rank that proved alive before and fails two checks in a
+// row has died or lost its network: the job cannot go on, and this rank ends it (a launcher may
+// not: srun without --kill-on-bad-exit, or mpirun for a node that went silent without closing its
+// connections).
 void CheckLiveness() {
   State& s = S();
-  std::vector<PingAddress> peers = Peers();
-  if (s.ping_fd < 0 || peers.size() < 2) return;
+  if (s.ping_fd < 0 || !PeersReady() || s.known.size() < 2) return;
+  const int64_t now = NowNs();
+  const int64_t since = s.previous_check_ns != 0 ? s.previous_check_ns : now;
+  s.previous_check_ns = now;
   std::vector<int> targets;
   if (s.rank == 0) {
-    for (size_t r = 1; r < peers.size(); ++r) targets.push_back(static_cast<int>(r));
+    for (int r = 1; r < static_cast<int>(s.known.size()); ++r) targets.push_back(r);
   } else {
     targets.push_back(0);
   }
-  std::vector<bool> pongs = Ping(peers, targets);
-  if (s.answered.size() != peers.size()) s.answered.assign(peers.size(), false);
-  for (size_t r = 0; r < peers.size(); ++r) {
-    if (pongs[r] &&
-        std::find(targets.begin(), targets.end(), static_cast<int>(r)) != targets.end()) {
-      s.answered[r] = true;
-    }
-  }
+  std::vector<bool> alive = Ping(targets, since);
   int silent = 0;
-  std::string names = Name(peers, pongs, &s.answered, &silent);
+  std::string names = Name(s.known, alive, &s.answered, &silent);
   if (silent == 0) {
     s.missed_checks = 0;
     return;
   }
   if (++s.missed_checks < 2 || s.shutting_down.load()) return;
+  exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   LogLine(LogLevel::kError, "watchdog: " + names +
                                 " stopped answering liveness pings (they answered before): "
                                 "dead, or their node is off the network; ending the job");
@@ -300,6 +464,7 @@ void CheckLiveness() {
 }
 
 void Fire(double elapsed_s) {
+  exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   State& s = S();
   const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
   std::ostringstream line;
@@ -318,6 +483,7 @@ void Fire(double elapsed_s) {
   if (!silent.empty()) line << "; " << silent;
   line << "; ending the job";
   LogLine(LogLevel::kError, line.str());
+  DumpInterpreterStacks();
   Dump("watchdog timeout");
   // Give the other stuck ranks' watchdogs a moment to print their lines before the launcher,
   // seeing this rank exit, terminates them (srun without --kill-on-bad-exit would not: the step
@@ -329,21 +495,34 @@ void Fire(double elapsed_s) {
 
 void Loop() {
   State& s = S();
-  std::unique_lock<std::mutex> lock(s.stop_mu);
-  while (!s.stop_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return s.stopping; })) {
+  while (!s.stopping.load()) {
+    // Asleep until a datagram comes, Stop wakes it, or 50 ms pass.
+    pollfd fds[2];
+    nfds_t n = 0;
+    if (s.wake_fd >= 0) fds[n++] = pollfd{s.wake_fd, POLLIN, 0};
+    if (s.ping_fd >= 0) fds[n++] = pollfd{s.ping_fd, POLLIN, 0};
+    if (n > 0) {
+      poll(fds, n, 50);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (s.stopping.load()) break;
+    PeersReady();
     ServePings();
     if (s.dump_requested.exchange(false)) Dump("SIGUSR1");
     if (s.timeout_s <= 0) continue;
     const int64_t now = NowNs();
+    WarnAboutDrops(now);
     if (s.busy.load()) {
       double elapsed = (now - s.start_ns.load()) / 1e9;
       if (elapsed > s.timeout_s) Fire(elapsed);
     }
+    ProbeController();
     // Liveness: once at start (who answers pings at all), then every DISCO_TIMEOUT / 3 (at most
     // 10 s) while the job runs, so that a dead rank or node ends the job within DISCO_TIMEOUT
     // even where nothing waits on it in a command (idle workers, a controller in SyncAll).
     const double period_s = std::min(10.0, std::max(1.0, s.timeout_s / 3));
-    if (s.shutting_down.load() || !s.have_peers.load()) continue;
+    if (s.shutting_down.load() || !s.peers_ready) continue;
     if (s.last_check_ns == 0 || now - s.last_check_ns > static_cast<int64_t>(period_s * 1e9)) {
       s.last_check_ns = now;
       CheckLiveness();
@@ -351,14 +530,280 @@ void Loop() {
   }
 }
 
+// The address to bind the liveness socket to (network byte order; 0: every interface): see
+// PingAddress.
+uint32_t BindAddress(const PingAddress& me, const std::vector<PingAddress>& hosts) {
+  if (std::all_of(hosts.begin(), hosts.end(),
+                  [&](const PingAddress& h) { return SameHost(h, me); })) {
+    return htonl(INADDR_LOOPBACK);
+  }
+  // The source address the kernel picks towards another host's addresses (a UDP connect sends
+  // nothing), if it is one of this host's listed ones; the first few other hosts are asked.
+  int asked = 0;
+  for (const PingAddress& h : hosts) {
+    if (SameHost(h, me) || asked++ >= 8) continue;
+    for (uint32_t a : h.ipv4) {
+      if (a == 0) continue;
+      int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return 0;
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_addr.s_addr = a;
+      to.sin_port = htons(9);
+      sockaddr_in local{};
+      socklen_t len = sizeof local;
+      const bool routed = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+                          getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+      close(fd);
+      if (!routed) continue;
+      for (uint32_t mine : me.ipv4) {
+        if (mine != 0 && mine == local.sin_addr.s_addr) return mine;
+      }
+    }
+  }
+  return 0;
+}
+
+void OpenPingSocket(const std::vector<PingAddress>& hosts) {
+  State& s = S();
+  s.self.bound = BindAddress(s.self, hosts);
+  s.ping_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s.ping_fd < 0) return;
+  // Room for many datagrams, so that a burst of foreign ones does not crowd out the answers
+  // between two wake-ups (SO_RCVBUFFORCE passes net.core.rmem_max where the process may).
+  int bytes = 4 << 20;
+  if (setsockopt(s.ping_fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
+    setsockopt(s.ping_fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = s.self.bound;
+  socklen_t len = sizeof addr;
+  if (bind(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(s.ping_fd);
+    s.ping_fd = -1;
+    return;
+  }
+  s.self.port = addr.sin_port;
+}
+
+// ---- A controller blocked outside disco, and the interpreter's stacks ---------------------------
+//
+// Commands are timed; a controller that sends none cannot hang a command, but it can hang the job:
+// blocked in an MPI call of its own (mpi4py's COMM_WORLD.Barrier()) that the workers, waiting in
+// disco's command loop, never join. When rank 0 has run no command for DISCO_TIMEOUT / 2, the
+// watchdog samples the controller thread's native stack about once a second (a signal whose
+// handler records backtrace()); a controller that stays inside the same MPI entry point, called
+// from outside disco (not libdisco), until DISCO_TIMEOUT has passed without a command ends the
+// job, naming the call and the library that made it. A controller that computes, or waits inside
+// a disco call, is never ended by this.
+
+struct Probe {
+  std::atomic<bool> running{false};
+  std::atomic<uint64_t> runs{0};  // controllers started so far (a new one starts quiet)
+  uint64_t runs_seen = 0;
+  pthread_t thread{};
+  int signal = 0;  // 0: no probe in this job
+  void* frames[64] = {nullptr};
+  std::atomic<int> depth{-1};  // frames recorded by the last sample; -1: none yet
+  uint64_t commands_seen = 0;
+  int64_t quiet_since_ns = 0;  // since when rank 0 has run no command
+  int64_t last_sample_ns = 0;
+  std::string stuck_in;  // the foreign MPI call of the previous samples, if any
+  int64_t stuck_since_ns = 0;
+  std::atomic<void (*)()> dump_stacks{nullptr};
+};
+Probe& P() {
+  static Probe* p = new Probe();  // never destroyed: signal handlers may read it at exit
+  return *p;
+}
+
+void OnProbe(int) {
+  const int saved = errno;
+  Probe& p = P();
+  p.depth.store(backtrace(p.frames, 64), std::memory_order_release);
+  errno = saved;
+}
+
+void DumpInterpreterStacks() {
+  if (void (*dump)() = P().dump_stacks.load()) dump();
+}
+
+// The MPI entry point (MPI_Barrier) the sampled stack is inside, when it was called from outside
+// libdisco, with the path of the library that called it; "" otherwise.
+std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) {
+  Dl_info disco_lib{};
+  if (dladdr(reinterpret_cast<void*>(&Start), &disco_lib) == 0) return "";
+  // Return addresses point just past their call: look one byte back to stay inside it.
+  auto at = [&](int i, Dl_info* info) {
+    return dladdr(static_cast<char*>(frames[i]) - (i > 0 ? 1 : 0), info) != 0;
+  };
+  auto is_entry = [](const Dl_info& info) {
+    if (info.dli_sname == nullptr) return false;
+    const std::string name = info.dli_sname;
+    return name.rfind("MPI_", 0) == 0 || name.rfind("PMPI_", 0) == 0;
+  };
+  for (int i = 0; i < depth; ++i) {
+    Dl_info entry{};
+    if (!at(i, &entry) || !is_entry(entry)) continue;
+    std::string name = entry.dli_sname;
+    for (int j = i + 1; j < depth; ++j) {
+      Dl_info up{};
+      if (!at(j, &up)) return "";             // an unknown caller: no verdict
+      if (up.dli_fbase == entry.dli_fbase) {  // still inside the MPI library: the outermost entry
+        if (is_entry(up)) name = up.dli_sname;
+        continue;
+      }
+      if (up.dli_fbase == disco_lib.dli_fbase) return "";  // disco's own call
+      *caller = up.dli_fname != nullptr ? up.dli_fname : "an unknown library";
+      return name[0] == 'P' ? name.substr(1) : name;
+    }
+    return "";
+  }
+  return "";
+}
+
+[[noreturn]] void FireControllerBlocked(const std::string& call, const std::string& caller,
+                                        double quiet_s) {
+  State& s = S();
+  std::ostringstream line;
+  line << "watchdog: the controller (rank 0) has been inside " << call
+       << ", called from outside disco (" << caller << "), with no disco command for " << quiet_s
+       << " s, past DISCO_TIMEOUT=" << s.timeout_s
+       << " s: the workers wait in disco's command loop and cannot join an MPI call of the "
+          "controller's own; ending the job";
+  LogLine(LogLevel::kError, line.str());
+  DumpInterpreterStacks();
+  Dump("controller blocked in " + call);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // for the launcher to forward the lines
+  EndSlurmStep();
+  std::_Exit(1);
+}
+
+// One step of the probe, on the watchdog thread (every 50 ms while DISCO_TIMEOUT is set).
+void ProbeController() {
+  State& s = S();
+  Probe& p = P();
+  if (p.signal == 0) return;
+  const int64_t now = NowNs();
+  const uint64_t commands = s.next.load(std::memory_order_acquire);
+  const uint64_t runs = p.runs.load();
+  if (!p.running.load() || s.busy.load() || commands != p.commands_seen || runs != p.runs_seen) {
+    p.commands_seen = commands;
+    p.runs_seen = runs;
+    p.quiet_since_ns = now;
+    p.stuck_in.clear();
+    return;
+  }
+  const int64_t timeout_ns = static_cast<int64_t>(s.timeout_s * 1e9);
+  const int64_t quiet_ns = now - p.quiet_since_ns;
+  if (quiet_ns < timeout_ns / 2 || now - p.last_sample_ns < 1000000000) return;
+  p.last_sample_ns = now;
+  p.depth.store(-1, std::memory_order_relaxed);
+  if (pthread_kill(p.thread, p.signal) != 0) return;
+  int depth = -1;
+  for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (depth < 0) return;  // the thread did not answer (the signal blocked): no verdict
+  std::string caller;
+  const std::string call = ForeignMpiCall(p.frames, depth, &caller);
+  if (call.empty() || call != p.stuck_in) {
+    p.stuck_in = call;
+    p.stuck_since_ns = now;
+    return;
+  }
+  const int64_t stuck_ns = now - p.stuck_since_ns;
+  if (quiet_ns >= timeout_ns && stuck_ns >= std::max<int64_t>(timeout_ns / 2, 1000000000)) {
+    FireControllerBlocked(call, caller, quiet_ns / 1e9);
+  }
+}
+
+// Rank 0 with a timeout samples its controller (a real-time signal nothing else here uses).
+void StartProbe(int rank, double timeout_s) {
+  Probe& p = P();
+  p.signal = 0;
+  if (rank != 0 || timeout_s <= 0) return;
+  void* warm[2];
+  backtrace(warm, 2);  // loads the unwinder now, not first inside a signal handler
+  const int sig = SIGRTMAX - 1;
+  struct sigaction old {};
+  if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction sa {};
+  sa.sa_handler = OnProbe;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, nullptr) == 0) p.signal = sig;
+}
+
+// Gives back the signals this watchdog handled (the SIGTERM/SIGINT line, SIGUSR1, the probe's).
+void StopSignals() {
+  auto restore = [](int sig, void (*mine)(int)) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == mine) signal(sig, SIG_DFL);
+  };
+  restore(SIGTERM, OnTerminate);
+  restore(SIGINT, OnTerminate);
+  restore(SIGUSR1, OnDumpRequest);
+  Probe& p = P();
+  if (p.signal != 0) restore(p.signal, OnProbe);
+  p.signal = 0;
+}
+
 }  // namespace
 
-void Start(int rank, int world_size, double timeout_s) {
+void ControllerRunning(bool running) {
+  Probe& p = P();
+  if (running) {
+    p.thread = pthread_self();
+    p.runs.fetch_add(1);
+  }
+  p.running.store(running);
+}
+
+void SetStackDumper(void (*dump)()) { P().dump_stacks.store(dump); }
+
+PingAddress LocalHost() {
+  PingAddress me;
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  std::snprintf(me.host, sizeof me.host, "%s", host);
+  // Every IPv4 address of the host but loopback.
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) == 0) {
+    int n = 0;
+    for (ifaddrs* i = interfaces; i != nullptr && n < PingAddress::kMaxAddresses; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      me.ipv4[n++] = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    }
+    freeifaddrs(interfaces);
+  }
+  return me;
+}
+
+void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret& secret,
+           const std::vector<PingAddress>& hosts) {
   State& s = S();
   if (s.started) return;
   s.started = true;
+  s.stopping = false;
   s.rank = rank;
+  s.world = world_size;
   s.timeout_s = timeout_s;
+  // A new job of the same process (Python's disco.main run twice): the last one's ending state.
+  s.shutting_down.store(false);
+  s.have_peers.store(false);
+  s.known.clear();
+  s.peers_ready = false;
+  s.last_counter.clear();
+  s.heard_ns.clear();
+  s.answered.clear();
+  s.outstanding.clear();
+  s.last_check_ns = 0;
+  s.previous_check_ns = 0;
+  s.missed_checks = 0;
   std::snprintf(s.prefix, sizeof s.prefix, "[rank %d/%d] watchdog: ", rank, world_size);
 #if DISCO_SIMULATED
   // Under SimGrid's SMPI every rank is a simulated actor of one process: a thread of our own would
@@ -368,45 +813,31 @@ void Start(int rank, int world_size, double timeout_s) {
     DISCO_LOG(WARN) << "DISCO_TIMEOUT=" << timeout_s
                     << " is ignored: this disco is built for SimGrid SMPI, which has no watchdog";
   }
+  (void)secret;
+  (void)hosts;
   return;
 #endif
   struct sigaction old;
-  if (sigaction(SIGTERM, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    signal(SIGTERM, OnTerminate);
+  for (int sig : {SIGTERM, SIGINT}) {  // unless the program handles them itself (Python: SIGINT)
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(sig, OnTerminate);
   }
   if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
     signal(SIGUSR1, OnDumpRequest);
   }
-  // The liveness socket: any port, on every address of this host.
-  s.ping_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s.ping_fd >= 0) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t len = sizeof addr;
-    if (bind(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        getsockname(s.ping_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      close(s.ping_fd);
-      s.ping_fd = -1;
-    } else {
-      s.self.port = addr.sin_port;
-    }
+  StartProbe(rank, timeout_s);
+  s.self = LocalHost();
+  if (s.ping_fd >= 0) {  // a new job of the same process (disco.main run twice): a new socket
+    close(s.ping_fd);
+    s.ping_fd = -1;
   }
-  char host[64] = {0};
-  gethostname(host, sizeof host - 1);
-  std::snprintf(s.self.host, sizeof s.self.host, "%s", host);
-  // Every IPv4 address of the host but loopback (which one reaches another node is not known
-  // here; ranks on this host are also pinged on loopback).
-  ifaddrs* interfaces = nullptr;
-  if (s.ping_fd >= 0 && getifaddrs(&interfaces) == 0) {
-    int n = 0;
-    for (ifaddrs* i = interfaces; i != nullptr && n < PingAddress::kMaxAddresses; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-      if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-      s.self.ipv4[n++] = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-    }
-    freeifaddrs(interfaces);
+  // The liveness socket: only where there is a peer to watch and a timeout to enforce.
+  if (timeout_s > 0 && world_size > 1 && static_cast<int>(hosts.size()) == world_size) {
+    s.mac = crypto::HmacSha256(secret.secret, sizeof secret.secret);
+    s.job_id = secret.job_id;
+    OpenPingSocket(hosts);
   }
+  if (s.wake_fd >= 0) close(s.wake_fd);
+  s.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   s.thread = std::thread(Loop);
 }
 
@@ -423,13 +854,16 @@ void SetPingAddresses(const std::vector<PingAddress>& all) {
 
 void Stop() {
   State& s = S();
+  StopSignals();
   if (!s.thread.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(s.stop_mu);
-    s.stopping = true;
+  s.stopping.store(true);
+  if (s.wake_fd >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = write(s.wake_fd, &one, sizeof one);
+    (void)ignored;
   }
-  s.stop_cv.notify_all();
   s.thread.join();
+  s.started = false;
 }
 
 void Begin(uint64_t seq, const char* action, const std::string& function) {

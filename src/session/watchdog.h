@@ -8,9 +8,11 @@
 // its sequence number, the elapsed time, and the peer a collective is waiting for when the
 // transport knows it), dumps the flight recorder, waits a second so that the other stuck ranks
 // print theirs, and ends the process, which makes the launcher end the job. A rank the launcher
-// terminates (SIGTERM) first prints one line saying what it was doing. SIGUSR1 dumps the flight
-// recorder of a running job; so does a fatal error. A watchdog that fires first pings every rank's
-// watchdog (UDP) and names the ranks that answer nothing within a second.
+// terminates (SIGTERM; or SIGINT, where the program does not handle it) first removes the files
+// registered with core/exit_cleanup.h (a served job's key file) and prints one line saying what it
+// was doing; so do a watchdog timeout and a liveness failure before they end the process. SIGUSR1
+// dumps the flight recorder of a running job; so does a fatal error. A watchdog that fires first
+// pings every rank's watchdog (UDP) and names the ranks that answer nothing within a second.
 #ifndef DISCO_SESSION_WATCHDOG_H_
 #define DISCO_SESSION_WATCHDOG_H_
 
@@ -18,15 +20,39 @@
 #include <string>
 #include <vector>
 
+#include "session/liveness.h"
+
 namespace disco {
 namespace watchdog {
 
 constexpr int kFlightRecords = 32;
 
-/// Starts this rank's watchdog thread (once; every rank, after MPI_Init). `timeout_s` <= 0 only
-/// serves SIGUSR1 and the SIGTERM line.
-void Start(int rank, int world_size, double timeout_s);
-/// Stops the thread (before MPI_Finalize); idempotent.
+/// Where a rank's watchdog answers liveness pings (UDP): when a watchdog fires, it pings every
+/// rank and names those that do not answer within a second (a node that died or went off the
+/// network), since MPI itself cannot say which ranks went silent. Every datagram is authenticated
+/// (session/liveness.h) and must come from the sender's address and port.
+///
+/// The socket is bound to 127.0.0.1 when every rank runs on this host (no other host can reach
+/// it); otherwise to the address of this host that the kernel routes to the first rank on another
+/// host (the interface the job's traffic to other nodes takes), and to every interface
+/// (INADDR_ANY) only when no such address is found.
+struct PingAddress {
+  static constexpr int kMaxAddresses = 4;
+  uint32_t ipv4[kMaxAddresses] = {0};  // the host's IPv4 addresses, network byte order; 0: none
+  uint32_t bound = 0;                  // the socket's address, network byte order; 0: every one
+  uint16_t port = 0;                   // network byte order; 0: no socket
+  char host[64] = {0};
+};
+
+/// Starts this rank's watchdog thread (every rank, after MPI_Init; again after Stop for a new job
+/// of the same process). `timeout_s` <= 0 only
+/// serves SIGUSR1 and the SIGTERM/SIGINT line (no liveness socket). `secret` is the job's, the
+/// same on every rank (rank 0 draws it, MPI carries it); `hosts` holds every rank's LocalHost(),
+/// in rank order: the liveness socket is bound to the address that reaches them (above).
+void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret& secret,
+           const std::vector<PingAddress>& hosts);
+/// Stops the thread (before MPI_Finalize) and gives back the signals it handled, so that a
+/// process that goes on after its job ends the usual way on SIGTERM; idempotent.
 void Stop();
 
 /// The rank starts running `function` for command #`seq` (`action` names the command).
@@ -40,17 +66,20 @@ void Step(int64_t index, const char* label);
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);
 
-/// Where a rank's watchdog answers liveness pings (UDP, its host's address): when a watchdog
-/// fires, it pings every rank and names those that do not answer within a second (a node that
-/// died or went off the network), since MPI itself cannot say which ranks went silent.
-struct PingAddress {
-  static constexpr int kMaxAddresses = 4;
-  uint32_t ipv4[kMaxAddresses] = {0};  // the host's IPv4 addresses, network byte order; 0: none
-  uint16_t port = 0;                   // network byte order; 0: no socket
-  char host[64] = {0};
-};
+/// Rank 0's controller starts running on the calling thread (`running`), or has returned. While
+/// it runs and no command does, the watchdog samples that thread's native stack now and then:
+/// a controller that stays inside an MPI call of its own (one the workers, waiting in disco's
+/// command loop, never join) past DISCO_TIMEOUT ends the job, naming the call. A controller that
+/// computes, or waits inside a disco call, is left alone.
+void ControllerRunning(bool running);
+/// `dump` prints the stacks of an interpreter running in this process (Python's) to stderr,
+/// without locks; the watchdog calls it on its own thread before it ends the job. nullptr: none.
+void SetStackDumper(void (*dump)());
+
 /// The job is ending normally: no more liveness checks (ranks that finished stop answering).
 void ShuttingDown();
+/// This host's name and IPv4 addresses (no socket yet), for Start's `hosts`.
+PingAddress LocalHost();
 /// This rank's address (after Start).
 PingAddress LocalPingAddress();
 /// Every rank's address, in rank order (all ranks exchange them after Start).

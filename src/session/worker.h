@@ -60,8 +60,9 @@ class Worker {
   void FreeGraph(int64_t id) { graphs_.erase(id); }
   size_t num_graphs() const { return graphs_.size(); }
   /// Stores `value` (a DRef is resolved) in `reg`. A tensor value is copied: into the tensor the
-  /// register holds (shape and dtype must match, else an error is reported and the register
-  /// keeps its value), or into a new tensor of the register's own.
+  /// register holds (dtype and element count must match, as TVM's byte-size check; the register
+  /// keeps its shape; else an error is reported and the register keeps its value), or into a new
+  /// tensor of the register's own.
   void DebugSetRegister(uint64_t seq, int64_t reg, const Any& value);
   /// The tensor `reg` holds, or an undefined tensor (missing, poisoned or not a tensor).
   Tensor ExistingTensor(int64_t reg) const;

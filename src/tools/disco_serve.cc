@@ -33,7 +33,8 @@ const char kUsage[] =
     "  --port-file        write the port here once listening\n"
     "  --idle-timeout     drop a client silent this many seconds between requests (default 3600;\n"
     "                     0: never)\n"
-    "  --request-timeout-ms  the rest of a begun request must arrive within this (default 60000)\n"
+    "  --request-timeout-ms  drop a client whose begun request or copy moves no byte for this\n"
+    "                     long, plus 1 s per MiB still to move (default 60000)\n"
     "  --max-packet-bytes largest request packet accepted (default 67108864)\n"
     "  --max-clients      stop after this many clients (default 0: until a client ends the job)\n"
     "  --load             load a library of worker functions on every worker first (repeatable)\n";

@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -64,6 +66,15 @@ DISCO_REGISTER_GLOBAL("fault.allreduce_fn_unless").set_body_typed([](int64_t odd
 DISCO_REGISTER_GLOBAL("fault.sum_unless").set_body_typed([](int64_t odd) {
   if (disco::ThisWorker().worker_id == odd) throw disco::ValueError("no op here");
   return std::string("sum");
+});
+DISCO_REGISTER_GLOBAL("fault.sleep_ms").set_body_typed([](int64_t ms) {
+  if (disco::ThisWorker().worker_id == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+});
+// std::terminate on worker 0 (in the controller's process): disco::Main's fatal-error path.
+DISCO_REGISTER_GLOBAL("fault.terminate_on_0").set_body_typed([]() {
+  if (disco::ThisWorker().worker_id == 0) std::terminate();
 });
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
 
@@ -167,6 +178,37 @@ int Run(disco::Session& s, const std::string& mode) {
       s.InitCCL("mpi");
       if (i == 20) s.CallPacked(s.GetGlobalFunc("fault.kill_self_later"), s.num_workers() - 1);
     }
+  }
+  if (mode == "soak") {
+    // Calls and syncs for DISCO_TEST_SOAK_S seconds (10 by default), printing a line each second;
+    // tests/mpi/run_liveness_test.sh attacks the liveness pings meanwhile.
+    const char* env = std::getenv("DISCO_TEST_SOAK_S");
+    const double seconds = env != nullptr ? std::atof(env) : 10;
+    disco::DRef noop = s.GetGlobalFunc("fault.noop");
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t calls = 0;
+    for (int second = 1;; ++second) {
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(second)) {
+        s.CallPacked(noop);
+        s.SyncAll();
+        ++calls;
+        usleep(20 * 1000);
+      }
+      std::printf("soak: %d s, %lld calls\n", second, static_cast<long long>(calls));
+      std::fflush(stdout);
+      if (second >= seconds) break;
+    }
+    std::printf("soak done: %lld calls and syncs\n", static_cast<long long>(calls));
+    return 0;
+  }
+  if (mode == "serve") {
+    // Serves the session with a generated key (written to ~/.disco/serve-PORT.key) and the port
+    // in DISCO_TEST_PORT_FILE: tests/remote/run_keyfile_test.sh ends it in the ways a job can
+    // end and checks that the key file goes with it.
+    disco::ServeOptions opts;
+    const char* port_file = std::getenv("DISCO_TEST_PORT_FILE");
+    if (port_file != nullptr) opts.port_file = port_file;
+    return disco::Serve(s, opts);
   }
   if (mode == "clean") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
       disco::ServeOptions opts;
       opts.port_file = serve_port_file;
       opts.request_timeout_ms = 3000;  // tests/remote's truncated-request case waits this long
-      opts.idle_timeout_s = 4;         // and its idle-client case this long
+      opts.idle_timeout_s = 20;        // and its idle-client case this long (a client on a loaded
+                                       // machine may take seconds between two requests)
       return disco::Serve(session, opts);
     }
     disco::testing::g_session = &session;

@@ -432,9 +432,10 @@ TEST_F(SessionTest, DRefOfAnotherSessionIsAValueError) {
   s().SyncAll();
 }
 
-// As TVM's Disco: a debug write copies the value into the register's tensor (shape and dtype must
-// match), so a staging tensor reused for every worker leaves each its own data, on worker 0 too,
-// and a collective on the register never writes the caller's array.
+// As TVM's Disco: a debug write copies the value into the register's tensor (dtype and element
+// count must match; the register keeps its shape), so a staging tensor reused for every worker
+// leaves each its own data, on worker 0 too, and a collective on the register never writes the
+// caller's array.
 TEST_F(SessionTest, DebugCopyFromCopiesIntoTheRegister) {
   DRef x = s().Empty(Shape{4}, DataType("float32"));
   Tensor staging = Tensor::Empty(Shape{4}, DataType("float32"));
@@ -451,18 +452,32 @@ TEST_F(SessionTest, DebugCopyFromCopiesIntoTheRegister) {
   s().AllReduce(x, "sum", false, x);
   s().SyncAll();
   EXPECT_EQ(staging.data_as<float>()[0], 100.0f * (n() - 1));  // untouched by the allreduce
-  // A tensor of another shape or dtype is refused, and the register keeps its tensor.
-  Tensor wrong = Tensor::Empty(Shape{2, 2}, DataType("float32"));
+  // A tensor of the same dtype and element count but another shape fills the register, which
+  // keeps its shape (TVM checks the byte size only).
+  Tensor square = Tensor::Empty(Shape{2, 2}, DataType("float32"));
+  for (int i = 0; i < 4; ++i) square.data_as<float>()[i] = 7.0f + i;
   for (int w : {0, n() - 1}) {
-    try {
-      x.DebugCopyFrom(w, wrong);
-      s().SyncAll();
-      ADD_FAILURE() << "a (2, 2) tensor was copied into a (4,) register on worker " << w;
-    } catch (const Error& e) {  // ValueError at once on worker 0 in the job, else a RemoteError
-      EXPECT_NE(std::string(e.what()).find("shape and dtype must match"), std::string::npos)
-          << e.what();
+    x.DebugCopyFrom(w, square);
+    Tensor got = x.DebugGetFromRemote(w).cast<Tensor>();
+    EXPECT_EQ(got.shape(), Shape{4});
+    EXPECT_EQ(got.data_as<float>()[3], 10.0f);
+  }
+  // Another element count or dtype is refused, and the register keeps its tensor.
+  for (const Tensor& wrong : {Tensor::Empty(Shape{2, 3}, DataType("float32")),
+                              Tensor::Empty(Shape{4}, DataType("int32"))}) {
+    for (int w : {0, n() - 1}) {
+      try {
+        x.DebugCopyFrom(w, wrong);
+        s().SyncAll();
+        ADD_FAILURE() << "a " << wrong.ToString() << " was copied into a (4,) float32 register "
+                      << "on worker " << w;
+      } catch (const Error& e) {  // ValueError at once on worker 0 in the job, else a RemoteError
+        EXPECT_NE(std::string(e.what()).find("dtype and element count must match"),
+                  std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(x.DebugGetFromRemote(w).cast<Tensor>().shape(), Shape{4});
     }
-    EXPECT_EQ(x.DebugGetFromRemote(w).cast<Tensor>().shape(), Shape{4});
   }
   // A register without a tensor takes a copy of its own.
   DRef fresh = s().CallPacked(F("test.echo"), 1);

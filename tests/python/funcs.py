@@ -119,7 +119,7 @@ def tvm_add_one_float(x):
 
 @disco.register_func("tests.disco.add_one_ndarray")
 def tvm_add_one_ndarray(x):
-    return x + 1
+    return np.array(x + 1)
 
 
 @disco.register_func("tests.disco.str")
@@ -128,8 +128,9 @@ def tvm_str(x):
 
 
 @disco.register_func("tests.disco.shape_tuple")
-def tvm_shape_tuple(shape):
-    return tuple(shape)
+def tvm_shape_tuple(x):
+    assert isinstance(x, tuple)
+    return tuple(list(x) + [4, 5])
 
 
 @disco.register_func("tests.disco.peer")
@@ -137,3 +138,47 @@ def tvm_peer(table):
     """This worker's entry of {worker id: peer} (-1 when absent): per-worker peers for
     disco.sendrecv, whose arguments are registers."""
     return int(dict(table).get(str(disco.this_worker().worker_id), -1))
+
+
+# ---- Inputs of every kind (test_inputs.py) -------------------------------------------------------
+
+@disco.register_func("test.py.big_endian")
+def big_endian(n):
+    """A non-native (big-endian) array returned: the register must hold the values, native."""
+    return np.arange(1, n + 1).astype(">f4")
+
+
+@disco.register_func("test.py.transposed_torch")
+def transposed_torch(rows, cols):
+    """A non-contiguous DLPack producer returned (torch's t.T)."""
+    import torch
+    return torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols).T
+
+
+# ---- Session calls from inside a worker function (test_session.py) ------------------------------
+
+REENTRY = {}  # set by the in-job test on rank 0: the controller's session and a DRef of it
+
+
+@disco.register_func("test.py.call_session")
+def call_session(what):
+    """On worker 0 of an in-job session, tries the session call `what` from inside this worker
+    function and returns the error it gave (None on the other workers)."""
+    sess, ref = REENTRY.get("sess"), REENTRY.get("ref")
+    if disco.this_worker().worker_id != 0 or sess is None:
+        return None
+    calls = {
+        "empty": lambda: sess.empty((2,), "float32"),
+        "get_global_func": lambda: sess.get_global_func("test.py.echo"),
+        "call": lambda: sess.call_packed(ref, 1),
+        "sync_all": sess.sync_all,
+        "sync_worker_0": sess.sync_worker_0,
+        "copy_to_worker_0": lambda: sess.copy_to_worker_0(np.ones(2, dtype="float32")),
+        "num_workers": lambda: sess.num_workers,
+        "debug_get_from_remote": lambda: ref.debug_get_from_remote(0),
+    }
+    try:
+        calls[what]()
+    except RuntimeError as e:
+        return "%s: %s" % (type(e).__name__, e)
+    return "no error"

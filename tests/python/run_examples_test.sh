@@ -39,6 +39,9 @@ if "$py" -c "import mpi4py" 2>/dev/null; then
   "$@" 2 "$py" "$root/bench/python_call.py" --iters 500 --repeats 1 > "$dir/bench.log" 2>&1 ||
     { cat "$dir/bench.log"; exit 1; }
   grep -q "Python call, pipelined" "$dir/bench.log" || { cat "$dir/bench.log"; exit 1; }
+  if [[ $(tr -d '\000' < "$dir/bench.log" | wc -c) -ne $(wc -c < "$dir/bench.log") ]]; then
+    echo "bench/python_call.py wrote a NUL byte (grep calls its output binary)"; exit 1
+  fi
   echo "bench/python_call.py ran (figures from a short run are not measurements)"
 else
   echo "bench/python_call.py skipped: no mpi4py (apt-get install python3-mpi4py)"

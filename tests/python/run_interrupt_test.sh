@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Ctrl-C in the controller: a terminal sends SIGINT to the whole foreground process group. For a
 # controller busy in Python and one waiting inside the runtime, alone and under mpirun, the job
-# must end within 10 s with a non-zero code and leave no process behind.
+# must end within 10 s with a non-zero code and leave no process behind. A controller that takes
+# the KeyboardInterrupt and goes on working (4 s of session calls and Python) must not be ended:
+# it finishes and exits with its own code, 3 (alone; under mpirun SIGINT goes to rank 0 only,
+# since mpirun itself ends the job on SIGINT).
 #   run_interrupt_test.sh PYTHON -- MPIEXEC ARGS...   (MPIEXEC with its -n flag, without the count)
 set -u
 py=$1
@@ -15,8 +18,8 @@ fail=0
 with_sigint() {
   "$py" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' "$@"
 }
-run_case() {  # name ranks mode
-  local name=$1 ranks=$2 mode=$3
+run_case() {  # name ranks mode [expected exit code] [rank0: SIGINT to rank 0 only]
+  local name=$1 ranks=$2 mode=$3 want=${4:-} target=${5:-group}
   : >"$log"
   if [[ $ranks == 1 ]]; then
     setsid bash -c "$(declare -f with_sigint); py='$py'; with_sigint '$py' '$here/interrupt_app.py' $mode" >"$log" 2>&1 &
@@ -27,7 +30,11 @@ run_case() {  # name ranks mode
   for i in $(seq 300); do grep -q '^ready' "$log" && break; sleep 0.1; done
   sleep 0.5
   local t0=$SECONDS
-  kill -INT -- "-$pid"
+  if [[ $target == rank0 ]]; then
+    kill -INT "$(sed -n 's/^ready pid=//p' "$log" | head -n 1)"
+  else
+    kill -INT -- "-$pid"
+  fi
   for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   local verdict=ok rc=none
   if kill -0 "$pid" 2>/dev/null; then
@@ -37,6 +44,10 @@ run_case() {  # name ranks mode
     wait "$pid"
     rc=$?
     [[ $rc -ne 0 ]] || verdict="exit code 0"
+    if [[ -n $want ]]; then
+      [[ $rc == "$want" ]] || verdict="exit code $rc, expected $want"
+      grep -q '^saved' "$log" || verdict="$verdict; the handler did not finish (no 'saved')"
+    fi
   fi
   sleep 0.5
   if pgrep -g "$pid" >/dev/null 2>&1; then
@@ -54,4 +65,6 @@ run_case "alone, in Python" 1 python
 run_case "alone, in the runtime" 1 runtime
 run_case "mpirun 2, in Python" 2 python
 run_case "mpirun 2, in the runtime" 2 runtime
+run_case "alone, handler saves 4 s" 1 handler 3
+run_case "mpirun 2, handler saves 4 s" 2 handler 3 rank0
 exit $fail

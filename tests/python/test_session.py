@@ -34,6 +34,14 @@ def test_worker_info_on_every_worker(sess):
         assert group == w // (n // groups)
 
 
+def test_builtin_worker_id_and_num_workers(sess):
+    ids = sess.get_global_func("disco.worker_id")()
+    counts = sess.get_global_func("disco.num_workers")()
+    for w in range(sess.num_workers):
+        assert ids.debug_get_from_remote(w) == w
+        assert counts.debug_get_from_remote(w) == sess.num_workers
+
+
 def test_empty_shapes_dtypes_and_placement(sess):
     info = sess.get_global_func("test.py.array_info")
     for dtype in ["int8", "uint16", "int32", "int64", "float16", "float32", "float64"]:
@@ -286,3 +294,48 @@ def test_numpy_dtypes_disco_does_not_reduce_are_clear_errors(sess):
         assert "complex" in str(e)
     else:
         assert got.dtype == np.complex64 and (got == 1).all()
+
+
+def test_a_thread_that_drives_the_session_frees_its_drefs(sess):
+    # The session was made (or handed over) on another thread; this one drives it alone. Its
+    # DRefs are freed by its own next call, so the register file stays small.
+    ids = []
+    errors = []
+
+    def drive():
+        try:
+            for _ in range(300):
+                x = sess.empty((1,), "float32")
+                ids.append(x.reg_id)
+                del x
+            sess.sync_all()
+        except Exception as e:  # noqa: BLE001  (reported by the main thread)
+            errors.append(e)
+
+    t = threading.Thread(target=drive)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive() and not errors, errors
+    assert max(ids) - min(ids) < 16, "register ids grew from %d to %d" % (min(ids), max(ids))
+
+
+@pytest.mark.injob
+def test_session_calls_from_inside_a_worker_function_are_refused(sess):
+    import funcs
+
+    ref = sess.get_global_func("test.py.echo")
+    funcs.REENTRY.update(sess=sess, ref=ref)
+    try:
+        call_session = sess.get_global_func("test.py.call_session")
+        for what in ["empty", "get_global_func", "call", "sync_all", "sync_worker_0",
+                     "copy_to_worker_0", "num_workers", "debug_get_from_remote"]:
+            got = call_session(what).debug_get_from_remote(0)
+            assert got.startswith("RuntimeError: ") and (
+                "session calls from inside a worker function are not allowed" in got), (what, got)
+    finally:
+        funcs.REENTRY.clear()
+    sess.sync_all()  # the session goes on
+    x = sess.empty((3,), "float32")
+    sess.copy_to_worker_0(np.arange(3, dtype="float32"), x)
+    np.testing.assert_array_equal(ref(x).debug_get_from_remote(0), [0, 1, 2])
+    assert ref(x).debug_get_from_remote(sess.num_workers - 1).shape == (3,)

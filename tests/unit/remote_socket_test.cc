@@ -2,7 +2,10 @@
 // 64 MiB bit for bit, and hostile or slow peers refused with an error instead of a hang.
 #include <disco/error.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -107,6 +110,124 @@ TEST(RemoteSocketTest, GarbageTruncatedAndSlowHellosAreErrorsNotHangs) {
     EXPECT_NE(server.done.get().find("timed out after 200 ms waiting for the client's handshake"),
               std::string::npos);
   }
+}
+
+// A client of protocol version 1 sent its key in clear after magic and version: a server of
+// version 2 answers "unsupported protocol version" at once (the client says so, never hangs).
+TEST(RemoteSocketTest, AVersion1ClientIsToldItsVersionIsUnsupported) {
+  Server server([](Socket* s) {
+    EXPECT_EQ(ServerHello(s, "s3cret", kTimeoutMs), HandshakeCode::kBadVersion);
+  });
+  Socket s = Socket::Connect("127.0.0.1", server.port(), kTimeoutMs);
+  uint8_t hello[8 + 6];
+  uint32_t magic = kRemoteMagic;
+  uint16_t version = 1, key_len = 6;
+  std::memcpy(hello, &magic, 4);
+  std::memcpy(hello + 4, &version, 2);
+  std::memcpy(hello + 6, &key_len, 2);
+  std::memcpy(hello + 8, "s3cret", 6);
+  s.SendAll(hello, sizeof hello, kTimeoutMs);
+  uint8_t code = 0xFF;
+  s.RecvAll(&code, 1, kTimeoutMs, "answer");
+  EXPECT_EQ(code, static_cast<uint8_t>(HandshakeCode::kBadVersion));
+  EXPECT_EQ(server.done.get(), "ok");
+}
+
+// The proofs: each side's MAC binds both nonces and its role, so that neither a reflected proof
+// nor one for another challenge passes.
+TEST(RemoteSocketTest, ProofsBindBothNoncesAndTheRole) {
+  const crypto::HmacSha256 key("s3cret-s3cret-s3cret"), other("s3cret-s3cret-s3creT");
+  uint8_t ns[kNonceBytes], nc[kNonceBytes];
+  crypto::RandomBytes(ns, sizeof ns);
+  crypto::RandomBytes(nc, sizeof nc);
+  uint8_t proof[kClientProofBytes];
+  std::memcpy(proof, nc, sizeof nc);
+  crypto::Digest d = ClientMac(key, ns, nc);
+  std::memcpy(proof + kNonceBytes, d.data(), kMacBytes);
+  EXPECT_TRUE(CheckClientProof(key, ns, proof));
+  EXPECT_FALSE(CheckClientProof(other, ns, proof));
+  uint8_t ns2[kNonceBytes];
+  std::memcpy(ns2, ns, sizeof ns);
+  ns2[0] ^= 1;
+  EXPECT_FALSE(CheckClientProof(key, ns2, proof));  // a proof for another challenge
+  crypto::Digest server = ServerMac(key, nc, ns);
+  std::memcpy(proof + kNonceBytes, server.data(), kMacBytes);
+  EXPECT_FALSE(CheckClientProof(key, ns, proof));  // the server's MAC is no client proof
+  EXPECT_NE(ClientMac(key, ns, nc), ServerMac(key, ns, nc));
+}
+
+// Refusals and back-off count per network: one host cannot reset them by changing its address.
+TEST(RemoteSocketTest, AddressesCountInTheirNetwork) {
+  EXPECT_EQ(AddressGroup("127.0.0.1", 24), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("127.201.17.3", 32), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 24), "10.1.2.0/24");
+  EXPECT_EQ(AddressGroup("10.1.2.200", 24), "10.1.2.0/24");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 16), "10.1.0.0/16");
+  EXPECT_EQ(AddressGroup("10.1.2.3", 32), "10.1.2.3/32");
+  EXPECT_EQ(AddressGroup("::1", 24), "::1/128");
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:3:4:5:6", 24), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressGroup("2001:db8:1:2:ffff::9", 24), "2001:db8:1:2::/64");
+  EXPECT_EQ(AddressGroup("::ffff:192.168.7.9", 24), "192.168.7.0/24");
+  EXPECT_EQ(AddressGroup("::ffff:127.9.9.9", 24), "127.0.0.0/8");
+  EXPECT_EQ(AddressGroup("(unknown peer)", 24), "(unknown peer)");
+}
+
+// A peer that keeps moving bytes, however slowly (a loaded machine), is waited for: the limit of
+// a send or receive starts again whenever bytes move. A peer that stops is given up on at its
+// timeout plus a second per MiB still to come.
+TEST(RemoteSocketTest, SlowButSteadyPeersAreWaitedForSilentOnesAreNot) {
+  // 100 KiB sent at 4 KiB per 100 ms (2.5 s), received with a limit of 300 ms.
+  constexpr size_t kChunk = 4096, kChunks = 25;
+  Server slow_sender([](Socket* c) {
+    std::string buf(kChunk * kChunks, '\0');
+    c->RecvAll(&buf[0], buf.size(), 300, "a slow packet");
+  });
+  Socket s = Socket::Connect("127.0.0.1", slow_sender.port(), kTimeoutMs);
+  std::string out(kChunk, 'a');
+  for (size_t i = 0; i < kChunks; ++i) {
+    s.SendAll(out.data(), out.size(), kTimeoutMs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(slow_sender.done.get(), "ok");
+
+  // 512 KiB sent with a limit of 300 ms (plus 0.5 s for the MiB) to a reader that takes 16 KiB
+  // per 50 ms (1.6 s), with small socket buffers at both ends.
+  constexpr size_t kBytes = 512 << 10, kStep = 16 << 10;
+  Server slow_reader([](Socket* c) {
+    int small = 8192;
+    setsockopt(c->fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    std::string data(kBytes, 'b');
+    c->SendAll(data.data(), data.size(), 300);
+  });
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int small = 8192;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(static_cast<uint16_t>(slow_reader.port()));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  Socket r(fd);
+  std::string in(kStep, '\0');
+  for (size_t got = 0; got < kBytes; got += kStep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    r.RecvAll(&in[0], kStep, kTimeoutMs, "a slow answer");
+  }
+  EXPECT_EQ(slow_reader.done.get(), "ok");
+
+  // A peer that stops: given up on at 300 ms plus 0.1 s for the 96 KiB still to come.
+  Server silent([](Socket* c) {
+    std::string buf(kChunk * kChunks, '\0');
+    c->RecvAll(&buf[0], buf.size(), 300, "a packet that stops");
+  });
+  Socket t = Socket::Connect("127.0.0.1", silent.port(), kTimeoutMs);
+  auto t0 = std::chrono::steady_clock::now();
+  t.SendAll(out.data(), out.size(), kTimeoutMs);  // then nothing more
+  std::string err = silent.done.get();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(err.find("timed out after 300 ms without progress"), std::string::npos) << err;
+  EXPECT_LT(ms, 5000) << "a silent peer was waited for " << ms << " ms";
 }
 
 TEST(RemoteSocketTest, OversizedPacketLengthIsRefusedBeforeAllocating) {
