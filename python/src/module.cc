@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "session/session_backend.h"
 #include "session/watchdog.h"
 
 namespace py = pybind11;
@@ -542,6 +543,88 @@ SessionPtr Connect(const std::string& host, int port, const std::string& key,
   return ps;
 }
 
+// A captured graph (disco.Graph, DESIGN.md §8): `with sess.capture(num_inputs=n) as g:` records
+// the session calls made in the block (g.inputs are their placeholders); g.replay(*inputs) runs
+// them again on every worker with one frame.
+struct PyGraph {
+  SessionPtr session;
+  int num_inputs = 0;
+  py::list inputs;
+  Graph graph;
+  bool capturing = false;
+};
+
+void BindGraph(py::module_& m) {
+  py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "Graph",
+                                                R"doc(A captured sequence of session calls.
+
+Made by ``Session.capture(num_inputs)`` and filled by its ``with`` block, which records the calls
+it makes instead of running them (``inputs[i]`` is a placeholder for the i-th replay input; DRefs
+made in the block name the registers every replay writes). ``replay(*inputs)`` runs the recording
+on every worker with one small frame. Syncs, copies, debug reads and writes, ``init_ccl``,
+``shutdown`` and a nested capture inside the block are a ValueError, and the capture is discarded.
+``empty`` inside the block allocates once, at install.)doc")
+      .def("__enter__",
+           [](std::shared_ptr<PyGraph> g) {
+             DISCO_CHECK(!g->capturing && !g->graph.defined(), ValueError)
+                 << "this disco.Graph was captured already; call sess.capture() again";
+             CallScope call(g->session->state.get());
+             Session& s = g->session->get(call);
+             std::vector<Any> inputs =
+                 Released([&] { return s.backend()->BeginCapture(g->num_inputs); });
+             g->inputs = py::list();
+             for (Any& a : inputs) g->inputs.append(PyDRef(a.cast<DRef>(), nullptr));
+             g->capturing = true;
+             return g;
+           })
+      .def("__exit__",
+           [](PyGraph& g, py::handle type, py::handle, py::handle) {
+             if (!g.capturing) return false;
+             g.capturing = false;
+             CallScope call(g.session->state.get());
+             Session& s = g.session->get(call);
+             if (!type.is_none()) {  // the block raised: discard, and let its error through
+               try {
+                 Released([&] { s.backend()->EndCapture(/*discard=*/true); });
+               } catch (const ValueError&) {
+               }
+               return false;
+             }
+             g.graph = Released([&] { return s.backend()->EndCapture(/*discard=*/false); });
+             return false;
+           })
+      .def(
+          "replay",
+          [](PyGraph& g, py::args args) {
+            DISCO_CHECK(g.graph.defined(), ValueError)
+                << (g.capturing ? "replay inside the graph's own capture block"
+                                : "replay of a graph whose capture did not complete");
+            CallScope call(g.session->state.get());
+            g.session->get(call);
+            std::vector<Any> inputs;
+            inputs.reserve(args.size());
+            for (py::handle a : args) inputs.push_back(ToAny(a, !g.session->remote));
+            Released([&] { g.graph.Replay(inputs); });
+          },
+          "Runs the recorded calls on every worker with these inputs (async and ordered).")
+      .def_property_readonly(
+          "inputs", [](PyGraph& g) { return g.inputs; },
+          "The placeholders of the capture block, one per input.")
+      .def_property_readonly("num_inputs", [](PyGraph& g) { return g.num_inputs; })
+      .def_property_readonly("num_calls",
+                             [](PyGraph& g) { return static_cast<int64_t>(g.graph.num_calls()); })
+      .def_property_readonly("id", [](PyGraph& g) { return g.graph.id(); })
+      .def("__repr__", [](PyGraph& g) {
+        if (!g.graph.defined()) {
+          return std::string("disco.Graph(") + (g.capturing ? "capturing" : "not captured") +
+                 ", inputs=" + std::to_string(g.num_inputs) + ")";
+        }
+        return "disco.Graph(id=" + std::to_string(g.graph.id()) +
+               ", inputs=" + std::to_string(g.num_inputs) +
+               ", calls=" + std::to_string(g.graph.num_calls()) + ")";
+      });
+}
+
 void BindSession(py::module_& m) {
   py::class_<PySession, SessionPtr>(m, "Session", R"doc(The controller's view of a disco job.
 
@@ -813,6 +896,17 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             Released([&] { s.session->Shutdown(); });
           },
           "Ends the session (remote: detaches this client; the served job goes on).")
+      .def(
+          "capture",
+          [](SessionPtr s, int num_inputs) {
+            auto g = std::make_shared<PyGraph>();
+            g->session = std::move(s);
+            g->num_inputs = num_inputs;
+            return g;
+          },
+          py::arg("num_inputs") = 0,
+          "A disco.Graph to fill in a with-block: `with sess.capture(1) as g: ...`, then "
+          "`g.replay(x)`.")
       .def("__enter__", [](SessionPtr s) { return s; })
       .def("__exit__", [](PySession& s, py::args) {
         CallScope call(s.state.get());
@@ -964,6 +1058,7 @@ PYBIND11_MODULE(_core, m) {
 
   BindValues(m);
   BindSession(m);
+  BindGraph(m);
 
   m.def("main", &Main, py::arg("controller"), py::arg("argv"));
   m.def("connect", &Connect, py::arg("host"), py::arg("port"), py::arg("key") = "",

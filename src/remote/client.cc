@@ -130,8 +130,7 @@ class RemoteSession final : public detail::SessionBackend {
 
   // Capture and replay: the server records the calls made between begin and end (they travel as
   // usual), installs the graph in the job and keeps it for this client.
-  Graph Capture(int num_inputs, const std::function<void(const std::vector<Any>&)>& body) override {
-    DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
+  std::vector<Any> BeginCapture(int num_inputs) override {
     RefuseInCapture("a nested Capture");
     Any n(static_cast<int64_t>(num_inputs));
     std::vector<Any> inputs;
@@ -140,35 +139,29 @@ class RemoteSession final : public detail::SessionBackend {
     }
     capturing_ = true;
     refused_in_capture_.clear();
-    try {
-      body(inputs);
-    } catch (...) {
-      capturing_ = false;
-      Any discard(true);
-      try {
-        Request(Op::kCaptureEnd, &discard, 1);
-      } catch (const Error&) {
-        // the discard's own message; the body's error is the one to see
-      }
-      throw;
-    }
+    num_capture_inputs_ = num_inputs;
+    return inputs;
+  }
+  Graph EndCapture(bool discard) override {
+    DISCO_CHECK(capturing_, ValueError) << "EndCapture without a capture";
     capturing_ = false;
-    if (!refused_in_capture_.empty()) {
-      Any discard(true);
-      try {
-        Request(Op::kCaptureEnd, &discard, 1);
-      } catch (const ValueError&) {
-      }
-      DISCO_THROW(ValueError) << "Capture: the body called " << refused_in_capture_
-                              << ", which cannot be recorded; the capture was discarded";
+    if (discard || !refused_in_capture_.empty()) {
+      Any yes(true);
+      Request(Op::kCaptureEnd, &yes, 1);  // the server's ValueError: the capture was discarded
+      DISCO_THROW(ValueError) << "Capture: "
+                              << (refused_in_capture_.empty()
+                                      ? std::string("the body raised")
+                                      : "the body called " + refused_in_capture_ +
+                                            ", which cannot be recorded")
+                              << "; the capture was discarded";
     }
-    Any keep(false);
-    std::vector<Any> r = Request(Op::kCaptureEnd, &keep, 1);
+    Any no(false);
+    std::vector<Any> r = Request(Op::kCaptureEnd, &no, 1);
     DISCO_CHECK(r.size() == 2, ProtocolError) << "the server answered Capture without a graph";
     auto state = std::make_shared<detail::GraphState>();
     state->session = generation();
     state->id = r[0].cast<int64_t>();
-    state->num_inputs = num_inputs;
+    state->num_inputs = num_capture_inputs_;
     state->num_calls = static_cast<size_t>(r[1].cast<int64_t>());
     return Graph(std::move(state));
   }
@@ -300,9 +293,9 @@ class RemoteSession final : public detail::SessionBackend {
   protocol::ByteBuffer buf_;
   std::vector<int64_t> frees_;
   std::vector<int64_t> graph_frees_;
-  bool capturing_ = false;  // between a capture's begin and end
-  std::string
-      refused_in_capture_;  // the first call the capture's body made that cannot be recorded
+  bool capturing_ = false;          // between a capture's begin and end
+  std::string refused_in_capture_;  // the first call of its body that cannot be recorded
+  int num_capture_inputs_ = 0;
   bool closed_ = false;
   bool broken_ = false;
   std::string broken_why_;

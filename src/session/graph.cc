@@ -38,8 +38,8 @@ void SessionImpl::CheckNotCapturing(const char* what) {
                              "point-to-point and Empty can); the capture is discarded";
 }
 
-Graph SessionImpl::Capture(int num_inputs,
-                           const std::function<void(const std::vector<Any>&)>& body) {
+Graph SessionBackend::Capture(int num_inputs,
+                              const std::function<void(const std::vector<Any>&)>& body) {
   DISCO_CHECK(body != nullptr, ValueError) << "Capture without a body";
   std::vector<Any> inputs = BeginCapture(num_inputs);
   try {

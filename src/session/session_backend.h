@@ -38,9 +38,15 @@ class SessionBackend {
   virtual void DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) = 0;
   /// Ends the session with `exit_code`; returns the job's final exit code. Idempotent.
   virtual int Shutdown(int exit_code) = 0;
-  /// Session::Capture (disco/graph.h). Backends that cannot capture throw ValueError.
-  virtual Graph Capture(int num_inputs,
-                        const std::function<void(const std::vector<Any>&)>& body) = 0;
+  /// Session::Capture (disco/graph.h): BeginCapture, the body, EndCapture (discarding the
+  /// capture and rethrowing when the body throws).
+  Graph Capture(int num_inputs, const std::function<void(const std::vector<Any>&)>& body);
+  /// Capture in two halves (Python's `with sess.capture()`, a remote client's calls between
+  /// them): returns the placeholders. EndCapture installs the recording and returns the Graph;
+  /// with `discard`, or when the body called what cannot be recorded, it installs only its install
+  /// steps (lookups, Empty, whose DRefs were handed out) and throws ValueError.
+  virtual std::vector<Any> BeginCapture(int num_inputs) = 0;
+  virtual Graph EndCapture(bool discard) = 0;
   /// Replays graph `id` (Graph::Replay checked the inputs' count).
   virtual void ReplayGraph(int64_t id, const std::vector<Any>& inputs) = 0;
   /// Called when the last copy of a Graph of this session goes; never throws.

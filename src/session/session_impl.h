@@ -59,12 +59,8 @@ class SessionImpl final : public SessionBackend {
 
   void DeallocReg(int64_t reg) noexcept override;
 
-  Graph Capture(int num_inputs, const std::function<void(const std::vector<Any>&)>& body) override;
-  /// Capture in two halves (a remote client's calls arrive between them): returns the
-  /// placeholders; EndCapture installs the recording (discarded: only its install steps, then a
-  /// ValueError).
-  std::vector<Any> BeginCapture(int num_inputs);
-  Graph EndCapture(bool discard);
+  std::vector<Any> BeginCapture(int num_inputs) override;
+  Graph EndCapture(bool discard) override;
   bool capturing() const { return recording_ != nullptr; }
   void ReplayGraph(int64_t id, const std::vector<Any>& inputs) override;
   void FreeGraph(int64_t id) noexcept override;

@@ -1,0 +1,91 @@
+"""Capture and replay from Python (DESIGN.md §8): `with sess.capture(n) as g:` records the block's
+session calls; `g.replay(*inputs)` runs them on every worker; what cannot be recorded is refused
+and the capture discarded. Runs in-job and served."""
+
+import numpy as np
+import pytest
+
+import disco
+
+
+def test_a_captured_block_replays_with_its_inputs(ccl):
+    sess = ccl
+    scale = sess.get_global_func("test.py.scale")
+    fill = sess.get_global_func("test.py.fill_worker_id")
+    with sess.capture(num_inputs=1) as g:
+        x = sess.empty((4,), "float32")        # allocated once, at install
+        fill(x)
+        y = scale(x, g.inputs[0])
+        sess.allreduce(y, y)
+    assert g.num_inputs == 1 and g.num_calls == 3
+    assert "calls=3" in repr(g)
+    n = sess.num_workers
+    for k in (1.0, 2.5, -3.0):
+        g.replay(k)
+        for w in (0, n - 1):
+            np.testing.assert_allclose(y.debug_get_from_remote(w),
+                                       np.full(4, k * n * (n - 1) / 2, "float32"))
+
+
+def test_errors_name_the_graph_and_the_call_and_the_session_goes_on(sess):
+    fail_on = sess.get_global_func("test.py.fail_on")
+    echo = sess.get_global_func("test.py.echo")
+    with sess.capture(1) as g:
+        a = fail_on(g.inputs[0], "asked to")
+        echo(a)
+    g.replay(sess.num_workers - 1)
+    with pytest.raises(disco.RemoteError) as e:
+        sess.sync_all()
+    assert "graph %d call 0 'test.py.fail_on'" % g.id in str(e.value)
+    g.replay(-1)
+    sess.sync_all()
+
+
+def test_what_cannot_be_recorded_is_refused_and_discarded(sess):
+    echo = sess.get_global_func("test.py.echo")
+    for what, call in [("SyncAll", lambda: sess.sync_all()),
+                       ("SyncWorker", lambda: sess.sync_worker(0)),
+                       ("a nested Capture", lambda: sess.capture(0).__enter__())]:
+        with pytest.raises(ValueError, match=what):
+            with sess.capture(0) as g:
+                echo(1)
+                call()
+        with pytest.raises(ValueError):
+            g.replay()
+    # A block that swallows the refusal still loses its capture.
+    g = sess.capture(0)
+    with pytest.raises(ValueError, match="discarded"):
+        with g:
+            try:
+                sess.sync_all()
+            except ValueError:
+                pass
+    with pytest.raises(ValueError, match="did not complete"):
+        g.replay()
+    assert echo(5).debug_get_from_remote(0) == 5
+
+
+def test_bad_replays_are_value_errors_before_anything_is_sent(sess):
+    echo = sess.get_global_func("test.py.echo")
+    with sess.capture(2) as g:
+        echo(g.inputs[0], g.inputs[1])
+    with pytest.raises(ValueError, match="takes 2 input"):
+        g.replay(1)
+    with pytest.raises(ValueError, match="takes 2 input"):
+        g.replay(1, 2, 3)
+    with pytest.raises(ValueError, match="placeholder"):
+        echo(g.inputs[0])
+    g.replay(1, 2)
+    sess.sync_all()
+
+
+def test_the_callers_array_is_copied_at_replay(sess):
+    keep = sess.get_global_func("test.py.echo")
+    with sess.capture(1) as g:
+        r = keep(g.inputs[0])
+    buf = np.ones(4, "float32")
+    g.replay(buf)
+    sess.sync_all()
+    buf[:] = 100
+    for w in range(sess.num_workers):
+        np.testing.assert_array_equal(r.debug_get_from_remote(w), np.ones(4, "float32"))
