@@ -54,6 +54,7 @@ struct State {
   std::atomic<uint64_t> next{0};  // records written so far
   std::atomic<bool> busy{false};
   std::atomic<const char*> step_label{nullptr};  // the call a replay is at (Step)
+  std::atomic<bool> collective{false};           // the running function talks to other ranks
   std::atomic<int64_t> start_ns{0};
   std::atomic<bool> dump_requested{false};
   char prefix[96] = {0};
@@ -475,6 +476,9 @@ void Fire(double elapsed_s) {
   if (peer >= 0) {
     line << "; it waits for rank " << peer << " in a collective"
          << (s.rank == 0 ? ", which never arrived" : "");
+  } else if (!s.collective.load(std::memory_order_relaxed)) {
+    line << "; it is not a collective: the function itself is still running on this rank (no "
+            "other rank holds it up)";
   } else if (s.rank == 0) {
     line << "; the ranks that never arrived are not known to this transport (their own lines "
             "say where they are)";
@@ -878,6 +882,7 @@ void Begin(uint64_t seq, const char* action, const std::string& function) {
   r.duration_ns = -1;
   s.next.store(next + 1, std::memory_order_release);
   s.start_ns.store(now, std::memory_order_relaxed);
+  s.collective.store(false, std::memory_order_relaxed);
   s.step_label.store(nullptr, std::memory_order_relaxed);
   s.busy.store(true, std::memory_order_release);
 }
@@ -886,6 +891,8 @@ void Step(int64_t index, const char* label) {
   (void)index;
   S().step_label.store(label, std::memory_order_relaxed);
 }
+
+void MarkCollective() { S().collective.store(true, std::memory_order_relaxed); }
 
 void End() {
   State& s = S();

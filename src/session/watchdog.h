@@ -62,6 +62,9 @@ void End();
 /// Inside a graph replay begun with Begin: the replay is at call `index`, `label` ("graph 3 call
 /// 5 'my.fn'", alive while the graph is) names it in the watchdog's line.
 void Step(int64_t index, const char* label);
+/// The function now running (since the last Begin) is a collective: a timeout with no peer known
+/// then says the ranks that never arrived are not known, rather than that the function runs on.
+void MarkCollective();
 
 /// Prints the flight recorder to the log (stderr), headed by `why`.
 void Dump(const std::string& why);

@@ -229,6 +229,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   Any rv;
   // A replay's calls are inside the replay's own record (ReplayGraph).
   if (label == nullptr) watchdog::Begin(seq, "call_packed", f->name());
+  if (f->get()->collective || collective_command) watchdog::MarkCollective();
   struct EndGuard {
     bool active;
     ~EndGuard() {

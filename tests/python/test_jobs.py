@@ -137,6 +137,9 @@ def test_a_stuck_python_worker_function_shows_its_python_stack():
         assert code != 0, out
         assert "past DISCO_TIMEOUT=3" in out, out
         assert "stuck_in_python" in out and "stuck_on" in out, out  # the Python stack
+        # Not a collective: no rank is said to be missing (B11b)
+        assert "never arrived" not in out, out
+        assert "it is not a collective: the function itself is still running" in out, out
         assert seconds < 40, (seconds, out)
 
 
