@@ -5,19 +5,7 @@ import numpy as np
 import pytest
 
 import disco
-
-
-class Producer:
-    """A DLPack producer that is not numpy (it lends a numpy array's capsule)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, stream=None):
-        return self.array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
+from producers import Producer
 
 
 # ---- Byte order: a non-native array is converted, never reinterpreted ----------------------------

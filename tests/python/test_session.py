@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import disco
+from producers import Producer
 
 
 def test_sizes(sess):
@@ -256,19 +257,6 @@ def test_float16_and_bfloat16_round_trip(ccl):
     np.testing.assert_array_equal(got, bits)
     back = (got.astype("uint32") << 16).view("float32")
     np.testing.assert_array_equal(back, [1.0, 3.0, -0.5])
-
-
-class Producer:
-    """A DLPack producer that is not numpy (it lends a numpy array's capsule)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, stream=None):
-        return self.array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
 
 
 def test_any_dlpack_producer_is_a_tensor(sess):
