@@ -166,10 +166,24 @@ void SessionImpl::Install(Recording& rec, int64_t id) {
   ops.push_back(Any(static_cast<int64_t>(rec.num_inputs)));
   ops.push_back(Any(static_cast<int64_t>(rec.reserved.size())));
   for (int64_t reg : rec.reserved) ops.push_back(Any(reg));
+  const size_t reserve_only = ops.size();
   ops.push_back(Any(rec.num_steps));
   ops.insert(ops.end(), rec.steps.begin(), rec.steps.end());
-  const uint64_t seq =
-      Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+  uint64_t seq = 0;
+  try {
+    seq = Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+  } catch (const ValueError&) {
+    // Too large for one frame (DISCO_MAX_FRAME_BYTES), and nothing was sent. The workers must
+    // still make room for the registers the capture handed out (ids are allocated one past the
+    // end, and later ones would fall beyond it): reserve them, install nothing, and say why.
+    ops.resize(reserve_only);
+    ops[0] = Any(int64_t{0});
+    ops.push_back(Any(int64_t{0}));
+    seq = Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+    FlushWorker0();
+    worker0_.InstallGraph(seq, ops.data(), ops.size());
+    throw;
+  }
   FlushWorker0();
   worker0_.InstallGraph(seq, ops.data(), ops.size());
 }
