@@ -33,7 +33,8 @@ def _parser():
     p.add_argument("--idle-timeout", type=int, default=3600,
                    help="drop a client silent this many seconds between requests (0: never)")
     p.add_argument("--request-timeout-ms", type=int, default=60000,
-                   help="the rest of a begun request must arrive within this")
+                   help="drop a client whose begun request, answer or copy moves no byte for "
+                        "this long (plus a second per MiB still to move)")
     p.add_argument("--max-packet-bytes", type=int, default=64 << 20,
                    help="largest request packet accepted")
     p.add_argument("--max-clients", type=int, default=0,

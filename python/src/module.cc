@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "core/exit_cleanup.h"
 #include "session/session_backend.h"
 #include "session/watchdog.h"
 
@@ -333,6 +334,7 @@ void InterruptMonitor() {
           "disco: interrupted (SIGINT) while the controller waits in the runtime; ending the job\n";
       ssize_t ignored = write(2, kMsg, sizeof kMsg - 1);
       (void)ignored;
+      exit_cleanup::RemoveRegisteredFiles();  // a served job's generated key file, say
       signal(SIGINT, SIG_DFL);
       raise(SIGINT);
     }
