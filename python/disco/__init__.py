@@ -47,6 +47,7 @@ from ._core import (  # noqa: E402
     Device,
     DPackedFunc,
     DRef,
+    Graph,
     InternalError,
     ProtocolError,
     RemoteError,
@@ -59,7 +60,7 @@ from ._core import (  # noqa: E402
 __version__ = _core.version()
 
 __all__ = [
-    "Device", "DPackedFunc", "DRef", "InternalError", "ProtocolError", "RemoteError", "Session",
+    "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProtocolError", "RemoteError", "Session",
     "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
     "register_func", "shutdown_remote_job", "this_worker",
 ]

@@ -275,6 +275,9 @@ auto Released(F&& f) {
 
 Shape ToShape(py::handle obj) {
   if (py::isinstance<py::int_>(obj)) return Shape({obj.cast<int64_t>()});
+  DISCO_CHECK(!py::isinstance<PyDRef>(obj), TypeError)
+      << "shape: expected a tuple of ints, got a disco.DRef (a shape is given by value; a "
+         "register's content may differ between workers)";
   std::vector<int64_t> dims;
   for (py::handle d : py::reinterpret_borrow<py::sequence>(obj)) {
     DISCO_CHECK(PyLong_Check(d.ptr()) && !PyBool_Check(d.ptr()), TypeError)

@@ -54,6 +54,13 @@ constexpr int kParkAfterMs = 20;
 constexpr size_t kParkForCopyBytes = size_t{1} << 20;
 
 // Whether `host` resolves to a loopback address (by its address, not its spelling).
+// `path` from the root (clients run in other directories).
+std::string AbsolutePath(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof cwd) != nullptr ? std::string(cwd) + "/" + path : path;
+}
+
 bool IsLoopback(const std::string& host) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
@@ -822,7 +829,7 @@ int Serve(Session& session, const ServeOptions& options) {
     std::printf(
         "disco-serve: no key was given: clients of this user find the generated key in %s "
         "(readable by you only; removed when the job ends)\n",
-        key_file.c_str());
+        AbsolutePath(key_file).c_str());
   }
   if (!IsLoopback(options.host)) {
     std::printf(

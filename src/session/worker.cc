@@ -494,7 +494,12 @@ void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs
   try {
     if (!call.inputs.empty() || !call.refs.empty()) {
       graph_args_.assign(call.args.begin(), call.args.end());
-      for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
+      for (const auto& [pos, input] : call.inputs) {
+        // A register given as an input is its value here, as any register argument is.
+        graph_args_[pos] = inputs[input].type_code() == TypeCode::kDRef
+                               ? Resolve(inputs[input], pos, call.label)
+                               : inputs[input];
+      }
       for (uint32_t pos : call.refs) graph_args_[pos] = Resolve(call.args[pos], pos, call.label);
       args = graph_args_.data();
     }

@@ -79,6 +79,17 @@ def test_bad_replays_are_value_errors_before_anything_is_sent(sess):
     sess.sync_all()
 
 
+def test_registers_given_as_inputs_are_their_values(sess):
+    info = sess.get_global_func("test.py.array_info")
+    with sess.capture(1) as g:
+        r = info(g.inputs[0])
+    x = sess.empty((3,), "float32")
+    g.replay(x)
+    got = r.debug_get_from_remote(sess.num_workers - 1)
+    assert got[0] == "float32" and tuple(got[1]) == (3,), got
+    assert isinstance(g, disco.Graph)
+
+
 def test_the_callers_array_is_copied_at_replay(sess):
     keep = sess.get_global_func("test.py.echo")
     with sess.capture(1) as g:

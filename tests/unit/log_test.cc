@@ -31,6 +31,14 @@ TEST(LogTest, RateLimitHoldsBackAndCounts) {
   EXPECT_LE(held, 1u);
 }
 
+TEST(LogTest, ControlCharactersAreEscaped) {
+  testing::internal::CaptureStderr();
+  LogLine(LogLevel::kError, std::string("name \x1b[2J\x07 bell\x7f end\tok"));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("name \\x1b[2J\\x07 bell\\x7f end\tok"), std::string::npos) << out;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+}
+
 TEST(LogTest, TheMacroWritesOneLinePerPeriodFromEachPlace) {
   testing::internal::CaptureStderr();
   for (int i = 0; i < 100; ++i) DISCO_LOG_EVERY_N_SEC(WARN, 3600) << "repeated warning " << i;
