@@ -351,7 +351,7 @@ class Acceptor {
       }
       int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wake - now)));
       if (rc < 0 && errno != EINTR) {
-        DISCO_LOG(WARN) << "disco-serve: poll failed: " << std::strerror(errno);
+        DISCO_LOG_EVERY_N_SEC(WARN, 10) << "disco-serve: poll failed: " << std::strerror(errno);
         continue;
       }
       if (rc <= 0) continue;

@@ -221,9 +221,12 @@ void Socket::SendAll2(const void* head, size_t head_n, const void* body, size_t 
 
 bool Socket::WaitReadable(int timeout_ms) {
   if (ahead_pos_ < ahead_len_) return true;
+  // A signal (the watchdog samples an idle controller's stack once a second) must not restart the
+  // whole wait: what is left of it is waited for.
+  const int64_t deadline = DeadlineAfter(timeout_ms);
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
-    int rc = ::poll(&p, 1, timeout_ms);
+    int rc = ::poll(&p, 1, deadline < 0 ? -1 : TimeLeftMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     DISCO_CHECK(rc >= 0, RuntimeError) << "poll failed: " << Errno();
     return rc > 0;

@@ -3,8 +3,11 @@
 #include <disco/error.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -251,6 +254,38 @@ TEST(RemoteSocketTest, AcceptAndConnectTimeOut) {
   listener.Close();
   EXPECT_THROW(Socket::Connect("127.0.0.1", port, 1000), RuntimeError);  // refused
   EXPECT_THROW(Socket::Listen("127.0.0.1", 70000), ValueError);
+}
+
+// A wait for an idle client keeps its length when signals interrupt it (the watchdog samples an
+// idle controller's stack once a second): before, each signal restarted the whole wait, so a server
+// under a watchdog never dropped an idle client (found by the multi-node stage).
+void NoOp(int) {}
+TEST(RemoteSocketTest, WaitsKeepTheirLengthThroughSignals) {
+  Socket listener = Socket::Listen("127.0.0.1", 0);
+  Socket client = Socket::Connect("127.0.0.1", listener.port(), kTimeoutMs);
+  Socket server = listener.Accept(kTimeoutMs);
+  ASSERT_TRUE(server.valid());
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = NoOp;  // no SA_RESTART: poll returns EINTR
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  const pthread_t waiter = pthread_self();
+  std::atomic<bool> done{false};
+  std::thread signaller([&] {  // a signal every 50 ms for at most 6 s
+    for (int i = 0; i < 120 && !done.load(); ++i) {
+      pthread_kill(waiter, SIGUSR2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(server.WaitReadable(500));
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  done = true;
+  signaller.join();
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_LT(waited, 4.0) << "each signal restarted the wait";
+  EXPECT_GE(waited, 0.45);
 }
 
 // ---- The request/reply format (remote/rpc.h) ---------------------------------------------------
