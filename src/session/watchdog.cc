@@ -451,6 +451,13 @@ void CheckLiveness() {
     return;
   }
   if (++s.missed_checks < 2 || s.shutting_down.load()) return;
+  // Checks come every DISCO_TIMEOUT / 3 (at least 1 s): with a short timeout, a live rank on a
+  // node whose cores are overloaded may miss two in a row. It is declared dead only once nothing
+  // was heard from it for DISCO_TIMEOUT (at most 10 s, which two checks take anyway past 15 s).
+  const int64_t grace_ns = static_cast<int64_t>(std::min(s.timeout_s, 10.0) * 1e9);
+  for (int r : targets) {
+    if (!alive[r] && s.heard_ns[r] != 0 && now - s.heard_ns[r] < grace_ns) return;
+  }
   exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   LogLine(LogLevel::kError, "watchdog: " + names +
                                 " stopped answering liveness pings (they answered before): "
