@@ -442,11 +442,8 @@ void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
                             ? std::get_if<Function>(&fr->value.storage())
                             : nullptr;
     if (f != nullptr && f->defined() && !call.collective && !f->get()->collective) call.func = *f;
-    for (size_t a = 0; a < call.args.size(); ++a) {
-      if (call.args[a].type_code() == TypeCode::kDRef) {
-        call.refs.push_back(static_cast<uint32_t>(a));
-      }
-    }
+    call.has_refs = std::any_of(call.args.begin(), call.args.end(),
+                                [](const Any& a) { return a.type_code() == TypeCode::kDRef; });
     call.label = program.label + " call " + std::to_string(program.calls.size()) + " '" +
                  (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") +
                  "'";
@@ -476,34 +473,32 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
       RunGraphCall(seq, call, inputs);
       continue;
     }
-    const Any* args = call.args.data();
-    if (!call.inputs.empty()) {
-      graph_args_.assign(call.args.begin(), call.args.end());
-      for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
-      args = graph_args_.data();
-    }
-    CallPacked(seq, call.result_reg, call.func_reg, args, call.args.size(), call.collective,
-               &call.label);
+    // CallPacked resolves registers itself (and lets a collective agree on a failed one).
+    CallPacked(seq, call.result_reg, call.func_reg, GraphArgs(call, inputs, /*resolve=*/false),
+               call.args.size(), call.collective, &call.label);
   }
   graph_args_.clear();
 }
 
+const Any* Worker::GraphArgs(const GraphCall& call, const Any* inputs, bool resolve) {
+  if (call.inputs.empty() && !(resolve && call.has_refs)) return call.args.data();
+  graph_args_.assign(call.args.begin(), call.args.end());
+  for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
+  if (resolve) {
+    // Registers, the program's and those given as inputs, are their values here, as in any call.
+    for (size_t pos = 0; pos < graph_args_.size(); ++pos) {
+      if (graph_args_[pos].type_code() == TypeCode::kDRef) {
+        graph_args_[pos] = Resolve(graph_args_[pos], pos, call.label);
+      }
+    }
+  }
+  return graph_args_.data();
+}
+
 void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs) {
-  const Any* args = call.args.data();
   Any rv;
   try {
-    if (!call.inputs.empty() || !call.refs.empty()) {
-      graph_args_.assign(call.args.begin(), call.args.end());
-      for (const auto& [pos, input] : call.inputs) {
-        // A register given as an input is its value here, as any register argument is.
-        graph_args_[pos] = inputs[input].type_code() == TypeCode::kDRef
-                               ? Resolve(inputs[input], pos, call.label)
-                               : inputs[input];
-      }
-      for (uint32_t pos : call.refs) graph_args_[pos] = Resolve(call.args[pos], pos, call.label);
-      args = graph_args_.data();
-    }
-    rv = call.func.CallPacked(args, call.args.size());
+    rv = call.func.CallPacked(GraphArgs(call, inputs, /*resolve=*/true), call.args.size());
   } catch (...) {
     Fail(seq, call.result_reg, call.label, CurrentExceptionText());
     return;

@@ -126,7 +126,7 @@ class Worker {
     bool collective = false;
     std::vector<Any> args;
     std::vector<std::pair<uint32_t, uint32_t>> inputs;  // (argument position, input index)
-    std::vector<uint32_t> refs;                         // positions of register arguments
+    bool has_refs = false;                              // some arguments are registers
     std::string label;
     // The function the register held at install, for the replay's fast path (calls that are not
     // collectives): no lookup, no per-call flight record; undefined: through CallPacked.
@@ -139,6 +139,10 @@ class Worker {
   };
   /// One call of a replay on the fast path.
   void RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs);
+  /// The arguments of `call` with `inputs` in place of its placeholders (and, with `resolve`,
+  /// every register replaced by its value here): in graph_args_, or the call's own when nothing
+  /// changes.
+  const Any* GraphArgs(const GraphCall& call, const Any* inputs, bool resolve);
 
   WorkerInfo info_;
   ErrorSink sink_;
