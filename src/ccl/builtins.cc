@@ -147,6 +147,7 @@ AgreedKey MakeKey(const Agreement& a, int64_t extra) {
     if (pos >= static_cast<int>(origins.args.size()) || origins.args[pos].reg == 0) return key;
     key.reg[i] = origins.args[pos].reg;
     key.version[i] = origins.args[pos].version;
+    key.fingerprint[i] = origins.args[pos].fingerprint;
     key.uniform = key.uniform && origins.args[pos].uniform;
   }
   key.valid = true;
@@ -175,16 +176,32 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
     arg_failure = origins.arg_failure;
     origins.arg_failure_taken = !arg_failure.empty();
   }
-  const bool cached = key.valid && ctx->agreed.count(key) != 0;
+  auto agreed = key.valid ? ctx->agreed.find(key) : ctx->agreed.end();
+  const bool cached = agreed != ctx->agreed.end();
   const bool skip = cached || (key.valid && key.uniform && a.same_checks_everywhere);
+  const CallOrigins& origins = detail::CurrentCallOrigins();
+  const std::string where = origins.replay_call != nullptr ? " (" + *origins.replay_call + ")" : "";
   if (skip && !arg_failure.empty()) {
-    EndJobWithError(std::string(fn) + " on worker " + std::to_string(ThisWorker().worker_id) +
-                    ": " + arg_failure +
-                    ". The other workers skip the agreement round for tensors that "
-                    "disco.empty made alike everywhere (or that they agreed on before), so they "
-                    "are already moving data and this worker cannot join them");
+    EndJobWithError(std::string(fn) + where + " on worker " +
+                    std::to_string(ThisWorker().worker_id) + ": " + arg_failure +
+                    ". The other workers skip the agreement round for tensors that disco.empty "
+                    "made alike everywhere (or that they agreed on before: at an earlier "
+                    "replay, for a graph's tensors), so they are already moving data and this "
+                    "worker cannot join them");
   }
-  if (cached) return;
+  if (cached) {
+    // The key names the same registers at the same versions, or a graph's registers that every
+    // replay writes anew: their tensors must be what this worker agreed with.
+    if (agreed->second[0] != key.fingerprint[0] || agreed->second[1] != key.fingerprint[1]) {
+      EndJobWithError(
+          std::string(fn) + where + " on worker " + std::to_string(ThisWorker().worker_id) +
+          ": its tensors' shape, dtype or device changed since the workers agreed on them at an "
+          "earlier replay (a graph's collectives keep their tensors' metadata at every replay, "
+          "as CUDA graphs do: capture one graph per shape). The other workers skip the "
+          "agreement round, so they are already moving data and this worker cannot join them");
+    }
+    return;
+  }
   if (skip) {
     checks();
     return;
@@ -218,7 +235,7 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
       << "(this worker: " << sizing.ToString() << "); nothing was sent";
   if (key.valid) {
     if (ctx->agreed.size() >= 4096) ctx->agreed.clear();
-    ctx->agreed.insert(key);
+    ctx->agreed[key] = {key.fingerprint[0], key.fingerprint[1]};
   }
 }
 

@@ -2,9 +2,10 @@
 #ifndef DISCO_CCL_CONTEXT_H_
 #define DISCO_CCL_CONTEXT_H_
 
+#include <array>
 #include <memory>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "ccl/communicator.h"
@@ -23,6 +24,9 @@ struct AgreedKey {
   // Every tensor argument's register has the same metadata on every worker (ArgOrigin::uniform);
   // not part of the key's identity.
   bool uniform = false;
+  // This worker's tensors' metadata (ArgOrigin::fingerprint); not part of the key's identity: a
+  // key agreed before is checked against it.
+  uint64_t fingerprint[2] = {0, 0};
   bool operator==(const AgreedKey& o) const {
     return self == o.self && extra == o.extra && reg[0] == o.reg[0] && reg[1] == o.reg[1] &&
            version[0] == o.version[0] && version[1] == o.version[1];
@@ -48,10 +52,11 @@ struct Context {
   std::unique_ptr<Communicator> host_world;
   std::unique_ptr<Communicator> host_group;
   int group_size = 1;
-  // Collectives whose arguments (named by register and version, the same on every worker) the
-  // workers already agreed on: repeating one skips the agreement round. Cleared when full, which
-  // happens at the same command everywhere.
-  std::unordered_set<AgreedKey, AgreedKeyHash> agreed;
+  // Collectives whose arguments (named by register and version, or by the graph whose replays
+  // write the register; the same on every worker) the workers already agreed on, with this
+  // worker's tensors' metadata then: repeating one skips the agreement round. Cleared when full,
+  // which happens at the same command everywhere.
+  std::unordered_map<AgreedKey, std::array<uint64_t, 2>, AgreedKeyHash> agreed;
   // Agreement rounds run so far (diagnostics and tests).
   uint64_t agreement_rounds = 0;
 };

@@ -23,6 +23,11 @@ struct ArgOrigin {
   /// The register's tensor has the same metadata on every worker: disco.empty made it from
   /// arguments by value (decided from the command, so the same on every worker).
   bool uniform = false;
+  /// The shape, dtype and device of the tensor the argument resolved to on this worker (0: not a
+  /// tensor). Per worker: a collective that skips its agreement round for a key agreed before
+  /// compares it with the one it agreed with (a graph's registers keep their key at every replay
+  /// while their tensors are new).
+  uint64_t fingerprint = 0;
 };
 struct CallOrigins {
   const FunctionObj* function = nullptr;  // the function the command called (not nested calls)
@@ -35,7 +40,13 @@ struct CallOrigins {
   /// would wait for this worker).
   std::string arg_failure;
   bool arg_failure_taken = false;
+  /// The replay call running the command ("graph 3 call 5 'fn'"), or null outside a replay.
+  const std::string* replay_call = nullptr;
 };
+
+/// A fingerprint of a value's tensor metadata (shape, strides, dtype, device); 0 for anything that
+/// is not a tensor.
+uint64_t TensorFingerprint(const Any& value);
 
 namespace detail {
 /// The origins of the command running now (function null outside one).

@@ -122,6 +122,7 @@ void Worker::Store(uint64_t seq, int64_t reg, Any value) {
   slot->used = true;
   slot->uniform = false;
   slot->empty_lookup = false;
+  slot->graph = replaying_;
 }
 
 void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
@@ -133,6 +134,7 @@ void Worker::Fail(uint64_t seq, int64_t reg, const std::string& function,
   slot->used = true;
   slot->uniform = false;
   slot->empty_lookup = false;
+  slot->graph = replaying_;
   Report(seq, reg, function, slot->failure->message);
 }
 
@@ -243,6 +245,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     origins.args.assign(n, ArgOrigin{});
     origins.arg_failure.clear();
     origins.arg_failure_taken = false;
+    origins.replay_call = label;
   }
   std::string failure;
   try {
@@ -270,8 +273,14 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
             static_cast<uint64_t>(ref->reg_id()) < regs_.size()) {
           r = &regs_[ref->reg_id()];  // poisoned registers are found too; a free one is not
         }
-        origins.args[j] = r != nullptr ? ArgOrigin{ref->reg_id(), r->version, r->uniform}
-                                       : ArgOrigin{ref->reg_id(), 0, false};
+        origins.args[j] = ArgOrigin{ref->reg_id(), 0, false, TensorFingerprint(scratch_[j])};
+        if (r != nullptr) {
+          // A graph's register has one key at every replay of the graph (bit 63: no sequence
+          // number reaches it).
+          origins.args[j].version =
+              r->graph != 0 ? (uint64_t{1} << 63) | static_cast<uint64_t>(r->graph) : r->version;
+          origins.args[j].uniform = r->uniform;
+        }
       }
       call_args = scratch_.data();
       break;
@@ -279,12 +288,14 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     origins.function = collective ? f->get().get() : nullptr;
     rv = f->CallPacked(call_args, n);
     origins.function = nullptr;
+    origins.replay_call = nullptr;
     scratch_.clear();
   } catch (...) {
     // Whatever the function threw (a ProtocolError of its own, or no std::exception at all:
     // `throw 42;`) is its failure; only Store/Fail below raise for a corrupt command, and that
     // ends the job.
     origins.function = nullptr;
+    origins.replay_call = nullptr;
     scratch_.clear();
     failure = CurrentExceptionText();
     if (failure.empty()) failure = "(no message)";
@@ -431,6 +442,7 @@ void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
                  step.collective);
       continue;
     }
+    Slot(step.result_reg);  // in the register file before any replay writes it (RunGraphCall)
     GraphCall call;
     call.result_reg = step.result_reg;
     call.func_reg = step.func_reg;
@@ -463,9 +475,14 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
       << ", which takes " << program.num_inputs;
   // One flight record for the replay; the watchdog names the call it is at.
   watchdog::Begin(seq, "replay_graph", program.label);
+  replaying_ = id;
   struct EndGuard {
-    ~EndGuard() { watchdog::End(); }
-  } end_guard;
+    int64_t* replaying;
+    ~EndGuard() {
+      *replaying = 0;
+      watchdog::End();
+    }
+  } end_guard{&replaying_};
   for (size_t i = 0; i < program.calls.size(); ++i) {
     const GraphCall& call = program.calls[i];
     watchdog::Step(static_cast<int64_t>(i), call.label.c_str());
@@ -496,14 +513,27 @@ const Any* Worker::GraphArgs(const GraphCall& call, const Any* inputs, bool reso
 }
 
 void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs) {
+  // The result register was reserved at install, and a function cannot grow the register file:
+  // the slot is found once, and written in place (Store's work without its general checks).
   Any rv;
   try {
-    rv = call.func.CallPacked(GraphArgs(call, inputs, /*resolve=*/true), call.args.size());
+    const Any* args = GraphArgs(call, inputs, /*resolve=*/true);  // a failed register throws
+    call.func.get()->body(Args(args, call.args.size()), &rv);
   } catch (...) {
     Fail(seq, call.result_reg, call.label, CurrentExceptionText());
     return;
   }
-  Store(seq, call.result_reg, std::move(rv));
+  Register& slot = regs_[static_cast<size_t>(call.result_reg)];
+  slot.version = seq;
+  // Most recorded calls return nothing into a register that held nothing: no variant move.
+  if (rv.type_code() != TypeCode::kNone || slot.value.type_code() != TypeCode::kNone) {
+    slot.value = std::move(rv);
+  }
+  if (slot.failure != nullptr) slot.failure.reset();
+  slot.used = true;
+  slot.uniform = false;
+  slot.empty_lookup = false;
+  slot.graph = replaying_;
 }
 
 size_t Worker::num_live_registers() const {

@@ -109,6 +109,11 @@ class Worker {
     // The register holds the result of GetGlobalFunc("disco.empty") (set from the command's
     // name, on every worker alike).
     bool empty_lookup = false;
+    // The graph whose replay last wrote the register (0: a command outside replays). Every replay
+    // of the graph writes the same register, the same on every worker: collectives key their
+    // agreement on the graph instead of the version, so that a replay does not agree again
+    // (they compare the tensors' metadata instead, CallOrigins).
+    int64_t graph = 0;
   };
 
   Register* Slot(int64_t reg);
@@ -147,6 +152,7 @@ class Worker {
   WorkerInfo info_;
   ErrorSink sink_;
   std::unordered_map<int64_t, GraphProgram> graphs_;
+  int64_t replaying_ = 0;  // the graph whose replay runs now, 0 outside replays
   std::vector<Any> graph_args_;
   uint64_t errors_reported_ = 0;
   std::vector<Register> regs_;

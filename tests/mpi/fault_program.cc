@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <exception>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/device_memory.h"
 #include "protocol/frame.h"
@@ -77,6 +79,17 @@ DISCO_REGISTER_GLOBAL("fault.terminate_on_0").set_body_typed([]() {
   if (disco::ThisWorker().worker_id == 0) std::terminate();
 });
 DISCO_REGISTER_GLOBAL("fault.noop").set_body_packed([](const disco::Args&, disco::Any*) {});
+// A fresh float32 tensor of 1024 elements; on the last worker 1024 + `extra`, and a failure
+// there when `fail` (a graph's function whose tensors change, or that fails, at one replay).
+DISCO_REGISTER_GLOBAL("fault.activation_on_last").set_body_typed([](int64_t extra, bool fail) {
+  const disco::WorkerInfo& w = disco::ThisWorker();
+  const bool last = w.worker_id == w.num_workers - 1;
+  if (last && fail) throw disco::ValueError("asked to fail at this replay");
+  disco::Tensor t =
+      disco::Tensor::Empty(disco::Shape{1024 + (last ? extra : 0)}, disco::DataType("float32"));
+  std::fill(t.data_as<float>(), t.data_as<float>() + t.numel(), 1.0f);
+  return t;
+});
 
 int Run(disco::Session& s, const std::string& mode) {
   if (mode == "controller-throws") {
@@ -135,6 +148,29 @@ int Run(disco::Session& s, const std::string& mode) {
     s.CallPacked(allreduce, t, op, false, t);
     s.SyncAll();
     std::printf("unreachable: a collective with a failed worker completed\n");
+    return 0;
+  }
+  if (mode == "graph-shape-changes" || mode == "graph-fails-into-collective") {
+    // The workers agree on the allreduce's tensors at the first replay and skip the round at the
+    // next ones; at the third, the last worker's tensor changes (or its function fails).
+    s.InitCCL("mpi");
+    disco::DRef act = s.GetGlobalFunc("fault.activation_on_last");
+    disco::Graph g = s.Capture(2, [&](const std::vector<disco::Any>& in) {
+      disco::DRef a = s.CallPacked(act, in[0], in[1]);
+      s.AllReduce(a, "sum", false, a);
+    });
+    g.Replay({disco::Any(int64_t{0}), disco::Any(false)});
+    g.Replay({disco::Any(int64_t{0}), disco::Any(false)});
+    s.SyncAll();
+    std::printf("two replays done\n");
+    std::fflush(stdout);
+    if (mode == "graph-shape-changes") {
+      g.Replay({disco::Any(int64_t{8}), disco::Any(false)});
+    } else {
+      g.Replay({disco::Any(int64_t{0}), disco::Any(true)});
+    }
+    s.SyncAll();
+    std::printf("unreachable: a replay's collective with a changed worker completed\n");
     return 0;
   }
   if (mode == "ccl-allreduce") {
