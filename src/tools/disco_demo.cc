@@ -84,38 +84,73 @@ int RunChecked(Session& s, const Config& c) {
   s.CopyToWorker0(input, x);
   if (cuda) x = MoveToDevice(s, x);  // worker 0's copy is the one broadcast
   s.Broadcast(x, false, x);
-  auto forward = [&]() {
-    DRef out = Forward(s, c, w, x);
+  // A step: the L layer commands, captured once and replayed as one frame (the default), or sent
+  // one by one (--calls).
+  DRef graph_out;
+  Graph step = s.Capture(
+      1, [&](const std::vector<Any>& in) { graph_out = Forward(s, c, w, in[0].cast<DRef>()); });
+  auto forward = [&](bool replay) {
+    DRef out;
+    if (replay) {
+      step.Replay({Any(x)});
+      out = graph_out;
+    } else {
+      out = Forward(s, c, w, x);
+    }
     s.SyncAll();
     return out;
   };
+  // Runs `steps` steps one way; their times, the workers' busy times, and the last output.
+  struct Run {
+    std::vector<double> step_ms;
+    std::vector<WorkerTimes> times;
+    DRef out;
+  };
+  auto run = [&](bool replay, bool print) {
+    Run r;
+    ResetWorkerTimes(s);
+    for (int64_t i = 0; i < c.steps; ++i) {
+      double t0 = NowMs();
+      r.out = forward(replay);
+      r.step_ms.push_back(NowMs() - t0);
+      if (print) {
+        std::printf("[step %lld/%lld] %.2f ms\n", static_cast<long long>(i + 1),
+                    static_cast<long long>(c.steps), r.step_ms.back());
+      }
+    }
+    r.times = GetWorkerTimes(s);
+    return r;
+  };
+  // The share of a step's wall time in which no worker computed or reduced: the runtime's.
+  auto runtime_ms = [&](const Run& r) {
+    double total = 0, busy_max = 0;
+    for (double t : r.step_ms) total += t;
+    for (const WorkerTimes& t : r.times)
+      busy_max = std::max(busy_max, t.compute_ms + t.allreduce_ms);
+    return std::make_pair(std::max(0.0, total - busy_max), total);
+  };
   double t_warm = NowMs();
-  for (int64_t i = 0; i < c.warmup; ++i) forward();
-  std::printf("[warm-up] %lld steps in %.0f ms\n", static_cast<long long>(c.warmup),
-              NowMs() - t_warm);
-  ResetWorkerTimes(s);
-  std::vector<double> step_ms;
-  DRef out;
-  for (int64_t i = 0; i < c.steps; ++i) {
-    double t0 = NowMs();
-    out = forward();
-    step_ms.push_back(NowMs() - t0);
-    std::printf("[step %lld/%lld] %.2f ms\n", static_cast<long long>(i + 1),
-                static_cast<long long>(c.steps), step_ms.back());
+  for (int64_t i = 0; i < c.warmup; ++i) {
+    forward(true);
+    forward(false);
   }
+  std::printf("[warm-up] %lld steps each way in %.0f ms\n", static_cast<long long>(c.warmup),
+              NowMs() - t_warm);
+  std::printf("[steps] %s\n", c.calls ? "call by call (--calls)" : "by replay of a captured graph");
+  Run main_run = run(!c.calls, true);
+  Run other_run = run(c.calls, false);  // the other way, for the comparison
+  const std::vector<double>& step_ms = main_run.step_ms;
+  const std::vector<WorkerTimes>& times = main_run.times;
+  DRef out = main_run.out;
 
   // Per-worker time split and memory.
-  std::vector<WorkerTimes> times = GetWorkerTimes(s);
-  double total_ms = 0;
-  for (double t : step_ms) total_ms += t;
   std::vector<double> sorted = step_ms;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
-  double busy_max = 0, compute_sum = 0, allreduce_sum = 0;
+  double compute_sum = 0, allreduce_sum = 0;
   std::string peaks;
   for (int wkr = 0; wkr < n; ++wkr) {
     const WorkerTimes& t = times[wkr];
-    busy_max = std::max(busy_max, t.compute_ms + t.allreduce_ms);
     compute_sum += t.compute_ms;
     allreduce_sum += t.allreduce_ms;
     char buf[64];
@@ -142,9 +177,15 @@ int RunChecked(Session& s, const Config& c) {
   std::printf("  time in layers (all workers): compute %.1f%%, allreduce %.1f%%\n",
               100 * compute_sum / (compute_sum + allreduce_sum),
               100 * allreduce_sum / (compute_sum + allreduce_sum));
-  std::printf("  runtime (dispatch and control) share of a step: %.2f%% (%.2f ms per step)\n",
-              100 * std::max(0.0, total_ms - busy_max) / total_ms,
-              std::max(0.0, total_ms - busy_max) / c.steps);
+  const Run& replayed = c.calls ? other_run : main_run;
+  const Run& called = c.calls ? main_run : other_run;
+  for (const Run* r : {&replayed, &called}) {
+    auto [rt, total] = runtime_ms(*r);
+    std::printf(
+        "  runtime (dispatch and control) share of a step, %s: %.2f%% (%.3f ms per step)%s\n",
+        r == &replayed ? "by replay   " : "call by call", 100 * rt / total, rt / c.steps,
+        (r == &main_run ? "" : " [the other way, for comparison]"));
+  }
   std::printf("  peak memory per rank (MiB): %s\n", peaks.c_str());
   std::printf(
       "  check vs single-process reference: max abs error %.3g, max rel error %.3g "
@@ -160,6 +201,7 @@ void Usage() {
       "                              [--warmup W] [--dtype float32|bfloat16] [--seed S]\n"
       "                              [--device cpu|cuda (cuBLAS + NCCL, one GPU per rank)]\n"
       "                              [--checkpoint FILE.h5] [--tolerance REL]\n"
+      "                              [--calls (each layer its own command, not a replay)]\n"
       "A missing checkpoint (by default /tmp/disco-demo-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
       "first, with the seed's weights.\n");
 }
@@ -212,6 +254,8 @@ int main(int argc, char** argv) {
       c.checkpoint = value();
     } else if (a == "--tolerance") {
       c.tolerance = std::atof(value().c_str());
+    } else if (a == "--calls") {
+      c.calls = true;
     } else if (a == "--help" || a == "-h") {
       disco::demo::Usage();
       return 0;

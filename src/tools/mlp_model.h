@@ -28,6 +28,7 @@ struct Config {
   std::string device = "cpu";  // "cuda": weights and activations on each rank's GPU, NCCL
   std::string checkpoint;      // empty: the default path; written when missing
   double tolerance = -1;       // < 0: the default for the dtype
+  bool calls = false;          // steps call by call, not by replay of a captured graph
 };
 
 /// One parameter of a layer: its dataset name, shape and how it is sharded.

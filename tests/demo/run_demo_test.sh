@@ -31,6 +31,14 @@ if [[ $mode != bad ]]; then
     --checkpoint "$dir/ckpt.h5" "${extra[@]}" 2>&1) || { echo "$out"; echo "FAIL: disco-demo exited non-zero"; exit 1; }
   echo "$out"
   grep -q 'check vs single-process reference: .*PASS' <<<"$out" || { echo "FAIL: no PASS"; exit 1; }
+  # Steps by replay unless --calls; both ways' runtime shares are printed.
+  want='by replay of a captured graph'
+  [[ " ${extra[*]} " == *" --calls "* ]] && want='call by call (--calls)'
+  grep -qF "[steps] $want" <<<"$out" || { echo "FAIL: steps not run $want"; exit 1; }
+  for way in 'by replay' 'call by call'; do
+    grep -q "runtime (dispatch and control) share of a step, $way *: [0-9.]*%" <<<"$out" ||
+      { echo "FAIL: no runtime share $way"; exit 1; }
+  done
   exit 0
 fi
 
