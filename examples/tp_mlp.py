@@ -1,6 +1,7 @@
 """The tensor-parallel MLP of disco-demo, with numpy worker functions.
 
     mpirun -n 4 python3 examples/tp_mlp.py [--checkpoint FILE.h5] [--dtype float32|bfloat16]
+                                           [--calls]
 
 A stack of L Megatron-style MLP blocks over T tokens of width H, as in disco-demo:
 
@@ -142,24 +143,42 @@ def run(sess, a):
     norm_f = sess.get_global_func("tp_mlp.residual_norm")
     partial = sess.empty((a.tokens, a.hidden), a.dtype)
 
-    def forward():
-        x = sess.broadcast(host, in_group=False)
+    def layers(x):
         for layer in range(a.layers):
             p = "layers/%d/" % layer
             up_down_f(x, w[p + "w1"], w[p + "b1"], w[p + "w2"], partial, a.dtype)
             sess.allreduce(partial, partial, op="sum", in_group=False)
             norm_f(x, partial, w[p + "b2"], w[p + "ln_g"], w[p + "ln_b"], a.dtype)
+
+    # The layers, captured once: a step replays them as one frame (--calls: one by one).
+    with sess.capture(num_inputs=1) as step:
+        layers(step.inputs[0])
+
+    def forward(replay):
+        x = sess.broadcast(host, in_group=False)
+        if replay:
+            step.replay(x)  # writes x in place, as the calls do
+        else:
+            layers(x)
         sess.sync_all()
         return x
 
+    def timed(replay, show):
+        times, out = [], None
+        for i in range(a.steps):
+            t0 = time.perf_counter()
+            out = forward(replay)
+            times.append((time.perf_counter() - t0) * 1e3)
+            if show:
+                print("[step %d/%d] %.2f ms" % (i + 1, a.steps, times[-1]))
+        return times, out
+
     for _ in range(a.warmup):
-        forward()
-    steps = []
-    for i in range(a.steps):
-        t0 = time.perf_counter()
-        out = forward()
-        steps.append((time.perf_counter() - t0) * 1e3)
-        print("[step %d/%d] %.2f ms" % (i + 1, a.steps, steps[-1]))
+        forward(True)
+        forward(False)
+    print("[steps] %s" % ("call by call (--calls)" if a.calls else "by replay of a captured graph"))
+    steps, out = timed(not a.calls, True)
+    other, _ = timed(a.calls, False)  # the other way, for the comparison
 
     got = out.debug_get_from_remote(0)
     got = to_f32(got, bf16)
@@ -179,6 +198,9 @@ def run(sess, a):
     median = sorted(steps)[len(steps) // 2]
     print("\nsummary: %d steps of %d layers, median step %.2f ms, %.0f tokens/s"
           % (a.steps, a.layers, median, a.tokens / (median / 1e3)))
+    other_median = sorted(other)[len(other) // 2]
+    by_replay, by_calls = (other_median, median) if a.calls else (median, other_median)
+    print("  median step by replay %.3f ms, call by call %.3f ms" % (by_replay, by_calls))
     verdict = "PASS" if rel <= tol else "FAIL"
     print("  check vs single-process reference: max abs error %.3g, max rel error %.3g "
           "(tolerance %.3g): %s" % (max_abs, rel, tol, verdict))
@@ -198,6 +220,8 @@ def main():
     p.add_argument("--checkpoint", default="",
                    help="an HDF5 checkpoint (disco-demo's work); written from the seed if missing")
     p.add_argument("--tolerance", type=float, default=-1.0)
+    p.add_argument("--calls", action="store_true",
+                   help="run each step's layers call by call, not by replay of a captured graph")
     a = p.parse_args()
     return disco.main(lambda sess: run(sess, a))
 

@@ -21,12 +21,16 @@ for dtype in float32 bfloat16; do
   grep "reference" "$dir/demo.log" | sed "s/^ */disco-demo $dtype: /"
   grep "reference" "$dir/py.log" | sed "s/^ */tp_mlp.py  $dtype: /"
   grep -q "reference: .*PASS" "$dir/py.log"
+  grep -qF "[steps] by replay of a captured graph" "$dir/py.log" || { cat "$dir/py.log"; exit 1; }
 done
-# The demo again through launch/disco-run (it picks mpirun here).
-"$root/launch/disco-run" -n 2 -- "$py" "$root/examples/tp_mlp.py" "${small[@]}" \
+# The demo again through launch/disco-run (it picks mpirun here), its layers call by call.
+"$root/launch/disco-run" -n 2 -- "$py" "$root/examples/tp_mlp.py" "${small[@]}" --calls \
   --checkpoint "$dir/float32.h5" > "$dir/run.log" 2>&1 || { cat "$dir/run.log"; exit 1; }
 grep -q "reference: .*PASS" "$dir/run.log" || { cat "$dir/run.log"; exit 1; }
-echo "tp_mlp.py through launch/disco-run: PASS"
+grep -qF "[steps] call by call (--calls)" "$dir/run.log" || { cat "$dir/run.log"; exit 1; }
+grep -q "median step by replay [0-9.]* ms, call by call [0-9.]* ms" "$dir/run.log" ||
+  { cat "$dir/run.log"; exit 1; }
+echo "tp_mlp.py --calls through launch/disco-run: PASS"
 # A session's life: with-block shutdown, calls after it, the exit code, a session kept after main.
 rc=0
 "$@" 2 "$py" "$(dirname "$0")/lifecycle_app.py" 3 > "$dir/life.log" 2>&1 || rc=$?
