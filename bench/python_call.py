@@ -11,7 +11,10 @@ equivalent to the call's arguments, and comm.Bcast of a buffer the size of disco
 - py worker fn: the same calls of a Python no-op registered with @disco.register_func (the
   workers run Python: the cost of a Python worker function);
 - py + array: the Python call with a small numpy array (16 float32) as a fourth argument (worker 0
-  gets its own copy of it, as the other workers do through the wire).
+  gets its own copy of it, as the other workers do through the wire);
+- py replay / C++ replay: K replays of a captured graph of 16 C++ no-op calls taking one input,
+  g.replay(7), then one sync_all; from Python, and the same replays issued from C++ (#23: the
+  Python replay within 1.5x the C++ one).
 Times are microseconds per call, medians over the repeats (interleaved). Targets (#16): a
 pipelined Python call within 3x the C++ call, and at least 2x faster than mpi4py's comm.bcast.
 """
@@ -72,7 +75,18 @@ def main():
         pyf = sess.get_global_func("bench.py.noop")
         k, ks = a.iters, max(a.iters // 10, 100)
         results = {n: [] for n in ("py_pipe", "cpp_pipe", "py_sync", "cpp_sync", "pyfn_pipe",
-                                   "pyfn_sync", "py_array")}
+                                   "pyfn_sync", "py_array", "py_replay", "cpp_replay")}
+        with sess.capture(num_inputs=1) as graph:
+            for _ in range(16):
+                cpp(graph.inputs[0])
+
+        def py_replays(n):
+            sess.sync_all()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                graph.replay(7)
+            sess.sync_all()
+            return (time.perf_counter() - t0) / n * 1e6
 
         def py_calls(f, n, sync_each, args=ARGS):
             sess.sync_all()
@@ -92,6 +106,8 @@ def main():
             results["pyfn_pipe"].append(py_calls(pyf, k, False))
             results["pyfn_sync"].append(py_calls(pyf, ks, True))
             results["py_array"].append(py_calls(cpp, k, False, ARRAY_ARGS))
+            results["py_replay"].append(py_replays(k))
+            results["cpp_replay"].append(disco._core._bench_replays(graph, (7,), k) * 1e6)
         med.update({n: statistics.median(v) for n, v in results.items()})
         med["n"] = sess.num_workers
         return 0
@@ -123,6 +139,10 @@ def main():
         ("Python worker fn + sync_all", med["pyfn_sync"], ""),
         ("Python call + 16-float array, pipelined", med["py_array"],
          "%.2fx the call without it" % (med["py_array"] / med["py_pipe"])),
+        ("C++ replay of 16 calls, pipelined", med["cpp_replay"],
+         "%.2fx one C++ call" % (med["cpp_replay"] / med["cpp_pipe"])),
+        ("Python replay of 16 calls, pipelined", med["py_replay"],
+         "%.2fx C++ replay" % (med["py_replay"] / med["cpp_replay"])),
     ]
     print("%-40s %10s  %s" % ("what", "us/call", "ratio"))
     for what, us, ratio in rows:
@@ -130,6 +150,8 @@ def main():
     ok = med["py_pipe"] <= 3 * med["cpp_pipe"] and mpi4py_us >= 2 * med["py_pipe"]
     print("targets (Python pipelined <= 3x C++, >= 2x faster than mpi4py): %s"
           % ("met" if ok else "NOT met"))
+    print("target (Python replay <= 1.5x C++ replay): %s"
+          % ("met" if med["py_replay"] <= 1.5 * med["cpp_replay"] else "NOT met"))
     return code
 
 

@@ -241,6 +241,23 @@ PyDRef CallPacked(PySession& ps, const DRef& func, const py::tuple& args) {
   return Ref(ps, std::move(out));
 }
 
+// The Python exception for a C++ one, set; returns null (for functions of the C API).
+PyObject* SetPythonError(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (...) {
+    try {
+      TranslateErrors(std::current_exception());
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+  return nullptr;
+}
+
 // DPackedFunc's tp_call: f(*args) without pybind11's dispatcher, which costs more than the call.
 PyObject* CallFunc(PyObject* self, PyObject* args, PyObject* kwargs) {
   try {
@@ -253,17 +270,9 @@ PyObject* CallFunc(PyObject* self, PyObject* args, PyObject* kwargs) {
     PyFunc& f = *static_cast<PyFunc*>(inst->get_value_and_holder().value_ptr());
     PyDRef out = CallPacked(*f.session, f.ref, py::reinterpret_borrow<py::tuple>(args));
     return py::cast(std::move(out)).release().ptr();
-  } catch (py::error_already_set& e) {
-    e.restore();
   } catch (...) {
-    try {
-      TranslateErrors(std::current_exception());
-    } catch (const std::exception& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+    return SetPythonError(std::current_exception());
   }
-  return nullptr;
 }
 
 // Runs `f` on the session with the GIL released.
@@ -559,16 +568,46 @@ struct PyGraph {
   bool capturing = false;
 };
 
+constexpr const char* kReplayDoc =
+    "replay(*inputs): runs the recorded calls on every worker with these inputs (async and "
+    "ordered).";
+
+void ReplayGraph(PyGraph& g, PyObject* const* args, size_t n) {
+  DISCO_CHECK(g.graph.defined(), ValueError)
+      << (g.capturing ? "replay inside the graph's own capture block"
+                      : "replay of a graph whose capture did not complete");
+  CallScope call(g.session->state.get());
+  g.session->get(call);
+  std::vector<Any> inputs;
+  inputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) inputs.push_back(ToAny(args[i], !g.session->remote));
+  Released([&] { g.graph.Replay(inputs); });
+}
+
+// Graph.replay as a METH_FASTCALL method: without pybind11's dispatcher, which costs more than a
+// replay (as DPackedFunc's tp_call).
+PyObject* GraphReplay(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    auto* inst = reinterpret_cast<py::detail::instance*>(self);
+    ReplayGraph(*static_cast<PyGraph*>(inst->get_value_and_holder().value_ptr()), args,
+                static_cast<size_t>(nargs));
+    Py_RETURN_NONE;
+  } catch (...) {
+    return SetPythonError(std::current_exception());
+  }
+}
+
 void BindGraph(py::module_& m) {
-  py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "Graph",
-                                                R"doc(A captured sequence of session calls.
+  py::class_<PyGraph, std::shared_ptr<PyGraph>> graph(m, "Graph",
+                                                      R"doc(A captured sequence of session calls.
 
 Made by ``Session.capture(num_inputs)`` and filled by its ``with`` block, which records the calls
 it makes instead of running them (``inputs[i]`` is a placeholder for the i-th replay input; DRefs
 made in the block name the registers every replay writes). ``replay(*inputs)`` runs the recording
 on every worker with one small frame. Syncs, copies, debug reads and writes, ``init_ccl``,
 ``shutdown`` and a nested capture inside the block are a ValueError, and the capture is discarded.
-``empty`` inside the block allocates once, at install.)doc")
+``empty`` inside the block allocates once, at install.)doc");
+  graph
       .def("__enter__",
            [](std::shared_ptr<PyGraph> g) {
              DISCO_CHECK(!g->capturing && !g->graph.defined(), ValueError)
@@ -598,20 +637,6 @@ on every worker with one small frame. Syncs, copies, debug reads and writes, ``i
              g.graph = Released([&] { return s.backend()->EndCapture(/*discard=*/false); });
              return false;
            })
-      .def(
-          "replay",
-          [](PyGraph& g, py::args args) {
-            DISCO_CHECK(g.graph.defined(), ValueError)
-                << (g.capturing ? "replay inside the graph's own capture block"
-                                : "replay of a graph whose capture did not complete");
-            CallScope call(g.session->state.get());
-            g.session->get(call);
-            std::vector<Any> inputs;
-            inputs.reserve(args.size());
-            for (py::handle a : args) inputs.push_back(ToAny(a, !g.session->remote));
-            Released([&] { g.graph.Replay(inputs); });
-          },
-          "Runs the recorded calls on every worker with these inputs (async and ordered).")
       .def_property_readonly(
           "inputs", [](PyGraph& g) { return g.inputs; },
           "The placeholders of the capture block, one per input.")
@@ -628,6 +653,13 @@ on every worker with one small frame. Syncs, copies, debug reads and writes, ``i
                ", inputs=" + std::to_string(g.num_inputs) +
                ", calls=" + std::to_string(g.graph.num_calls()) + ")";
       });
+  static PyMethodDef replay_def = {
+      "replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&GraphReplay)),
+      METH_FASTCALL, kReplayDoc};
+  auto* type = reinterpret_cast<PyTypeObject*>(graph.ptr());
+  py::object replay = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, &replay_def));
+  if (!replay) throw py::error_already_set();
+  graph.attr("replay") = replay;
 }
 
 void BindSession(py::module_& m) {
@@ -1120,6 +1152,24 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("session"), py::arg("func"), py::arg("args"), py::arg("k"), py::arg("sync_each"),
       "Seconds per Session::CallPacked(func, *args) issued from C++ (benchmark baseline).");
+  m.def(
+      "_bench_replays",
+      [](PyGraph& g, py::tuple args, int64_t k) {
+        DISCO_CHECK(g.graph.defined(), ValueError) << "_bench_replays of a graph not captured";
+        CallScope call(g.session->state.get());
+        disco::Session& x = g.session->get(call);
+        std::vector<disco::Any> inputs;
+        for (py::handle a : args) inputs.push_back(ToAny(a, !g.session->remote));
+        return Released([&] {
+          auto t0 = std::chrono::steady_clock::now();
+          for (int64_t i = 0; i < k; ++i) g.graph.Replay(inputs);
+          x.SyncAll();
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                 static_cast<double>(k);
+        });
+      },
+      py::arg("graph"), py::arg("args"), py::arg("k"),
+      "Seconds per Graph::Replay(*args) issued from C++ (benchmark baseline).");
   m.def("register_func", &RegisterFunc, py::arg("name"), py::arg("func"),
         py::arg("override") = false);
   m.def("list_global_funcs", &disco::Registry::ListNames);
