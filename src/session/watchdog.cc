@@ -923,6 +923,8 @@ void Dump(const std::string& why) {
     const Record& r = s.records[i % kFlightRecords];
     os << "\n  " << Describe(r) << ": ";
     if (r.duration_ns < 0) {
+      const char* step = s.step_label.load(std::memory_order_relaxed);
+      if (i + 1 == next && step != nullptr) os << "at " << step << ", ";  // a replay's call
       os << "running for " << (now - r.start_ns) / 1e6 << " ms";
     } else {
       os << r.duration_ns / 1e6 << " ms";

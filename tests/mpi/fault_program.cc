@@ -130,6 +130,21 @@ int Run(disco::Session& s, const std::string& mode) {
     std::printf("unreachable: a collective with a missing rank completed\n");
     return 0;
   }
+  if (mode == "skip-collective-in-replay") {  // the same, as call 1 of a replayed graph
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    disco::DRef noop = s.GetGlobalFunc("fault.noop");
+    disco::DRef unless = s.GetGlobalFunc("fault.collective_unless");
+    disco::Graph g = s.Capture(0, [&](const std::vector<disco::Any>&) {
+      s.CallPacked(noop);
+      s.CallPacked(unless, t, s.num_workers() - 1, "skip");
+      s.CallPacked(noop);
+    });
+    g.Replay();
+    s.SyncAll();
+    std::printf("unreachable: a collective with a missing rank completed\n");
+    return 0;
+  }
   // A collective that one worker cannot join although the others go ahead: the job ends at once
   // with that worker's reason (never a hang until the watchdog).
   if (mode == "uniform-alloc-fails" || mode == "collective-fn-fails" || mode == "op-fails") {
