@@ -27,6 +27,8 @@
 ///   disco.sendrecv(send, dest, recv, source)          both at once; a peer of -1 skips that half
 ///   disco.shift_to_next_group(send, recv)             to the next group and from the previous one
 ///   disco.barrier(in_group)
+/// From inside a worker function, `AllReduceInFunction` (below) allreduces without the builtin's
+/// agreement round when the caller guarantees the same metadata on every worker.
 /// With `in_group`, the group communicator is used and the group's first worker is the root.
 /// Tensors are split and concatenated along their flattened element order. Before moving data,
 /// the ranks of a collective agree on its validity, so a bad argument on one rank is an error on
@@ -34,6 +36,7 @@
 #ifndef DISCO_CCL_H_
 #define DISCO_CCL_H_
 
+#include <disco/tensor.h>
 #include <disco/types.h>
 
 #include <string>
@@ -49,6 +52,33 @@ const char* ReduceOpName(ReduceOp op);
 /// Whether `op` is defined for `dtype` (avg is defined for floating types only; every op for
 /// int8..int64, uint8..uint64, float16, bfloat16, float32, float64).
 bool ReduceOpSupports(ReduceOp op, DLDataType dtype);
+
+/// Allreduces `send` into `recv` (the same tensor for in place) from inside a worker function,
+/// over the world or, with `in_group`, over this worker's group, without the agreement round of
+/// the builtin disco.allreduce.
+///
+/// A tensor made inside a function has no register the ranks could name it by, so the builtin,
+/// called from a function, first runs one small MPI_Allreduce (the agreement) to check that every
+/// rank passes the same element count and dtype: a hang avoided at the price of a round trip per
+/// call. This skips it: **the caller guarantees** that every worker of the communicator calls it at
+/// the same point of the same command, with tensors of the same element count, dtype and kind of
+/// device, e.g. because their shapes follow from a model's config and the command's arguments
+/// alone. The checks this function makes itself (both tensors defined, host tensors under the
+/// mpi backend, the same dtype and element count, an op the dtype supports, InitCCL done) read
+/// only that metadata, so they throw ValueError or TypeError on every worker alike, before
+/// anything moves. Metadata that differs between workers is not detected: the job then hangs
+/// until the watchdog (DISCO_TIMEOUT) ends it, or moves the wrong bytes.
+///
+/// Register the function that calls it with Registry::mark_collective(): worker 0 then runs it
+/// once the controller's next frame is out (the other workers need not wait for it), a worker on
+/// which an argument register failed ends the job instead of leaving the others in the
+/// collective, and the watchdog names a stuck call as a collective.
+void AllReduceInFunction(const Tensor& send, const Tensor& recv, ReduceOp op,
+                         bool in_group = false);
+/// In place: `AllReduceInFunction(t, t, op, in_group)`.
+inline void AllReduceInFunction(const Tensor& t, ReduceOp op, bool in_group = false) {
+  AllReduceInFunction(t, t, op, in_group);
+}
 
 }  // namespace disco
 

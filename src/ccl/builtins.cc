@@ -488,4 +488,16 @@ void RegisterCclBuiltins() {
 }
 
 }  // namespace ccl
+
+// The caller guarantees the same metadata on every worker (disco/ccl.h): the checks below read
+// only metadata, so they fail on every worker or on none, and no agreement round is needed.
+void AllReduceInFunction(const Tensor& send, const Tensor& recv, ReduceOp op, bool in_group) {
+  const char* fn = "disco::AllReduceInFunction";
+  ccl::Communicator& c = ccl::DataComm(in_group, fn, send);
+  ccl::CheckSendRecv(send, recv, c, fn);
+  DISCO_CHECK(send.numel() == recv.numel(), ValueError)
+      << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
+  ccl::CheckOp(op, send.dtype(), fn);
+  c.AllReduce(send, recv, op);
+}
 }  // namespace disco

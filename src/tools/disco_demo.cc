@@ -1,7 +1,9 @@
-// disco-demo: tensor-parallel MLP inference from an HDF5 checkpoint, checked against a
-// single-process reference.
+// disco-demo --mlp: tensor-parallel MLP inference from an HDF5 checkpoint, checked against a
+// single-process reference. This file is a module (disco-demo-mlp.so) that disco-demo
+// (disco_demo_main.cc, which runs the Llama decoder by default) loads only for --mlp: its CUDA path
+// links cuBLAS, whose resident data (about 140 MiB per process) the decoder should not carry.
 //
-// The model is a stack of L Megatron-style MLP blocks over a batch of T tokens of width H:
+// The MLP model is a stack of L Megatron-style MLP blocks over a batch of T tokens of width H:
 //
 //   h = gelu(x W1 + b1)         W1 (H, F) split by columns: each worker holds F/N of them
 //   y = allreduce_sum(h W2)     W2 (F, H) split by rows: each worker's partial product
@@ -196,21 +198,19 @@ int RunChecked(Session& s, const Config& c) {
 
 void Usage() {
   std::printf(
-      "usage: mpirun -n N disco-demo [--hidden H] [--ffn F] [--layers L] [--tokens T] "
+      "usage: mpirun -n N disco-demo --mlp [--hidden H] [--ffn F] [--layers L] [--tokens T] "
       "[--steps S]\n"
       "                              [--warmup W] [--dtype float32|bfloat16] [--seed S]\n"
       "                              [--device cpu|cuda (cuBLAS + NCCL, one GPU per rank)]\n"
       "                              [--checkpoint FILE.h5] [--tolerance REL]\n"
       "                              [--calls (each layer its own command, not a replay)]\n"
+      "The tensor-parallel MLP demo (without --mlp: the Llama decoder, disco-demo --help).\n"
       "A missing checkpoint (by default /tmp/disco-demo-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
       "first, with the seed's weights.\n");
 }
 
-}  // namespace
-}  // namespace demo
-}  // namespace disco
-
-int main(int argc, char** argv) {
+// The MLP demo's command line (without --mlp).
+int MlpMain(int argc, char** argv) {
   disco::demo::Config c;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -270,4 +270,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   return disco::Main(argc, argv, [&](disco::Session& s) { return disco::demo::Run(s, c); });
+}
+
+}  // namespace
+}  // namespace demo
+}  // namespace disco
+
+// The module's entry point, which disco-demo calls for --mlp (the argument removed).
+extern "C" __attribute__((visibility("default"))) int disco_demo_mlp_main(int argc, char** argv) {
+  return disco::demo::MlpMain(argc, argv);
 }

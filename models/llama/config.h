@@ -1,0 +1,67 @@
+// The model's configuration (a Hugging Face Llama config.json) and how it is split over ranks.
+#ifndef DISCO_MODELS_LLAMA_CONFIG_H_
+#define DISCO_MODELS_LLAMA_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llama/json.h"
+
+namespace llama {
+
+/// The fields of config.json that the model uses (names as Hugging Face spells them).
+struct Config {
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // default: num_attention_heads
+  int64_t head_dim = 0;             // default: hidden_size / num_attention_heads
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+
+  /// Reads and checks a config (`what` names it in errors: "DIR/config.json"). Unsupported
+  /// variants (hidden_act other than silu, attention or MLP biases, rope_scaling) are errors.
+  static Config FromJson(const Json& j, const std::string& what);
+  static Config FromText(const std::string& text, const std::string& what);
+  /// config.json text with every field above (and model_type "llama").
+  std::string ToJson() const;
+
+  /// Throws ValueError naming the first size the `ranks` cannot share equally:
+  /// "num_key_value_heads 4 cannot be split over 3 ranks".
+  void CheckSplit(int ranks) const;
+  /// "hidden 256, 4 layers, 8 heads (4 kv, dim 32), ffn 768, vocab 1024".
+  std::string Summary() const;
+  /// The number of parameters of the whole model.
+  int64_t NumParams() const;
+};
+
+/// How a weight is split over the ranks (Megatron): by rows (output features: q/k/v, gate/up,
+/// embedding and LM head by vocabulary), by columns (input features: o and down), or not at all.
+enum class Split { kRows, kColumns, kReplicated };
+
+/// One weight of the checkpoint: its Hugging Face name, full shape, and split.
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // [out, in] for matrices, [n] for norms
+  Split split;
+  /// The full shape's explanation in terms of the config, for errors ("num_key_value_heads 4 x
+  /// head_dim 32, hidden_size 256").
+  std::string why;
+};
+
+/// Every weight the model reads, in checkpoint order (lm_head.weight only without tied
+/// embeddings).
+std::vector<WeightSpec> WeightSpecs(const Config& c);
+/// "[64, 128]".
+std::string ShapeString(const std::vector<int64_t>& shape);
+/// The shape of `spec`'s shard on one of `ranks` ranks.
+std::vector<int64_t> ShardShape(const WeightSpec& spec, int ranks);
+
+}  // namespace llama
+
+#endif  // DISCO_MODELS_LLAMA_CONFIG_H_

@@ -1,0 +1,201 @@
+#include "llama/kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// Hot loops get an AVX2+FMA clone beside the base one (x86-64 with GCC; elsewhere one version).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LLAMA_KERNEL __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define LLAMA_KERNEL
+#endif
+#define LLAMA_INLINE inline __attribute__((always_inline))
+
+namespace llama {
+namespace {
+
+// Eight floats; GCC lowers the operations to whatever vector width the clone's target has.
+typedef float V8 __attribute__((vector_size(32)));
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+
+LLAMA_INLINE V8 Load(const float* p) {
+  V8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+LLAMA_INLINE V8 Load(const uint16_t* p) {  // eight bfloat16 values, widened
+  U16x8 h;
+  std::memcpy(&h, p, sizeof h);
+  U32x8 w = __builtin_convertvector(h, U32x8) << 16;
+  V8 v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+LLAMA_INLINE float Widen(float v) { return v; }
+LLAMA_INLINE float Widen(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+LLAMA_INLINE float Sum(V8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+// y[i, j..j+1] for MB rows of x at once: two weight rows stream through, 2 x MB accumulators.
+template <int MB, typename W>
+LLAMA_INLINE void Block(const float* x, int64_t k, const W* w0, const W* w1, float* y, int64_t ldy) {
+  V8 a0[MB], a1[MB];
+  for (int i = 0; i < MB; ++i) a0[i] = a1[i] = V8{};
+  int64_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    const V8 v0 = Load(w0 + p), v1 = Load(w1 + p);
+    for (int i = 0; i < MB; ++i) {
+      const V8 xv = Load(x + i * k + p);
+      a0[i] += xv * v0;
+      a1[i] += xv * v1;
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    float s0 = Sum(a0[i]), s1 = Sum(a1[i]);
+    for (int64_t q = p; q < k; ++q) {
+      s0 += x[i * k + q] * Widen(w0[q]);
+      s1 += x[i * k + q] * Widen(w1[q]);
+    }
+    y[i * ldy] = s0;
+    y[i * ldy + 1] = s1;
+  }
+}
+
+template <typename W>
+LLAMA_INLINE void Streaming(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
+                            int64_t ldy) {
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const W* w0 = w + j * k;
+    const W* w1 = w0 + k;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) Block<4>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
+    switch (m - i) {
+      case 3:
+        Block<3>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
+        break;
+      case 2:
+        Block<2>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
+        break;
+      case 1:
+        Block<1>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
+        break;
+      default:
+        break;
+    }
+  }
+  for (; j < n; ++j) {  // an odd last row
+    const W* wr = w + j * k;
+    for (int64_t i = 0; i < m; ++i) {
+      float s = 0;
+      for (int64_t q = 0; q < k; ++q) s += x[i * k + q] * Widen(wr[q]);
+      y[i * ldy + j] = s;
+    }
+  }
+}
+
+LLAMA_KERNEL void StreamingF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n,
+                               float* y, int64_t ldy) {
+  Streaming(x, m, k, w, n, y, ldy);
+}
+LLAMA_KERNEL void StreamingBf16(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                                float* y, int64_t ldy) {
+  Streaming(x, m, k, w, n, y, ldy);
+}
+
+LLAMA_KERNEL void WidenBlock(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Widen(src[i]);
+}
+
+}  // namespace
+
+void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
+            int64_t ldy, std::vector<float>* scratch) {
+  if (m <= 0 || n <= 0) return;
+  if (m <= kStreamingRows) {
+    if (w_bf16) {
+      StreamingBf16(x, m, k, static_cast<const uint16_t*>(w), n, y, ldy);
+    } else {
+      StreamingF32(x, m, k, static_cast<const float*>(w), n, y, ldy);
+    }
+    return;
+  }
+  const int M = static_cast<int>(m), K = static_cast<int>(k), LDY = static_cast<int>(ldy);
+  if (!w_bf16) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, static_cast<int>(n), K, 1.0f, x, K,
+                static_cast<const float*>(w), K, 0.0f, y, LDY);
+    return;
+  }
+  // bfloat16: blocks of weight rows widened into scratch (about 1 MiB), then sgemm on each.
+  const int64_t rows = std::max<int64_t>(1, (int64_t{1} << 18) / k);
+  scratch->resize(static_cast<size_t>(rows * k));
+  const auto* wb = static_cast<const uint16_t*>(w);
+  for (int64_t j = 0; j < n; j += rows) {
+    const int64_t r = std::min(rows, n - j);
+    WidenBlock(wb + j * k, r * k, scratch->data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, static_cast<int>(r), K, 1.0f, x, K,
+                scratch->data(), K, 0.0f, y + j, LDY);
+  }
+}
+
+LLAMA_KERNEL void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  V8 acc = V8{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const V8 v = Load(x + i);
+    acc += v * v;
+  }
+  float ss = Sum(acc);
+  for (; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+LLAMA_KERNEL float Dot(const float* a, const float* b, int64_t n) {
+  V8 a0 = V8{}, a1 = V8{};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 += Load(a + i) * Load(b + i);
+    a1 += Load(a + i + 8) * Load(b + i + 8);
+  }
+  for (; i + 8 <= n; i += 8) a0 += Load(a + i) * Load(b + i);
+  float s = Sum(a0 + a1);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+LLAMA_KERNEL void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+LLAMA_KERNEL void Add(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void SiluMul(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void Rope(float* v, int64_t heads, int64_t dim, const float* cos, const float* sin) {
+  const int64_t half = dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* p = v + h * dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = p[i], b = p[i + half];
+      p[i] = a * cos[i] - b * sin[i];
+      p[i + half] = b * cos[i] + a * sin[i];
+    }
+  }
+}
+
+}  // namespace llama

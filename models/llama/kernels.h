@@ -1,0 +1,45 @@
+// The CPU kernels of the decoder, in float32 (bfloat16 weights are widened as they are read).
+//
+// Linear layers compute y = x W^T with W stored [out, in] (Hugging Face's layout, each rank's
+// shard compact). A batch of a few rows (decode) goes through a kernel of our own that streams
+// every weight row once and forms its dot products with all rows of x while the row is in L1:
+// decode is bound by the memory traffic of the weights, and a GEMM would first pack them (copy
+// them again). Larger batches (prefill) go to OpenBLAS's cblas_sgemm, for bfloat16 weights through
+// a float32 copy of a block of rows at a time. Hot loops are compiled for AVX2+FMA and for the
+// base x86-64 ISA, chosen when the program starts (GCC's target_clones).
+#ifndef DISCO_MODELS_LLAMA_KERNELS_H_
+#define DISCO_MODELS_LLAMA_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace llama {
+
+/// Rows at or below which Linear uses the streaming kernel rather than sgemm.
+constexpr int64_t kStreamingRows = 16;
+
+/// y[m, n] = sum_k x[m, k] * w[n, k] (row-major, y's rows `ldy` apart). `w_bf16`: w holds
+/// bfloat16 bits. `scratch` holds the float32 copies of bfloat16 blocks for sgemm.
+void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
+            int64_t ldy, std::vector<float>* scratch);
+
+/// out = x / sqrt(mean(x^2) + eps) * w, over n elements (Hugging Face's LlamaRMSNorm in float32).
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
+
+/// sum_i a[i] * b[i].
+float Dot(const float* a, const float* b, int64_t n);
+/// y += a * x.
+void Axpy(float a, const float* x, float* y, int64_t n);
+/// y += x.
+void Add(const float* x, float* y, int64_t n);
+/// out = silu(g) * u, silu(v) = v / (1 + exp(-v)).
+void SiluMul(const float* g, const float* u, float* out, int64_t n);
+
+/// Rotary embedding of `heads` vectors of `dim` at v (consecutive), Hugging Face's rotate_half
+/// convention: for i < dim/2, (v[i], v[i + dim/2]) rotated by the angle whose cos and sin are
+/// cos[i], sin[i].
+void Rope(float* v, int64_t heads, int64_t dim, const float* cos, const float* sin);
+
+}  // namespace llama
+
+#endif  // DISCO_MODELS_LLAMA_KERNELS_H_

@@ -1,0 +1,772 @@
+// A Llama-architecture decoder with Megatron tensor parallelism, as disco worker functions.
+//
+//   x = embed(tokens)                                   vocabulary-parallel, allreduce
+//   for each layer:
+//     h = rmsnorm(x) * input_layernorm
+//     q, k, v = h Wq^T, h Wk^T, h Wv^T                  column-parallel: this rank's heads
+//     q, k = rope(q), rope(k)                           rotate_half, rope_theta
+//     cache[k, v] at each row's (sequence, position)
+//     a = softmax(q K^T / sqrt(head_dim)) V             causal, grouped-query (shared kv heads)
+//     x += allreduce(a Wo^T)                            row-parallel: partial sums
+//     h = rmsnorm(x) * post_attention_layernorm
+//     x += allreduce((silu(h Wg^T) * h Wu^T) Wd^T)      gate/up column-, down row-parallel
+//   logits = rmsnorm(x) * norm  LM_head^T               vocabulary-parallel (tied: embed)
+//   next = argmax(logits)                               each rank its slice's (value, index);
+//                                                       one allreduce(max) of packed pairs
+//
+// A batch is a list of rows, each a (sequence, position, token): prefill puts every prompt's
+// tokens in it (concatenated, each prompt its own length and positions 0..len-1), a decode step
+// the last token of every sequence at its own position. Every row first writes its key and value
+// into the KV cache at its position, then attends to positions 0..its own of its sequence: causal
+// masking and per-sequence lengths follow from the positions alone. The KV cache has a fixed
+// capacity (max_len positions per sequence) and every buffer is allocated by llama.new_state, so a
+// decode step allocates nothing and keeps its shapes: it can be a captured graph whose one input
+// is the step number.
+//
+// Allreduces go through disco::AllReduceInFunction (no agreement round): every rank's tensors
+// follow from the config and the command's arguments.
+#include "llama/model.h"
+
+#include <cblas.h>
+#include <disco/any.h>
+#include <disco/ccl.h>
+#include <disco/error.h>
+#include <disco/function.h>
+#include <disco/tensor.h>
+#include <disco/worker.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llama/config.h"
+#include "llama/kernels.h"
+#include "llama/safetensors.h"
+
+namespace llama {
+namespace {
+
+using disco::Object;
+using disco::Shape;
+using disco::Tensor;
+
+// One BLAS thread per rank (the ranks are the parallelism), unless OPENBLAS_NUM_THREADS says
+// otherwise: set when the library loads, on every rank.
+const bool kOneBlasThreadPerRank = [] {
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
+  return true;
+}();
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+DType ParseRunDType(const std::string& s) {
+  DISCO_CHECK(s == "float32" || s == "bfloat16", ValueError)
+      << "dtype is float32 or bfloat16, not '" << s << "'";
+  return s == "float32" ? DType::kF32 : DType::kBF16;
+}
+DLDataType ToDL(DType d) {
+  return d == DType::kF32 ? disco::DataType("float32") : disco::DataType("bfloat16");
+}
+DType FromDL(DLDataType t) {
+  if (t.code == kDLFloat && t.bits == 32) return DType::kF32;
+  if (t.code == kDLFloat && t.bits == 16) return DType::kF16;
+  if (t.code == kDLBfloat && t.bits == 16) return DType::kBF16;
+  return DType::kOther;
+}
+
+// The peak resident set of this process (VmHWM), in KiB.
+int64_t PeakRssKib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return 0;
+}
+
+// ---- The model: this rank's shards -----------------------------------------------------------
+
+struct LayerWeights {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
+  std::vector<float> input_norm, post_norm;  // float32 copies of the (tiny) norm weights
+};
+
+class Model {
+ public:
+  Model(const Config& c, DType dtype, int rank, int ranks)
+      : config(c), dtype(dtype), rank(rank), ranks(ranks) {
+    c.CheckSplit(ranks);
+    heads = c.num_attention_heads / ranks;
+    kv_heads = c.num_key_value_heads / ranks;
+    ffn = c.intermediate_size / ranks;
+    vocab = c.vocab_size / ranks;
+    vocab_start = vocab * rank;
+    for (const WeightSpec& w : WeightSpecs(c)) specs[w.name] = w;
+  }
+
+  const WeightSpec& Spec(const std::string& name) const {
+    auto it = specs.find(name);
+    DISCO_CHECK(it != specs.end(), ValueError)
+        << "'" << name << "' is not a weight of this model (" << config.Summary() << ")";
+    return it->second;
+  }
+  // The rows and columns of the full tensor this rank holds.
+  void Range(const WeightSpec& w, int64_t* r0, int64_t* r1, int64_t* c0, int64_t* c1) const {
+    const int64_t rows = w.shape.size() == 2 ? w.shape[0] : 1;
+    const int64_t cols = w.shape.back();
+    *r0 = 0, *r1 = rows, *c0 = 0, *c1 = cols;
+    if (w.split == Split::kRows) *r0 = rows / ranks * rank, *r1 = *r0 + rows / ranks;
+    if (w.split == Split::kColumns) *c0 = cols / ranks * rank, *c1 = *c0 + cols / ranks;
+  }
+
+  void SetWeight(const std::string& name, const Tensor& shard) {
+    const WeightSpec& w = Spec(name);
+    const std::vector<int64_t> want = ShardShape(w, ranks);
+    const std::vector<int64_t> got(shard.shape().begin(), shard.shape().end());
+    DISCO_CHECK(got == want, ValueError)
+        << "weight '" << name << "': worker " << rank << " got a shard of shape "
+        << ShapeString(got) << "; with " << ranks << " ranks it needs " << ShapeString(want)
+        << " (full shape " << ShapeString(w.shape) << ": " << w.why << ")";
+    const DType from = FromDL(shard.dtype());
+    DISCO_CHECK(from != DType::kOther && shard.device().device_type == kDLCPU, TypeError)
+        << "weight '" << name << "': a " << shard.ToString()
+        << " (float32, float16 or bfloat16 host tensors only)";
+    if (from == dtype) {
+      weights[name] = shard;  // shares the buffer: no copy
+    } else {
+      Tensor t = Tensor::Empty(shard.shape(), ToDL(dtype));
+      ConvertElements(from, shard.data(), shard.numel(), dtype, t.data());
+      weights[name] = t;
+    }
+  }
+
+  void LoadFrom(const Checkpoint& ck) {
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      const TensorInfo* info = ck.Find(w.name);
+      DISCO_CHECK(info != nullptr, ValueError) << "tensor '" << w.name << "' is missing";
+      const std::vector<int64_t> shard = ShardShape(w, ranks);
+      Tensor t = Tensor::Empty(Shape(shard), ToDL(dtype));
+      int64_t r0, r1, c0, c1;
+      Range(w, &r0, &r1, &c0, &c1);
+      ck.ReadSlice(*info, r0, r1, c0, c1, dtype, t.data());
+      weights[w.name] = t;
+    }
+  }
+
+  // Pointers to every weight, and float32 copies of the norms; every weight must be there.
+  void Finalize() {
+    auto get = [&](const std::string& name) -> const void* {
+      auto it = weights.find(name);
+      DISCO_CHECK(it != weights.end(), ValueError)
+          << "weight '" << name << "' was never loaded (llama.set_weight)";
+      return it->second.data();
+    };
+    auto norm = [&](const std::string& name) {
+      std::vector<float> v(static_cast<size_t>(config.hidden_size));
+      ConvertElements(dtype, get(name), config.hidden_size, DType::kF32, v.data());
+      return v;
+    };
+    layers.assign(static_cast<size_t>(config.num_hidden_layers), LayerWeights());
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      LayerWeights& lw = layers[l];
+      lw.q = get(p + "self_attn.q_proj.weight");
+      lw.k = get(p + "self_attn.k_proj.weight");
+      lw.v = get(p + "self_attn.v_proj.weight");
+      lw.o = get(p + "self_attn.o_proj.weight");
+      lw.gate = get(p + "mlp.gate_proj.weight");
+      lw.up = get(p + "mlp.up_proj.weight");
+      lw.down = get(p + "mlp.down_proj.weight");
+      lw.input_norm = norm(p + "input_layernorm.weight");
+      lw.post_norm = norm(p + "post_attention_layernorm.weight");
+    }
+    embed = get("model.embed_tokens.weight");
+    lm_head = config.tie_word_embeddings ? embed : get("lm_head.weight");
+    final_norm = norm("model.norm.weight");
+    finalized = true;
+  }
+
+  int64_t WeightBytes() const {
+    int64_t n = 0;
+    for (const auto& [name, t] : weights) n += static_cast<int64_t>(t.nbytes());
+    return n;
+  }
+
+  Config config;
+  DType dtype;
+  int rank, ranks;
+  int64_t heads = 0, kv_heads = 0, ffn = 0, vocab = 0, vocab_start = 0;
+  std::map<std::string, WeightSpec> specs;
+  std::map<std::string, Tensor> weights;  // this rank's shards, by Hugging Face name
+  std::vector<LayerWeights> layers;
+  const void* embed = nullptr;
+  const void* lm_head = nullptr;
+  std::vector<float> final_norm;
+  bool finalized = false;
+};
+
+// A [rows, cols] tensor over the first rows of `master` (which it keeps alive): the allreduce of
+// a batch smaller than the buffers moves only the batch.
+Tensor RowsView(const Tensor& master, int64_t rows) {
+  struct Ctx {
+    Tensor master;
+    int64_t shape[2];
+  };
+  auto* ctx = new Ctx{master, {rows, master.shape()[1]}};
+  auto* mt = new DLManagedTensor{};
+  mt->dl_tensor.data = master.data();
+  mt->dl_tensor.device = DLDevice{kDLCPU, 0};
+  mt->dl_tensor.ndim = 2;
+  mt->dl_tensor.dtype = master.dtype();
+  mt->dl_tensor.shape = ctx->shape;
+  mt->dl_tensor.strides = nullptr;
+  mt->dl_tensor.byte_offset = 0;
+  mt->manager_ctx = ctx;
+  mt->deleter = [](DLManagedTensor* self) {
+    delete static_cast<Ctx*>(self->manager_ctx);
+    delete self;
+  };
+  return Tensor::FromDLPack(mt);
+}
+
+// A float32 buffer of [max_rows, cols] that allreduces its first rows.
+class RowBuffer {
+ public:
+  void Allocate(int64_t max_rows, int64_t cols) {
+    master_ = Tensor::Empty(Shape{max_rows, cols}, disco::DataType("float32"));
+    std::memset(master_.data(), 0, master_.nbytes());
+    views_.clear();
+  }
+  float* data() const { return master_.data_as<float>(); }
+  void AllReduce(int64_t rows) {
+    for (const auto& [n, view] : views_) {
+      if (n == rows) {
+        disco::AllReduceInFunction(view, disco::ReduceOp::kSum);
+        return;
+      }
+    }
+    views_.emplace_back(rows, rows == master_.shape()[0] ? master_ : RowsView(master_, rows));
+    disco::AllReduceInFunction(views_.back().second, disco::ReduceOp::kSum);
+  }
+
+ private:
+  Tensor master_;
+  std::vector<std::pair<int64_t, Tensor>> views_;
+};
+
+// ---- The state of a generation: KV cache, batch, buffers -----------------------------------
+
+class State {
+ public:
+  State(std::shared_ptr<Model> model, int64_t batch, int64_t max_len, int64_t max_rows,
+        int64_t max_new, bool keep_logits)
+      : m(std::move(model)),
+        batch(batch),
+        max_len(max_len),
+        max_rows(max_rows),
+        max_new(max_new),
+        keep_logits(keep_logits) {
+    DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= batch && max_new >= 1, ValueError)
+        << "llama.new_state: batch " << batch << ", max_len " << max_len << ", max_rows "
+        << max_rows << ", max_new_tokens " << max_new
+        << ": each must be positive, and max_rows at least batch";
+    const Config& c = m->config;
+    const int64_t h = c.hidden_size, hd = c.head_dim;
+    cache_stride = max_len * hd;
+    const size_t cache = static_cast<size_t>(c.num_hidden_layers * batch * m->kv_heads) *
+                         static_cast<size_t>(cache_stride);
+    kcache.assign(cache, 0.0f);
+    vcache.assign(cache, 0.0f);
+    // Rotary tables, as Hugging Face computes them in float32: inv_freq[i] = 1 /
+    // theta^(2i / dim), angle = position * inv_freq.
+    const int64_t half = hd / 2;
+    cos.resize(static_cast<size_t>(max_len * half));
+    sin.resize(cos.size());
+    for (int64_t i = 0; i < half; ++i) {
+      const float inv_freq = static_cast<float>(
+          1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+      for (int64_t p = 0; p < max_len; ++p) {
+        const float angle = static_cast<float>(p) * inv_freq;
+        cos[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        sin[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+    }
+    seq_len.assign(static_cast<size_t>(batch), 0);
+    tokens.assign(static_cast<size_t>(batch * max_new), -1);
+    last_row.assign(static_cast<size_t>(batch), 0);
+    row_seq.assign(static_cast<size_t>(max_rows), 0);
+    row_pos.assign(static_cast<size_t>(max_rows), 0);
+    row_tok.assign(static_cast<size_t>(max_rows), 0);
+    x.Allocate(max_rows, h);
+    part.Allocate(max_rows, h);
+    hbuf.resize(static_cast<size_t>(max_rows * h));
+    q.resize(static_cast<size_t>(max_rows * m->heads * hd));
+    attn.resize(q.size());
+    k.resize(static_cast<size_t>(max_rows * m->kv_heads * hd));
+    v.resize(k.size());
+    gate.resize(static_cast<size_t>(max_rows * m->ffn));
+    up.resize(gate.size());
+    scores.resize(static_cast<size_t>((m->heads / m->kv_heads) * max_len));
+    hsel.resize(static_cast<size_t>(batch * h));
+    logits.resize(static_cast<size_t>(batch * m->vocab));
+    best = Tensor::Empty(Shape{batch}, disco::DataType("int64"));
+    if (keep_logits) kept.assign(static_cast<size_t>(max_new * batch * m->vocab), 0.0f);
+  }
+
+  int64_t KvBytes() const {
+    return static_cast<int64_t>((kcache.size() + vcache.size()) * sizeof(float));
+  }
+  float* KCache(int64_t layer, int64_t seq, int64_t kv_head) {
+    return kcache.data() + ((layer * batch + seq) * m->kv_heads + kv_head) * cache_stride;
+  }
+  float* VCache(int64_t layer, int64_t seq, int64_t kv_head) {
+    return vcache.data() + ((layer * batch + seq) * m->kv_heads + kv_head) * cache_stride;
+  }
+
+  void CheckLayer(int64_t layer, const char* fn) const {
+    DISCO_CHECK(layer >= 0 && layer < m->config.num_hidden_layers, ValueError)
+        << fn << ": layer " << layer << " is out of range [0, " << m->config.num_hidden_layers
+        << ")";
+    DISCO_CHECK(rows > 0, ValueError) << fn << ": no batch (llama.begin_prefill first)";
+  }
+
+  std::shared_ptr<Model> m;
+  const int64_t batch, max_len, max_rows, max_new;
+  const bool keep_logits;
+  int64_t cache_stride = 0;
+  std::vector<float> kcache, vcache;  // [layer][sequence][kv head][position][head_dim]
+  std::vector<float> cos, sin;        // [position][head_dim / 2]
+  std::vector<int64_t> seq_len;       // prompt lengths
+  std::vector<int64_t> tokens;        // [sequence][step]: the generated tokens
+  // The batch: its rows' sequence, position and token, and the row whose output picks each
+  // sequence's next token.
+  int64_t rows = 0, step = 0;
+  std::vector<int64_t> row_seq, row_pos, row_tok, last_row;
+  // Buffers.
+  RowBuffer x, part;  // the residual stream, and the partial sums each allreduce adds to it
+  std::vector<float> hbuf, q, k, v, attn, gate, up, scores, hsel, logits, kept, scratch;
+  Tensor best;  // packed (value, index) of each sequence's best token
+  // Time spent in the worker functions since the last llama.reset_stats.
+  double compute_s = 0, allreduce_s = 0;
+  int64_t calls = 0;
+};
+
+std::shared_ptr<Model> ModelOf(const Object& o, const char* fn) {
+  std::shared_ptr<Model> m = o.as<Model>();
+  DISCO_CHECK(m != nullptr, TypeError)
+      << fn << ": expected a llama Model (from llama.open or llama.new_model), got a "
+      << o.type_name();
+  return m;
+}
+State& StateOf(const Object& o, const char* fn) {
+  std::shared_ptr<State> s = o.as<State>();
+  DISCO_CHECK(s != nullptr, TypeError)
+      << fn << ": expected a llama State (from llama.new_state), got a " << o.type_name();
+  return *s;
+}
+
+// Times a worker function's compute and allreduce parts.
+class Timer {
+ public:
+  explicit Timer(State* s) : s_(s), t_(Now()) { ++s->calls; }
+  // Everything since the last mark was compute; what follows until the next mark, allreduce.
+  void StartAllReduce() {
+    const double t = Now();
+    s_->compute_s += t - t_;
+    t_ = t;
+  }
+  void EndAllReduce() {
+    const double t = Now();
+    s_->allreduce_s += t - t_;
+    t_ = t;
+  }
+  ~Timer() { s_->compute_s += Now() - t_; }
+
+ private:
+  State* s_;
+  double t_;
+};
+
+// ---- The layers ---------------------------------------------------------------------------------
+
+void Embed(State& s) {
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const int64_t h = m.config.hidden_size;
+  float* x = s.x.data();
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const int64_t local = s.row_tok[r] - m.vocab_start;
+    if (local >= 0 && local < m.vocab) {
+      const char* row = static_cast<const char*>(m.embed) + local * h * DTypeSize(m.dtype);
+      ConvertElements(m.dtype, row, h, DType::kF32, x + r * h);
+    } else {
+      std::memset(x + r * h, 0, static_cast<size_t>(h) * sizeof(float));
+    }
+  }
+  timer.StartAllReduce();
+  s.x.AllReduce(s.rows);
+  timer.EndAllReduce();
+}
+
+// The attention of one row, for the query heads that share kv head `g`: softmax(q K^T * scale) V
+// over positions 0..pos of the row's sequence.
+void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc,
+               int64_t pos, float* out) {
+  const int64_t hd = s.m->config.head_dim, n = pos + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* sc = s.scores.data();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* kt = kc + t * hd;
+    for (int64_t j = 0; j < rep; ++j) sc[j * n + t] = Dot(q + j * hd, kt, hd) * scale;
+  }
+  for (int64_t j = 0; j < rep; ++j) {
+    float* row = sc + j * n;
+    float mx = row[0];
+    for (int64_t t = 1; t < n; ++t) mx = std::max(mx, row[t]);
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      row[t] = std::exp(row[t] - mx);
+      sum += row[t];
+    }
+    const float inv = 1.0f / sum;
+    float* o = out + j * hd;
+    std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
+    for (int64_t t = 0; t < n; ++t) Axpy(row[t] * inv, vc + t * hd, o, hd);
+  }
+}
+
+void Attention(State& s, int64_t layer) {
+  s.CheckLayer(layer, "llama.attention");
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  const LayerWeights& w = m.layers[layer];
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t h = c.hidden_size, hd = c.head_dim, rows = s.rows;
+  const int64_t qw = m.heads * hd, kvw = m.kv_heads * hd, rep = m.heads / m.kv_heads;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* x = s.x.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    RmsNorm(x + r * h, w.input_norm.data(), h, eps, s.hbuf.data() + r * h);
+  }
+  Linear(s.hbuf.data(), rows, h, w.q, bf16, qw, s.q.data(), qw, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.k, bf16, kvw, s.k.data(), kvw, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.v, bf16, kvw, s.v.data(), kvw, &s.scratch);
+  // Rotary embedding, then every row's key and value into the cache at its position.
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
+    Rope(s.q.data() + r * qw, m.heads, hd, s.cos.data() + pos * half, s.sin.data() + pos * half);
+    Rope(s.k.data() + r * kvw, m.kv_heads, hd, s.cos.data() + pos * half,
+         s.sin.data() + pos * half);
+    for (int64_t g = 0; g < m.kv_heads; ++g) {
+      std::memcpy(s.KCache(layer, seq, g) + pos * hd, s.k.data() + r * kvw + g * hd,
+                  static_cast<size_t>(hd) * sizeof(float));
+      std::memcpy(s.VCache(layer, seq, g) + pos * hd, s.v.data() + r * kvw + g * hd,
+                  static_cast<size_t>(hd) * sizeof(float));
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
+    for (int64_t g = 0; g < m.kv_heads; ++g) {
+      AttendRow(s, s.q.data() + r * qw + g * rep * hd, rep, s.KCache(layer, seq, g),
+                s.VCache(layer, seq, g), pos, s.attn.data() + r * qw + g * rep * hd);
+    }
+  }
+  Linear(s.attn.data(), rows, qw, w.o, bf16, h, s.part.data(), h, &s.scratch);
+  timer.StartAllReduce();
+  s.part.AllReduce(rows);
+  timer.EndAllReduce();
+  Add(s.part.data(), x, rows * h);
+}
+
+void Mlp(State& s, int64_t layer) {
+  s.CheckLayer(layer, "llama.mlp");
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  const LayerWeights& w = m.layers[layer];
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t h = c.hidden_size, f = m.ffn, rows = s.rows;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* x = s.x.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    RmsNorm(x + r * h, w.post_norm.data(), h, eps, s.hbuf.data() + r * h);
+  }
+  Linear(s.hbuf.data(), rows, h, w.gate, bf16, f, s.gate.data(), f, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.up, bf16, f, s.up.data(), f, &s.scratch);
+  SiluMul(s.gate.data(), s.up.data(), s.gate.data(), rows * f);
+  Linear(s.gate.data(), rows, f, w.down, bf16, h, s.part.data(), h, &s.scratch);
+  timer.StartAllReduce();
+  s.part.AllReduce(rows);
+  timer.EndAllReduce();
+  Add(s.part.data(), x, rows * h);
+}
+
+// An order-preserving 64-bit key of (value, index): a larger value wins, then a smaller index
+// (numpy's argmax: the first maximum). Signed comparison of the keys orders them so.
+int64_t PackBest(float value, int64_t index) {
+  if (value == 0.0f) value = 0.0f;  // -0 and +0 are equal
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+  const uint64_t key = (static_cast<uint64_t>(u) << 32) |
+                       (0xFFFFFFFFull - static_cast<uint64_t>(index));
+  return static_cast<int64_t>(key ^ (uint64_t{1} << 63));
+}
+int64_t UnpackIndex(int64_t key) {
+  return static_cast<int64_t>(0xFFFFFFFFull - (static_cast<uint64_t>(key) & 0xFFFFFFFFull));
+}
+
+void Head(State& s) {
+  DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float* x = s.x.data();
+  for (int64_t i = 0; i < b; ++i) {
+    RmsNorm(x + s.last_row[i] * h, m.final_norm.data(), h, eps, s.hsel.data() + i * h);
+  }
+  Linear(s.hsel.data(), b, h, m.lm_head, m.dtype == DType::kBF16, vl, s.logits.data(), vl,
+         &s.scratch);
+  auto* best = s.best.data_as<int64_t>();
+  for (int64_t i = 0; i < b; ++i) {
+    const float* row = s.logits.data() + i * vl;
+    int64_t arg = 0;
+    for (int64_t j = 1; j < vl; ++j) {
+      if (row[j] > row[arg]) arg = j;
+    }
+    best[i] = PackBest(row[arg], m.vocab_start + arg);
+  }
+  if (s.keep_logits) {
+    std::memcpy(s.kept.data() + s.step * b * vl, s.logits.data(),
+                static_cast<size_t>(b * vl) * sizeof(float));
+  }
+  timer.StartAllReduce();
+  disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
+  timer.EndAllReduce();
+  for (int64_t i = 0; i < b; ++i) s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
+}
+
+void BeginPrefill(State& s, const Shape& tokens, const Shape& lengths) {
+  const Config& c = s.m->config;
+  DISCO_CHECK(lengths.ndim() == s.batch, ValueError)
+      << "llama.begin_prefill: " << lengths.ndim() << " prompt lengths for a batch of "
+      << s.batch;
+  int64_t total = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t len = lengths[b];
+    DISCO_CHECK(len >= 1, ValueError) << "llama.begin_prefill: prompt " << b << " is empty";
+    DISCO_CHECK(len + s.max_new - 1 <= s.max_len, ValueError)
+        << "llama.begin_prefill: prompt " << b << " has " << len << " tokens; with "
+        << s.max_new << " new tokens it needs " << len + s.max_new - 1
+        << " positions, but the KV cache holds " << s.max_len;
+    total += len;
+  }
+  DISCO_CHECK(total == tokens.ndim() && total <= s.max_rows, ValueError)
+      << "llama.begin_prefill: " << tokens.ndim() << " tokens for prompts of " << total
+      << " in all (at most " << s.max_rows << ", llama.new_state's max_rows)";
+  int64_t r = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    s.seq_len[b] = lengths[b];
+    for (int64_t p = 0; p < lengths[b]; ++p, ++r) {
+      const int64_t tok = tokens[r];
+      DISCO_CHECK(tok >= 0 && tok < c.vocab_size, ValueError)
+          << "llama.begin_prefill: token " << tok << " of prompt " << b
+          << " is outside the vocabulary [0, " << c.vocab_size << ")";
+      s.row_seq[r] = b;
+      s.row_pos[r] = p;
+      s.row_tok[r] = tok;
+    }
+    s.last_row[b] = r - 1;
+  }
+  s.rows = total;
+  s.step = 0;
+  std::fill(s.tokens.begin(), s.tokens.end(), -1);
+}
+
+void BeginDecode(State& s, int64_t step) {
+  DISCO_CHECK(step >= 1 && step < s.max_new, ValueError)
+      << "llama.begin_decode: step " << step << " is outside [1, " << s.max_new << ")";
+  DISCO_CHECK(s.tokens[step - 1] >= 0, ValueError)
+      << "llama.begin_decode: step " << step << " needs the token of step " << step - 1
+      << " (llama.head) first";
+  for (int64_t b = 0; b < s.batch; ++b) {
+    s.row_seq[b] = b;
+    s.row_pos[b] = s.seq_len[b] + step - 1;
+    s.row_tok[b] = s.tokens[b * s.max_new + step - 1];
+    s.last_row[b] = b;
+  }
+  s.rows = s.batch;
+  s.step = step;
+}
+
+// ---- Registration -------------------------------------------------------------------------------
+
+const char* const kNames[] = {"llama.open",          "llama.new_model",     "llama.set_weight",
+                              "llama.weight",        "llama.config",        "llama.new_state",
+                              "llama.begin_prefill", "llama.begin_decode",  "llama.embed",
+                              "llama.attention",     "llama.mlp",           "llama.head",
+                              "llama.tokens",        "llama.logits",        "llama.reset_stats",
+                              "llama.stats"};
+
+DISCO_REGISTER_GLOBAL("llama.open").set_body_typed(
+    [](std::string path, std::string dtype) {
+      const disco::WorkerInfo& w = disco::ThisWorker();
+      const DType dt = ParseRunDType(dtype);
+      Checkpoint ck = Checkpoint::Open(path);
+      ck.config().CheckSplit(w.num_workers);
+      ck.CheckWeights();
+      auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers);
+      m->LoadFrom(ck);
+      m->Finalize();
+      return Object::Make(m, "llama.Model");
+    },
+    {"path", "dtype"});
+
+DISCO_REGISTER_GLOBAL("llama.new_model")
+    .set_body_typed(
+        [](std::string config_json, std::string dtype) {
+          const disco::WorkerInfo& w = disco::ThisWorker();
+          const DType dt = ParseRunDType(dtype);
+          Config c = Config::FromText(config_json, "llama.new_model: the config");
+          return Object::Make(std::make_shared<Model>(c, dt, w.worker_id, w.num_workers),
+                              "llama.Model");
+        },
+        {"config_json", "dtype"});
+
+DISCO_REGISTER_GLOBAL("llama.set_weight")
+    .set_body_typed(
+        [](Object model, std::string name, Tensor shard) {
+          std::shared_ptr<Model> m = ModelOf(model, "llama.set_weight");
+          DISCO_CHECK(!m->finalized, ValueError)
+              << "llama.set_weight: the model is in use (llama.new_state) and cannot change";
+          m->SetWeight(name, shard);
+        },
+        {"model", "name", "shard"});
+
+DISCO_REGISTER_GLOBAL("llama.weight")
+    .set_body_typed(
+        [](Object model, std::string name) {
+          std::shared_ptr<Model> m = ModelOf(model, "llama.weight");
+          m->Spec(name);
+          auto it = m->weights.find(name);
+          DISCO_CHECK(it != m->weights.end(), ValueError)
+              << "llama.weight: '" << name << "' was never loaded";
+          return it->second;
+        },
+        {"model", "name"});
+
+DISCO_REGISTER_GLOBAL("llama.config").set_body_typed(
+    [](Object model) { return ModelOf(model, "llama.config")->config.ToJson(); }, {"model"});
+
+DISCO_REGISTER_GLOBAL("llama.new_state")
+    .set_body_typed(
+        [](Object model, int64_t batch, int64_t max_len, int64_t max_rows, int64_t max_new,
+           bool keep_logits) {
+          std::shared_ptr<Model> m = ModelOf(model, "llama.new_state");
+          if (!m->finalized) m->Finalize();
+          return Object::Make(
+              std::make_shared<State>(m, batch, max_len, max_rows, max_new, keep_logits),
+              "llama.State");
+        },
+        {"model", "batch", "max_len", "max_rows", "max_new_tokens", "keep_logits"});
+
+DISCO_REGISTER_GLOBAL("llama.begin_prefill")
+    .set_body_typed(
+        [](Object state, Shape tokens, Shape lengths) {
+          BeginPrefill(StateOf(state, "llama.begin_prefill"), tokens, lengths);
+        },
+        {"state", "tokens", "lengths"});
+
+DISCO_REGISTER_GLOBAL("llama.begin_decode")
+    .set_body_typed(
+        [](Object state, int64_t step) { BeginDecode(StateOf(state, "llama.begin_decode"), step); },
+        {"state", "step"});
+
+DISCO_REGISTER_GLOBAL("llama.embed")
+    .set_body_typed([](Object state) { Embed(StateOf(state, "llama.embed")); }, {"state"})
+    .mark_collective();
+
+DISCO_REGISTER_GLOBAL("llama.attention")
+    .set_body_typed(
+        [](Object state, int64_t layer) { Attention(StateOf(state, "llama.attention"), layer); },
+        {"state", "layer"})
+    .mark_collective();
+
+DISCO_REGISTER_GLOBAL("llama.mlp")
+    .set_body_typed([](Object state, int64_t layer) { Mlp(StateOf(state, "llama.mlp"), layer); },
+                    {"state", "layer"})
+    .mark_collective();
+
+DISCO_REGISTER_GLOBAL("llama.head")
+    .set_body_typed([](Object state) { Head(StateOf(state, "llama.head")); }, {"state"})
+    .mark_collective();
+
+DISCO_REGISTER_GLOBAL("llama.tokens").set_body_typed(
+    [](Object state) {
+      State& s = StateOf(state, "llama.tokens");
+      Tensor t = Tensor::Empty(Shape{s.batch, s.max_new}, disco::DataType("int64"));
+      std::memcpy(t.data(), s.tokens.data(), t.nbytes());
+      return t;
+    },
+    {"state"});
+
+DISCO_REGISTER_GLOBAL("llama.logits").set_body_typed(
+    [](Object state) {
+      State& s = StateOf(state, "llama.logits");
+      DISCO_CHECK(s.keep_logits, ValueError)
+          << "llama.logits: the state keeps no logits (llama.new_state with keep_logits)";
+      Tensor t =
+          Tensor::Empty(Shape{s.max_new, s.batch, s.m->vocab}, disco::DataType("float32"));
+      std::memcpy(t.data(), s.kept.data(), t.nbytes());
+      return t;
+    },
+    {"state"});
+
+DISCO_REGISTER_GLOBAL("llama.reset_stats").set_body_typed(
+    [](Object state) {
+      State& s = StateOf(state, "llama.reset_stats");
+      s.compute_s = s.allreduce_s = 0;
+      s.calls = 0;
+    },
+    {"state"});
+
+DISCO_REGISTER_GLOBAL("llama.stats").set_body_typed(
+    [](Object state) {
+      State& s = StateOf(state, "llama.stats");
+      return Shape{static_cast<int64_t>(s.compute_s * 1e6),
+                   static_cast<int64_t>(s.allreduce_s * 1e6),
+                   s.calls,
+                   PeakRssKib(),
+                   s.m->WeightBytes(),
+                   s.KvBytes()};
+    },
+    {"state"});
+
+}  // namespace
+
+std::vector<std::string> WorkerFunctionNames() {
+  return std::vector<std::string>(std::begin(kNames), std::end(kNames));
+}
+
+}  // namespace llama

@@ -1,0 +1,37 @@
+// The Llama decoder's worker functions, registered by name when libdisco_llama loads (a
+// controller in C++ or Python calls them through the session; every worker runs each call on its
+// own shards). The model is told at the top of models/llama/model.cc.
+//
+//   llama.open(path, dtype) -> Model           a Hugging Face directory; this worker's shards
+//   llama.new_model(config_json, dtype) -> Model    no weights yet (then llama.set_weight)
+//   llama.set_weight(model, name, shard)        this worker's shard of `name` (e.g. from HDF5)
+//   llama.weight(model, name) -> Tensor         this worker's shard of `name`
+//   llama.config(model) -> str                  config.json text (every field the model uses)
+//   llama.new_state(model, batch, max_len, max_rows, max_new_tokens, keep_logits) -> State
+//   llama.begin_prefill(state, tokens, lengths) the prompts, concatenated, and their lengths
+//   llama.begin_decode(state, step)             step 1..max_new_tokens-1: the last token of each
+//   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)
+//   llama.attention(state, layer)               x += attention block (one allreduce)
+//   llama.mlp(state, layer)                     x += MLP block (one allreduce)
+//   llama.head(state)                           next token of every sequence (one allreduce)
+//   llama.tokens(state) -> Tensor int64 (batch, max_new_tokens)
+//   llama.logits(state) -> Tensor float32 (max_new_tokens, batch, vocab/N)  with keep_logits
+//   llama.reset_stats(state), llama.stats(state) -> (compute us, allreduce us, calls,
+//                                                    peak RSS KiB, weight bytes, KV cache bytes)
+//
+// Model and State are opaque worker-local objects (disco::Object) in registers. dtype is
+// "float32" or "bfloat16" (weights stored as bfloat16, computed in float32).
+#ifndef DISCO_MODELS_LLAMA_MODEL_H_
+#define DISCO_MODELS_LLAMA_MODEL_H_
+
+#include <string>
+#include <vector>
+
+namespace llama {
+
+/// The names of the worker functions above (all registered once this library is loaded).
+std::vector<std::string> WorkerFunctionNames();
+
+}  // namespace llama
+
+#endif  // DISCO_MODELS_LLAMA_MODEL_H_
