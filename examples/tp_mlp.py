@@ -1,4 +1,4 @@
-"""The tensor-parallel MLP of disco-demo, with numpy worker functions.
+"""The tensor-parallel MLP of disco-demo --mlp, with numpy worker functions.
 
     mpirun -n 4 python3 examples/tp_mlp.py [--checkpoint FILE.h5] [--dtype float32|bfloat16]
                                            [--calls]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# disco-demo on a small model: at NP ranks in DTYPE its output matches the single-process
+# disco-demo --mlp (the tensor-parallel MLP demo) on a small model: at NP ranks in DTYPE its output matches the single-process
 # reference (the demo exits 0 only then); in "bad" mode, checkpoints that do not fit the model
 # fail with a message naming the dataset, and nothing hangs.
 #   run_demo_test.sh MPIEXEC DEMO NP DTYPE [mpiexec flags...] [-- demo flags...]
@@ -11,7 +11,7 @@ mpiexec=$1 demo=$2 mode=$3
 shift 3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-small=(--hidden 64 --ffn 192 --layers 2 --tokens 8 --steps 2 --warmup 1)
+small=(--mlp --hidden 64 --ffn 192 --layers 2 --tokens 8 --steps 2 --warmup 1)
 
 if [[ $mode != bad ]]; then
   dtype=$1

@@ -132,10 +132,10 @@ if ((gpus > 0)); then
   for dtype in float32 bfloat16; do
     step demo-cuda-$dtype 180 "$demo_test" "$one" "$demo" 1 "$dtype" -- --device cuda
   done
-  step demo-cuda-large 180 "$one" -n 1 "$demo" --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
+  step demo-cuda-large 180 "$one" -n 1 "$demo" --mlp --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
     --steps 5 --warmup 2 --dtype bfloat16 --device cuda --checkpoint "$scratch/large.h5"
   if command -v compute-sanitizer >/dev/null; then
-    step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --hidden 128 \
+    step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --mlp --hidden 128 \
       --ffn 256 --tokens 16 --layers 2 --steps 1 --warmup 0 --dtype bfloat16 --device cuda \
       --checkpoint "$scratch/memcheck.h5"
   else

@@ -20,8 +20,11 @@ grep -q '^#define DISCO_HAVE_NCCL 1' "$build/include/disco/config.h" ||
 programs=("$build/tests/disco_unit_tests" "$build/tests/disco_gpu_tests"
   "$build/tests/disco_mpi_tests" "$build/src/tools/disco-demo")
 for p in "${programs[@]}"; do [[ -x $p ]] || die "$p is missing (build the tests and disco-demo)"; done
-[[ $(ldd "$build/src/tools/disco-demo") == *libcublas* ]] ||
-  die "disco-demo in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
+# disco-demo --mlp loads the MLP demo from its module, which carries the CUDA path.
+mlp_module=$build/src/tools/disco-demo-mlp.so
+[[ -f $mlp_module ]] || die "$mlp_module is missing (build disco-demo)"
+[[ $(ldd "$mlp_module") == *libcublas* ]] ||
+  die "disco-demo-mlp.so in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
 command -v ompi_info >/dev/null || die "ompi_info not found (Open MPI, Debian's openmpi-bin)"
 
 stage=$(mktemp -d)
@@ -30,7 +33,7 @@ b=$stage/disco-gpu-bundle
 mkdir -p "$b/bin" "$b/lib/openmpi" "$b/lib/pmix" "$b/share/openmpi" "$b/tests/mpi" "$b/tests/demo"
 
 cp -L "${programs[@]}" "$b/bin/"
-cp -L "$build"/libdisco.so.[0-9] "$b/lib/"
+cp -L "$build"/libdisco.so.[0-9] "$mlp_module" "$b/lib/"  # disco-demo finds the module in ../lib
 # Open MPI's launcher, for the multi-rank steps on nodes with several GPUs.
 for tool in orterun orted; do cp -L "$(command -v "$tool")" "$b/bin/" 2>/dev/null || true; done
 [[ -e $b/bin/orterun ]] && ln -s orterun "$b/bin/mpirun"

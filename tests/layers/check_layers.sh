@@ -7,7 +7,7 @@
 # every include that breaks a rule, and a summary line. Public headers count too (see
 # public_rank_of): core's (values, tensors, functions, errors, logging, the worker's identity) are
 # for every layer; disco/session.h, graph.h and h5.h (which take a Session) only for the session
-# layer and above.
+# layer and above. Files under models/ may include public headers and their own, nothing of src/.
 #   check_layers.sh [SOURCE_DIR]
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -76,5 +76,20 @@ while IFS= read -r file; do
     fi
   done < <(grep -n '^#include <disco/' "$file")
 done < <(find src python/src include/disco -name '*.h' -o -name '*.cc' -o -name '*.cu' | sort)
+# models/ is written as an outside user would: disco's public headers (<disco/...>) and its own
+# ("llama/..."), never a private header of src/.
+while IFS= read -r file; do
+  files=$((files + 1))
+  while IFS=: read -r line inc; do
+    [[ -n $inc ]] || continue
+    target=${inc#*\"}
+    target=${target%\"*}
+    includes=$((includes + 1))
+    if (($(rank_of "${target%%/*}") >= 0)) || [[ -e src/$target ]]; then
+      echo "$file:$line: #include \"$target\": models/ uses only disco's public headers (<disco/...>)"
+      bad=$((bad + 1))
+    fi
+  done < <(grep -n '^#include "' "$file")
+done < <(find models -name '*.h' -o -name '*.cc' -o -name '*.cu' 2>/dev/null | sort)
 echo "layers: $files files, $includes includes of src/ headers, $bad breaking the rules"
 ((bad == 0))

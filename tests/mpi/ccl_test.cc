@@ -806,6 +806,82 @@ TEST_F(CclTest, TensorsTheControllerMadeNeedNoAgreementRound) {
   EXPECT_EQ(rounds(), before);
 }
 
+// A function that allreduces tensors it made itself: through disco::AllReduceInFunction (no
+// agreement round), or through the builtin disco.allreduce (one round per call: the tensors have
+// no register to name them by). Sums of float32 and maxima of int64, in place and not, in the world
+// and in groups; the result checked on every worker against the formula.
+DISCO_REGISTER_GLOBAL("test.ccl.allreduce_in_function")
+    .set_body_typed([](int64_t n, std::string dtype, std::string op, bool in_group, bool in_place,
+                       bool builtin) {
+      Tensor send = Tensor::Empty(Shape{n}, DataType(dtype));
+      Tensor recv = in_place ? send : Tensor::Empty(Shape{n}, DataType(dtype));
+      const int w = ThisWorker().worker_id;
+      for (int64_t i = 0; i < n; ++i) Store(send, i, ValueFor(testing::FillKindFor(op), w, i));
+      if (builtin) {
+        Registry::Get("disco.allreduce")(send, op, in_group, recv);
+      } else {
+        AllReduceInFunction(send, recv, ParseReduceOp(op), in_group);
+      }
+      auto [first, members] = Members(in_group);
+      for (int64_t i = 0; i < n; ++i) {
+        double want = ValueFor(testing::FillKindFor(op), first, i);
+        for (int m = first + 1; m < first + members; ++m) {
+          const double v = ValueFor(testing::FillKindFor(op), m, i);
+          want = op == "sum" ? want + v : std::max(want, v);
+        }
+        DISCO_CHECK(Load(recv, i) == want, ValueError)
+            << "AllReduceInFunction(" << op << ", " << dtype << ") element " << i << ": "
+            << Load(recv, i) << ", expected " << want;
+      }
+    })
+    .mark_collective();
+// Bad metadata, alike on every worker: 8 elements into 9, or avg of integers.
+DISCO_REGISTER_GLOBAL("test.ccl.allreduce_in_function_bad").set_body_typed([](int64_t which) {
+  if (which == 0) {
+    AllReduceInFunction(Tensor::Empty(Shape{8}, DataType("float32")),
+                        Tensor::Empty(Shape{9}, DataType("float32")), ReduceOp::kSum);
+  } else {
+    AllReduceInFunction(Tensor::Empty(Shape{8}, DataType("int32")), ReduceOp::kAvg);
+  }
+});
+
+TEST_F(CclTest, AllReduceInFunctionNeedsNoAgreementRound) {
+  auto rounds = [&] {
+    return s()
+        .CallPacked(F("test.ccl.agreement_rounds"))
+        .DebugGetFromRemote(n() - 1)
+        .cast<int64_t>();
+  };
+  DRef f = F("test.ccl.allreduce_in_function");
+  const int64_t start = rounds();
+  for (int64_t count : kCounts) {
+    for (bool in_group : {false, true}) {
+      for (bool in_place : {false, true}) {
+        s().CallPacked(f, count, "float32", "sum", in_group, in_place, false);
+        s().CallPacked(f, count, "int64", "max", in_group, in_place, false);
+      }
+    }
+  }
+  Check("AllReduceInFunction");
+  EXPECT_EQ(rounds() - start, 0);
+  // The builtin called from a function pays a round per call.
+  for (int i = 0; i < 3; ++i) s().CallPacked(f, 1000, "float32", "sum", false, true, true);
+  Check("disco.allreduce called from a function");
+  EXPECT_EQ(rounds() - start, 3);
+  // Its own checks fail on every worker alike, before anything moves; the session goes on.
+  s().CallPacked(F("test.ccl.allreduce_in_function_bad"), 0);
+  std::string msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("disco::AllReduceInFunction: 'send' has 8 elements, 'recv' 9"),
+            std::string::npos)
+      << msg;
+  s().CallPacked(F("test.ccl.allreduce_in_function_bad"), 1);
+  msg = RemoteErrorOf([&] { s().SyncAll(); });
+  EXPECT_NE(msg.find("op 'avg' is not defined for int32"), std::string::npos) << msg;
+  s().CallPacked(f, 7, "float32", "sum", false, false, false);
+  Check("AllReduceInFunction after errors");
+  EXPECT_EQ(rounds() - start, 3);
+}
+
 TEST_F(CclTest, ParkingRightAfterACollectiveRunsItFirstAndWakingResumes) {
   if (s().impl() == nullptr) GTEST_SKIP() << "parking is done by the serving side";
   DRef send = s().Empty(Shape{4096}, DataType("float32"));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# examples/tp_mlp.py on a checkpoint that disco-demo wrote (float32 and bfloat16): both pass their
+# examples/tp_mlp.py on a checkpoint that disco-demo --mlp wrote (float32 and bfloat16): both pass their
 # reference checks, under mpirun and launch/disco-run; a session's life (lifecycle_app.py); and a
 # short run of bench/python_call.py (when mpi4py is there).
 #   run_examples_test.sh PYTHON DISCO_DEMO -- MPIEXEC ARGS...   (ARGS end with the -n flag)
@@ -14,7 +14,7 @@ dir=$(mktemp -d -p "$base")
 trap 'rm -rf "$dir"' EXIT
 small=(--hidden 64 --ffn 256 --layers 2 --tokens 16 --steps 2)
 for dtype in float32 bfloat16; do
-  "$@" 2 "$demo" "${small[@]}" --dtype "$dtype" --checkpoint "$dir/$dtype.h5" > "$dir/demo.log" 2>&1 ||
+  "$@" 2 "$demo" --mlp "${small[@]}" --dtype "$dtype" --checkpoint "$dir/$dtype.h5" > "$dir/demo.log" 2>&1 ||
     { cat "$dir/demo.log"; exit 1; }
   "$@" 2 "$py" "$root/examples/tp_mlp.py" "${small[@]}" --dtype "$dtype" \
     --checkpoint "$dir/$dtype.h5" > "$dir/py.log" 2>&1 || { cat "$dir/py.log"; exit 1; }
