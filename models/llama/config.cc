@@ -103,11 +103,10 @@ std::string Config::ToJson() const {
 }
 
 void Config::CheckSplit(int ranks) const {
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"num_attention_heads", num_attention_heads},
-      {"num_key_value_heads", num_key_value_heads},
-      {"intermediate_size", intermediate_size},
-      {"vocab_size", vocab_size}};
+  const std::pair<const char*, int64_t> sizes[] = {{"num_attention_heads", num_attention_heads},
+                                                   {"num_key_value_heads", num_key_value_heads},
+                                                   {"intermediate_size", intermediate_size},
+                                                   {"vocab_size", vocab_size}};
   for (const auto& [name, v] : sizes) {
     DISCO_CHECK(v % ranks == 0, ValueError)
         << name << " " << v << " cannot be split over " << ranks << " ranks";
@@ -116,9 +115,9 @@ void Config::CheckSplit(int ranks) const {
 
 std::string Config::Summary() const {
   std::ostringstream os;
-  os << "hidden " << hidden_size << ", " << num_hidden_layers << " layers, "
-     << num_attention_heads << " heads (" << num_key_value_heads << " kv, dim " << head_dim
-     << "), ffn " << intermediate_size << ", vocab " << vocab_size
+  os << "hidden " << hidden_size << ", " << num_hidden_layers << " layers, " << num_attention_heads
+     << " heads (" << num_key_value_heads << " kv, dim " << head_dim << "), ffn "
+     << intermediate_size << ", vocab " << vocab_size
      << (tie_word_embeddings ? ", tied embeddings" : "");
   return os.str();
 }
@@ -135,10 +134,10 @@ int64_t Config::NumParams() const {
 
 std::vector<WeightSpec> WeightSpecs(const Config& c) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size,
-                v = c.vocab_size;
-  auto n = [](const char* name, int64_t value) { return std::string(name) + " " +
-                                                          std::to_string(value); };
+                kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size, v = c.vocab_size;
+  auto n = [](const char* name, int64_t value) {
+    return std::string(name) + " " + std::to_string(value);
+  };
   const std::string hs = n("hidden_size", h), fs = n("intermediate_size", f),
                     vs = n("vocab_size", v),
                     qs = n("num_attention_heads", c.num_attention_heads) + " x " +

@@ -50,8 +50,7 @@ struct Options {
 };
 
 double NowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // ---- The default checkpoint: a Hugging Face directory of random weights from a seed -----------
@@ -79,8 +78,8 @@ std::string DefaultCheckpointDir(const Options& o) {
   const char* base = std::getenv("TMPDIR");
   std::string dir = base != nullptr && base[0] != '\0' ? base : "/tmp";
   dir += "/disco-demo-llama-h" + std::to_string(c.hidden_size) + "-l" +
-         std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) +
-         "-k" + std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
+         std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) + "-k" +
+         std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
          std::to_string(c.intermediate_size) + "-v" + std::to_string(c.vocab_size) +
          (c.tie_word_embeddings ? "-tied" : "") + "-s" + std::to_string(o.seed);
   return dir;
@@ -111,8 +110,8 @@ void WriteDefaultCheckpoint(const std::string& dir, const Config& c, uint64_t se
     }
     tensors.push_back({w.name, w.shape, [=](int64_t begin, int64_t n, float* out) {
                          for (int64_t i = 0; i < n; ++i) {
-                           out[i] = offset + scale * Uniform(seed, stream,
-                                                             static_cast<uint64_t>(begin + i));
+                           out[i] = offset +
+                                    scale * Uniform(seed, stream, static_cast<uint64_t>(begin + i));
                          }
                        }});
   }
@@ -140,7 +139,14 @@ void WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
   dict += '\n';
   FILE* f = std::fopen(path.c_str(), "wb");
   DISCO_CHECK(f != nullptr, ValueError) << "cannot write " << path << ": " << std::strerror(errno);
-  const unsigned char head[prefix] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  const unsigned char head[prefix] = {0x93,
+                                      'N',
+                                      'U',
+                                      'M',
+                                      'P',
+                                      'Y',
+                                      1,
+                                      0,
                                       static_cast<unsigned char>(dict.size() & 0xFF),
                                       static_cast<unsigned char>(dict.size() >> 8)};
   bool ok = std::fwrite(head, 1, prefix, f) == prefix;
@@ -186,7 +192,7 @@ class Generator {
   struct Run {
     double prefill_s = 0;
     std::vector<double> step_s;
-    std::vector<double> busy_s;  // per worker: time in compute and allreduce during the steps
+    std::vector<double> busy_s;   // per worker: time in compute and allreduce during the steps
     std::vector<int64_t> tokens;  // [batch][max_new_tokens]
   };
 
@@ -292,8 +298,8 @@ DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Co
   Tensor text = cfg["config.json"].DebugGetFromRemote(0).cast<Tensor>();
   DISCO_CHECK(text.dtype().code == kDLUInt && text.dtype().bits == 8, ValueError)
       << path << ": dataset 'config.json' holds " << text.ToString() << ", not uint8 text";
-  *config = Config::FromText(std::string(text.data_as<char>(), text.nbytes()),
-                             path + ": config.json");
+  *config =
+      Config::FromText(std::string(text.data_as<char>(), text.nbytes()), path + ": config.json");
   config->CheckSplit(n);
   DRef model = s.CallPacked(s.GetGlobalFunc("llama.new_model"), config->ToJson(), dtype);
   std::vector<disco::h5::LoadEntry> plan;
@@ -342,18 +348,19 @@ int RunChecked(Session& s, Options& o) {
     if (!IsDirectory(path)) {
       const double t0 = NowS();
       WriteDefaultCheckpoint(path, o.config, o.seed);
-      std::printf("[checkpoint] wrote %s (seed %" PRIu64 ", %s) in %.0f ms\n", path.c_str(),
-                  o.seed, o.config.Summary().c_str(), (NowS() - t0) * 1e3);
+      std::printf("[checkpoint] wrote %s (seed %" PRIu64 ", %s) in %.0f ms\n", path.c_str(), o.seed,
+                  o.config.Summary().c_str(), (NowS() - t0) * 1e3);
     }
   }
   double t0 = NowS();
   Config c;
   DRef model = LoadModel(s, path, o.dtype, &c);
   s.SyncAll();
-  std::printf("disco-demo: llama, %d workers, %s (%.1fM parameters), %s, from %s, loaded in "
-              "%.0f ms\n",
-              n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
-              path.c_str(), (NowS() - t0) * 1e3);
+  std::printf(
+      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s, from %s, loaded in "
+      "%.0f ms\n",
+      n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
+      path.c_str(), (NowS() - t0) * 1e3);
   if (!o.convert.empty()) {
     t0 = NowS();
     Convert(s, model, c, o.convert);
@@ -434,8 +441,8 @@ int RunChecked(Session& s, Options& o) {
     }
     std::printf("decode step: %.3f ms by replay, %.3f ms call by call (mean of %" PRId64
                 " run(s) each)\n",
-                replayed.decode_s / (reps * (t - 1)) * 1e3, called.decode_s / (reps * (t - 1)) * 1e3,
-                o.repeat);
+                replayed.decode_s / (reps * (t - 1)) * 1e3,
+                called.decode_s / (reps * (t - 1)) * 1e3, o.repeat);
   } else {
     std::printf("decode: no decode steps (--max-new-tokens 1)\n");
   }
@@ -529,7 +536,8 @@ int DemoMain(int argc, char** argv) {
       while (true) {
         const size_t comma = v.find(',', start);
         int64_t tok = 0;
-        const std::string item = v.substr(start, comma == std::string::npos ? comma : comma - start);
+        const std::string item =
+            v.substr(start, comma == std::string::npos ? comma : comma - start);
         if (!ParseInt(item, &tok) || tok < 0) {
           std::fprintf(stderr,
                        "disco-demo: --prompt takes token ids separated by commas (e.g. 1,5,9), "
@@ -593,8 +601,10 @@ int DemoMain(int argc, char** argv) {
     // The default checkpoint's config must be one the model accepts.
     if (c.head_dim == 0) {
       if (c.hidden_size % c.num_attention_heads != 0) {
-        std::fprintf(stderr, "disco-demo: --hidden %" PRId64 " is not a multiple of --heads %" PRId64
-                     " (give --head-dim)\n", c.hidden_size, c.num_attention_heads);
+        std::fprintf(stderr,
+                     "disco-demo: --hidden %" PRId64 " is not a multiple of --heads %" PRId64
+                     " (give --head-dim)\n",
+                     c.hidden_size, c.num_attention_heads);
         return 2;
       }
       c.head_dim = c.hidden_size / c.num_attention_heads;

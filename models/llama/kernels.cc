@@ -6,9 +6,10 @@
 #include <cmath>
 #include <cstring>
 
-// Hot loops get an AVX2+FMA clone beside the base one (x86-64 with GCC; elsewhere one version).
+// Hot loops get an AVX2+FMA clone (x86-64-v3: chosen by the CPU's features, so on AMD and Intel
+// alike) beside the base one (x86-64 with GCC; elsewhere one version).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LLAMA_KERNEL __attribute__((target_clones("arch=haswell", "default")))
+#define LLAMA_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define LLAMA_KERNEL
 #endif
@@ -46,62 +47,70 @@ LLAMA_INLINE float Sum(V8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-// y[i, j..j+1] for MB rows of x at once: two weight rows stream through, 2 x MB accumulators.
-template <int MB, typename W>
-LLAMA_INLINE void Block(const float* x, int64_t k, const W* w0, const W* w1, float* y, int64_t ldy) {
-  V8 a0[MB], a1[MB];
-  for (int i = 0; i < MB; ++i) a0[i] = a1[i] = V8{};
+// y[i, j..j+R) for MB rows of x at once: R weight rows stream through (the next R prefetched),
+// R x MB accumulators. Decode is bound by the weights' memory traffic: every weight is read once,
+// and prefetching a block ahead keeps enough of the stream in flight.
+template <int R, int MB, typename W>
+LLAMA_INLINE void Block(const float* x, int64_t k, const W* w, float* y, int64_t ldy) {
+  V8 acc[MB][R];
+  for (int i = 0; i < MB; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = V8{};
+  }
   int64_t p = 0;
   for (; p + 8 <= k; p += 8) {
-    const V8 v0 = Load(w0 + p), v1 = Load(w1 + p);
+    V8 wv[R];
+    for (int r = 0; r < R; ++r) {
+      wv[r] = Load(w + r * k + p);
+      __builtin_prefetch(w + (R + r) * k + p, 0, 0);
+    }
     for (int i = 0; i < MB; ++i) {
       const V8 xv = Load(x + i * k + p);
-      a0[i] += xv * v0;
-      a1[i] += xv * v1;
+      for (int r = 0; r < R; ++r) acc[i][r] += xv * wv[r];
     }
   }
   for (int i = 0; i < MB; ++i) {
-    float s0 = Sum(a0[i]), s1 = Sum(a1[i]);
-    for (int64_t q = p; q < k; ++q) {
-      s0 += x[i * k + q] * Widen(w0[q]);
-      s1 += x[i * k + q] * Widen(w1[q]);
+    for (int r = 0; r < R; ++r) {
+      float s = Sum(acc[i][r]);
+      for (int64_t q = p; q < k; ++q) s += x[i * k + q] * Widen(w[r * k + q]);
+      y[i * ldy + r] = s;
     }
-    y[i * ldy] = s0;
-    y[i * ldy + 1] = s1;
   }
 }
 
+// Rows [i, m) of x against R weight rows, in blocks of up to MB rows.
+template <int R, int MB, typename W>
+LLAMA_INLINE void Rows(const float* x, int64_t m, int64_t k, const W* w, float* y, int64_t ldy) {
+  int64_t i = 0;
+  for (; i + MB <= m; i += MB) Block<R, MB>(x + i * k, k, w, y + i * ldy, ldy);
+  switch (m - i) {
+    case 3:
+      Block<R, 3>(x + i * k, k, w, y + i * ldy, ldy);
+      break;
+    case 2:
+      Block<R, 2>(x + i * k, k, w, y + i * ldy, ldy);
+      break;
+    case 1:
+      Block<R, 1>(x + i * k, k, w, y + i * ldy, ldy);
+      break;
+    default:
+      break;
+  }
+}
+
+// Blocks of weight rows: 8 for one row of x (more streams in flight), 4 otherwise; a tail of
+// fewer rows one by one.
 template <typename W>
 LLAMA_INLINE void Streaming(const float* x, int64_t m, int64_t k, const W* w, int64_t n, float* y,
                             int64_t ldy) {
   int64_t j = 0;
-  for (; j + 2 <= n; j += 2) {
-    const W* w0 = w + j * k;
-    const W* w1 = w0 + k;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) Block<4>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
-    switch (m - i) {
-      case 3:
-        Block<3>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
-        break;
-      case 2:
-        Block<2>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
-        break;
-      case 1:
-        Block<1>(x + i * k, k, w0, w1, y + i * ldy + j, ldy);
-        break;
-      default:
-        break;
-    }
+  if (m == 1) {
+    for (; j + 8 <= n; j += 8) Block<8, 1>(x, k, w + j * k, y + j, ldy);
+  } else if (m == 2) {
+    for (; j + 4 <= n; j += 4) Block<4, 2>(x, k, w + j * k, y + j, ldy);
+  } else {
+    for (; j + 4 <= n; j += 4) Rows<4, 4>(x, m, k, w + j * k, y + j, ldy);
   }
-  for (; j < n; ++j) {  // an odd last row
-    const W* wr = w + j * k;
-    for (int64_t i = 0; i < m; ++i) {
-      float s = 0;
-      for (int64_t q = 0; q < k; ++q) s += x[i * k + q] * Widen(wr[q]);
-      y[i * ldy + j] = s;
-    }
-  }
+  for (; j < n; ++j) Rows<1, 4>(x, m, k, w + j * k, y + j, ldy);
 }
 
 LLAMA_KERNEL void StreamingF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n,

@@ -66,8 +66,7 @@ const bool kOneBlasThreadPerRank = [] {
 }();
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 DType ParseRunDType(const std::string& s) {
@@ -427,8 +426,8 @@ void Embed(State& s) {
 
 // The attention of one row, for the query heads that share kv head `g`: softmax(q K^T * scale) V
 // over positions 0..pos of the row's sequence.
-void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc,
-               int64_t pos, float* out) {
+void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc, int64_t pos,
+               float* out) {
   const int64_t hd = s.m->config.head_dim, n = pos + 1;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* sc = s.scores.data();
@@ -527,8 +526,8 @@ int64_t PackBest(float value, int64_t index) {
   uint32_t u;
   std::memcpy(&u, &value, 4);
   u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
-  const uint64_t key = (static_cast<uint64_t>(u) << 32) |
-                       (0xFFFFFFFFull - static_cast<uint64_t>(index));
+  const uint64_t key =
+      (static_cast<uint64_t>(u) << 32) | (0xFFFFFFFFull - static_cast<uint64_t>(index));
   return static_cast<int64_t>(key ^ (uint64_t{1} << 63));
 }
 int64_t UnpackIndex(int64_t key) {
@@ -570,16 +569,15 @@ void Head(State& s) {
 void BeginPrefill(State& s, const Shape& tokens, const Shape& lengths) {
   const Config& c = s.m->config;
   DISCO_CHECK(lengths.ndim() == s.batch, ValueError)
-      << "llama.begin_prefill: " << lengths.ndim() << " prompt lengths for a batch of "
-      << s.batch;
+      << "llama.begin_prefill: " << lengths.ndim() << " prompt lengths for a batch of " << s.batch;
   int64_t total = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = lengths[b];
     DISCO_CHECK(len >= 1, ValueError) << "llama.begin_prefill: prompt " << b << " is empty";
     DISCO_CHECK(len + s.max_new - 1 <= s.max_len, ValueError)
-        << "llama.begin_prefill: prompt " << b << " has " << len << " tokens; with "
-        << s.max_new << " new tokens it needs " << len + s.max_new - 1
-        << " positions, but the KV cache holds " << s.max_len;
+        << "llama.begin_prefill: prompt " << b << " has " << len << " tokens; with " << s.max_new
+        << " new tokens it needs " << len + s.max_new - 1 << " positions, but the KV cache holds "
+        << s.max_len;
     total += len;
   }
   DISCO_CHECK(total == tokens.ndim() && total <= s.max_rows, ValueError)
@@ -622,26 +620,26 @@ void BeginDecode(State& s, int64_t step) {
 
 // ---- Registration -------------------------------------------------------------------------------
 
-const char* const kNames[] = {"llama.open",          "llama.new_model",     "llama.set_weight",
-                              "llama.weight",        "llama.config",        "llama.new_state",
-                              "llama.begin_prefill", "llama.begin_decode",  "llama.embed",
-                              "llama.attention",     "llama.mlp",           "llama.head",
-                              "llama.tokens",        "llama.logits",        "llama.reset_stats",
-                              "llama.stats"};
+const char* const kNames[] = {
+    "llama.open",   "llama.new_model", "llama.set_weight",    "llama.weight",
+    "llama.config", "llama.new_state", "llama.begin_prefill", "llama.begin_decode",
+    "llama.embed",  "llama.attention", "llama.mlp",           "llama.head",
+    "llama.tokens", "llama.logits",    "llama.reset_stats",   "llama.stats"};
 
-DISCO_REGISTER_GLOBAL("llama.open").set_body_typed(
-    [](std::string path, std::string dtype) {
-      const disco::WorkerInfo& w = disco::ThisWorker();
-      const DType dt = ParseRunDType(dtype);
-      Checkpoint ck = Checkpoint::Open(path);
-      ck.config().CheckSplit(w.num_workers);
-      ck.CheckWeights();
-      auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers);
-      m->LoadFrom(ck);
-      m->Finalize();
-      return Object::Make(m, "llama.Model");
-    },
-    {"path", "dtype"});
+DISCO_REGISTER_GLOBAL("llama.open")
+    .set_body_typed(
+        [](std::string path, std::string dtype) {
+          const disco::WorkerInfo& w = disco::ThisWorker();
+          const DType dt = ParseRunDType(dtype);
+          Checkpoint ck = Checkpoint::Open(path);
+          ck.config().CheckSplit(w.num_workers);
+          ck.CheckWeights();
+          auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers);
+          m->LoadFrom(ck);
+          m->Finalize();
+          return Object::Make(m, "llama.Model");
+        },
+        {"path", "dtype"});
 
 DISCO_REGISTER_GLOBAL("llama.new_model")
     .set_body_typed(
@@ -676,8 +674,9 @@ DISCO_REGISTER_GLOBAL("llama.weight")
         },
         {"model", "name"});
 
-DISCO_REGISTER_GLOBAL("llama.config").set_body_typed(
-    [](Object model) { return ModelOf(model, "llama.config")->config.ToJson(); }, {"model"});
+DISCO_REGISTER_GLOBAL("llama.config")
+    .set_body_typed([](Object model) { return ModelOf(model, "llama.config")->config.ToJson(); },
+                    {"model"});
 
 DISCO_REGISTER_GLOBAL("llama.new_state")
     .set_body_typed(
@@ -699,18 +698,18 @@ DISCO_REGISTER_GLOBAL("llama.begin_prefill")
         {"state", "tokens", "lengths"});
 
 DISCO_REGISTER_GLOBAL("llama.begin_decode")
-    .set_body_typed(
-        [](Object state, int64_t step) { BeginDecode(StateOf(state, "llama.begin_decode"), step); },
-        {"state", "step"});
+    .set_body_typed([](Object state,
+                       int64_t step) { BeginDecode(StateOf(state, "llama.begin_decode"), step); },
+                    {"state", "step"});
 
 DISCO_REGISTER_GLOBAL("llama.embed")
     .set_body_typed([](Object state) { Embed(StateOf(state, "llama.embed")); }, {"state"})
     .mark_collective();
 
 DISCO_REGISTER_GLOBAL("llama.attention")
-    .set_body_typed(
-        [](Object state, int64_t layer) { Attention(StateOf(state, "llama.attention"), layer); },
-        {"state", "layer"})
+    .set_body_typed([](Object state,
+                       int64_t layer) { Attention(StateOf(state, "llama.attention"), layer); },
+                    {"state", "layer"})
     .mark_collective();
 
 DISCO_REGISTER_GLOBAL("llama.mlp")
@@ -722,46 +721,50 @@ DISCO_REGISTER_GLOBAL("llama.head")
     .set_body_typed([](Object state) { Head(StateOf(state, "llama.head")); }, {"state"})
     .mark_collective();
 
-DISCO_REGISTER_GLOBAL("llama.tokens").set_body_typed(
-    [](Object state) {
-      State& s = StateOf(state, "llama.tokens");
-      Tensor t = Tensor::Empty(Shape{s.batch, s.max_new}, disco::DataType("int64"));
-      std::memcpy(t.data(), s.tokens.data(), t.nbytes());
-      return t;
-    },
-    {"state"});
+DISCO_REGISTER_GLOBAL("llama.tokens")
+    .set_body_typed(
+        [](Object state) {
+          State& s = StateOf(state, "llama.tokens");
+          Tensor t = Tensor::Empty(Shape{s.batch, s.max_new}, disco::DataType("int64"));
+          std::memcpy(t.data(), s.tokens.data(), t.nbytes());
+          return t;
+        },
+        {"state"});
 
-DISCO_REGISTER_GLOBAL("llama.logits").set_body_typed(
-    [](Object state) {
-      State& s = StateOf(state, "llama.logits");
-      DISCO_CHECK(s.keep_logits, ValueError)
-          << "llama.logits: the state keeps no logits (llama.new_state with keep_logits)";
-      Tensor t =
-          Tensor::Empty(Shape{s.max_new, s.batch, s.m->vocab}, disco::DataType("float32"));
-      std::memcpy(t.data(), s.kept.data(), t.nbytes());
-      return t;
-    },
-    {"state"});
+DISCO_REGISTER_GLOBAL("llama.logits")
+    .set_body_typed(
+        [](Object state) {
+          State& s = StateOf(state, "llama.logits");
+          DISCO_CHECK(s.keep_logits, ValueError)
+              << "llama.logits: the state keeps no logits (llama.new_state with keep_logits)";
+          Tensor t =
+              Tensor::Empty(Shape{s.max_new, s.batch, s.m->vocab}, disco::DataType("float32"));
+          std::memcpy(t.data(), s.kept.data(), t.nbytes());
+          return t;
+        },
+        {"state"});
 
-DISCO_REGISTER_GLOBAL("llama.reset_stats").set_body_typed(
-    [](Object state) {
-      State& s = StateOf(state, "llama.reset_stats");
-      s.compute_s = s.allreduce_s = 0;
-      s.calls = 0;
-    },
-    {"state"});
+DISCO_REGISTER_GLOBAL("llama.reset_stats")
+    .set_body_typed(
+        [](Object state) {
+          State& s = StateOf(state, "llama.reset_stats");
+          s.compute_s = s.allreduce_s = 0;
+          s.calls = 0;
+        },
+        {"state"});
 
-DISCO_REGISTER_GLOBAL("llama.stats").set_body_typed(
-    [](Object state) {
-      State& s = StateOf(state, "llama.stats");
-      return Shape{static_cast<int64_t>(s.compute_s * 1e6),
-                   static_cast<int64_t>(s.allreduce_s * 1e6),
-                   s.calls,
-                   PeakRssKib(),
-                   s.m->WeightBytes(),
-                   s.KvBytes()};
-    },
-    {"state"});
+DISCO_REGISTER_GLOBAL("llama.stats")
+    .set_body_typed(
+        [](Object state) {
+          State& s = StateOf(state, "llama.stats");
+          return Shape{static_cast<int64_t>(s.compute_s * 1e6),
+                       static_cast<int64_t>(s.allreduce_s * 1e6),
+                       s.calls,
+                       PeakRssKib(),
+                       s.m->WeightBytes(),
+                       s.KvBytes()};
+        },
+        {"state"});
 
 }  // namespace
 

@@ -59,9 +59,8 @@ class File {
       if (got < 0 && errno == EINTR) continue;
       DISCO_CHECK(got >= 0, ValueError)
           << "reading " << what << " from " << path_ << ": " << std::strerror(errno);
-      DISCO_CHECK(got > 0, ValueError)
-          << "reading " << what << " from " << path_ << ": the file ends at byte " << offset
-          << " (truncated?)";
+      DISCO_CHECK(got > 0, ValueError) << "reading " << what << " from " << path_
+                                       << ": the file ends at byte " << offset << " (truncated?)";
       p += got;
       n -= static_cast<size_t>(got);
       offset += static_cast<uint64_t>(got);
@@ -80,7 +79,8 @@ class File {
   void Close() {
     int fd = fd_;
     fd_ = -1;
-    DISCO_CHECK(::close(fd) == 0, ValueError) << "closing " << path_ << ": " << std::strerror(errno);
+    DISCO_CHECK(::close(fd) == 0, ValueError)
+        << "closing " << path_ << ": " << std::strerror(errno);
   }
 
  private:
@@ -147,8 +147,7 @@ void ReadHeader(const std::string& path, std::map<std::string, TensorInfo>* out)
     }
     const Json& b = offsets->items()[0];
     const Json& e = offsets->items()[1];
-    DISCO_CHECK(b.is_int() && e.is_int() && b.as_int() >= 0 && e.as_int() >= b.as_int(),
-                ValueError)
+    DISCO_CHECK(b.is_int() && e.is_int() && b.as_int() >= 0 && e.as_int() >= b.as_int(), ValueError)
         << where << ": bad data_offsets " << offsets->Dump();
     const uint64_t begin = static_cast<uint64_t>(b.as_int()),
                    end = static_cast<uint64_t>(e.as_int());
@@ -300,8 +299,8 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
     DISCO_CHECK(file.is_string() && !file.as_string().empty() &&
                     file.as_string().find('/') == std::string::npos,
                 ValueError)
-        << index << ": weight_map[\"" << name << "\"] is not a file name in the directory: "
-        << file.Dump();
+        << index << ": weight_map[\"" << name
+        << "\"] is not a file name in the directory: " << file.Dump();
     file_of[name] = file.as_string();
   }
   std::map<std::string, std::map<std::string, TensorInfo>> shards;
@@ -330,8 +329,8 @@ void Checkpoint::CheckWeights() const {
         << "checkpoint " << dir_ << ": tensor '" << w.name << "' is missing (the config needs "
         << ShapeString(w.shape) << ": " << w.why << ")";
     DISCO_CHECK(t->dtype != DType::kOther, ValueError)
-        << "checkpoint " << dir_ << ": tensor '" << w.name << "' in " << t->file
-        << " has dtype " << t->dtype_name << "; only F32, F16 and BF16 are read";
+        << "checkpoint " << dir_ << ": tensor '" << w.name << "' in " << t->file << " has dtype "
+        << t->dtype_name << "; only F32, F16 and BF16 are read";
     DISCO_CHECK(t->shape == w.shape, ValueError)
         << "checkpoint " << dir_ << ": tensor '" << w.name << "' has shape "
         << ShapeString(t->shape) << ", but the config needs " << ShapeString(w.shape) << " ("
@@ -363,8 +362,8 @@ void Checkpoint::ReadSlice(const TensorInfo& t, int64_t r0, int64_t r1, int64_t 
     scratch.resize(static_cast<size_t>(std::min(n, per_chunk)) * es);
     for (int64_t done = 0; done < n;) {
       const int64_t k = std::min(n - done, per_chunk);
-      f.ReadAt(scratch.data(), static_cast<size_t>(k) * es,
-               at + static_cast<uint64_t>(done) * es, what);
+      f.ReadAt(scratch.data(), static_cast<size_t>(k) * es, at + static_cast<uint64_t>(done) * es,
+               what);
       ConvertElements(t.dtype, scratch.data(), k, to, out);
       out += k * ds;
       done += k;

@@ -53,8 +53,7 @@ int RunMlp(int argc, char** argv) {
       errors += "\n  " + p + ": " + dlerror();
       continue;
     }
-    auto* main_fn =
-        reinterpret_cast<int (*)(int, char**)>(dlsym(handle, "disco_demo_mlp_main"));
+    auto* main_fn = reinterpret_cast<int (*)(int, char**)>(dlsym(handle, "disco_demo_mlp_main"));
     if (main_fn == nullptr) {
       errors += "\n  " + p + ": no disco_demo_mlp_main";
       continue;
