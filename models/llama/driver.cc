@@ -376,6 +376,14 @@ int RunChecked(Session& s, Options& o) {
     }
   }
 
+  size_t longest = 0;
+  for (const auto& p : o.prompts) longest = std::max(longest, p.size());
+  if (static_cast<int64_t>(longest) + o.max_new_tokens - 1 > c.max_position_embeddings) {
+    std::fprintf(stderr,
+                 "disco-demo: warning: positions reach %" PRId64
+                 ", past max_position_embeddings %" PRId64 " (rotary embeddings go on anyway)\n",
+                 static_cast<int64_t>(longest) + o.max_new_tokens - 1, c.max_position_embeddings);
+  }
   Generator gen(s, model, c, o);
   const double t_warm = NowS();
   for (int64_t i = 0; i < o.warmup; ++i) {
