@@ -452,7 +452,10 @@ int RunChecked(Session& s, Options& o) {
                 replayed.decode_s / (reps * (t - 1)) * 1e3,
                 called.decode_s / (reps * (t - 1)) * 1e3, o.repeat);
   } else {
-    std::printf("decode: no decode steps (--max-new-tokens 1)\n");
+    // --max-new-tokens 1: no decode step; the lines keep their form.
+    std::printf("decode: 0.0 tokens/s\n");
+    std::printf("runtime share of a decode step: 0.00%% (%s), 0.00%% (%s)\n",
+                o.calls ? "call by call" : "by replay", o.calls ? "by replay" : "call by call");
   }
   std::vector<Shape> stats = gen.Stats();
   std::string peaks;
