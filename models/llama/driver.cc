@@ -294,6 +294,13 @@ DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Co
     return s.CallPacked(s.GetGlobalFunc("llama.open"), path, dtype);
   }
   DISCO_CHECK(Exists(path), ValueError) << "--model " << path << ": no such file or directory";
+  auto ends_with = [&](const std::string& suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  DISCO_CHECK(!ends_with(".safetensors") && !ends_with(".json"), ValueError)
+      << "--model " << path << ": give the Hugging Face checkpoint's directory (config.json and "
+      << "safetensors), not one of its files; a file must be HDF5 (disco-demo --convert)";
   auto cfg = disco::h5::LoadTensors(s, path, {{"config.json", disco::h5::kReplicate}});
   Tensor text = cfg["config.json"].DebugGetFromRemote(0).cast<Tensor>();
   DISCO_CHECK(text.dtype().code == kDLUInt && text.dtype().bits == 8, ValueError)
