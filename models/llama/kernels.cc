@@ -170,7 +170,7 @@ LLAMA_KERNEL void RmsNorm(const float* x, const float* w, int64_t n, float eps, 
   for (i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
-LLAMA_KERNEL float Dot(const float* a, const float* b, int64_t n) {
+LLAMA_INLINE float InlineDot(const float* a, const float* b, int64_t n) {
   V8 a0 = V8{}, a1 = V8{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -183,8 +183,30 @@ LLAMA_KERNEL float Dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-LLAMA_KERNEL void Axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+LLAMA_KERNEL void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
+                         int64_t dim, float scale, float* scores, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < rep; ++j)
+      scores[j * n + t] = InlineDot(q + j * dim, k + t * dim, dim) * scale;
+  }
+  for (int64_t j = 0; j < rep; ++j) {
+    float* row = scores + j * n;
+    float mx = row[0];
+    for (int64_t t = 1; t < n; ++t) mx = std::max(mx, row[t]);
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      row[t] = std::exp(row[t] - mx);
+      sum += row[t];
+    }
+    const float inv = 1.0f / sum;
+    float* o = out + j * dim;
+    for (int64_t d = 0; d < dim; ++d) o[d] = 0.0f;
+    for (int64_t t = 0; t < n; ++t) {
+      const float p = row[t] * inv;
+      const float* vt = v + t * dim;
+      for (int64_t d = 0; d < dim; ++d) o[d] += p * vt[d];
+    }
+  }
 }
 
 LLAMA_KERNEL void Add(const float* x, float* y, int64_t n) {

@@ -26,14 +26,16 @@ void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, in
 /// out = x / sqrt(mean(x^2) + eps) * w, over n elements (Hugging Face's LlamaRMSNorm in float32).
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
-/// sum_i a[i] * b[i].
-float Dot(const float* a, const float* b, int64_t n);
-/// y += a * x.
-void Axpy(float a, const float* x, float* y, int64_t n);
 /// y += x.
 void Add(const float* x, float* y, int64_t n);
 /// out = silu(g) * u, silu(v) = v / (1 + exp(-v)).
 void SiluMul(const float* g, const float* u, float* out, int64_t n);
+
+/// Attention of `rep` query heads (q: rep x dim, consecutive) that share one kv head, over the n
+/// keys and values at k and v (n x dim each, consecutive): out (rep x dim) = softmax(q k^T *
+/// scale) v, in float32. `scores` holds rep x n floats.
+void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+            float scale, float* scores, float* out);
 
 /// Rotary embedding of `heads` vectors of `dim` at v (consecutive), Hugging Face's rotate_half
 /// convention: for i < dim/2, (v[i], v[i + dim/2]) rotated by the angle whose cos and sin are

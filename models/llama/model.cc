@@ -424,31 +424,13 @@ void Embed(State& s) {
   timer.EndAllReduce();
 }
 
-// The attention of one row, for the query heads that share kv head `g`: softmax(q K^T * scale) V
-// over positions 0..pos of the row's sequence.
+// The attention of one row, for the `rep` query heads that share one kv head: softmax(q K^T *
+// scale) V over positions 0..pos of the row's sequence.
 void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc, int64_t pos,
                float* out) {
-  const int64_t hd = s.m->config.head_dim, n = pos + 1;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* sc = s.scores.data();
-  for (int64_t t = 0; t < n; ++t) {
-    const float* kt = kc + t * hd;
-    for (int64_t j = 0; j < rep; ++j) sc[j * n + t] = Dot(q + j * hd, kt, hd) * scale;
-  }
-  for (int64_t j = 0; j < rep; ++j) {
-    float* row = sc + j * n;
-    float mx = row[0];
-    for (int64_t t = 1; t < n; ++t) mx = std::max(mx, row[t]);
-    float sum = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      row[t] = std::exp(row[t] - mx);
-      sum += row[t];
-    }
-    const float inv = 1.0f / sum;
-    float* o = out + j * hd;
-    std::memset(o, 0, static_cast<size_t>(hd) * sizeof(float));
-    for (int64_t t = 0; t < n; ++t) Axpy(row[t] * inv, vc + t * hd, o, hd);
-  }
+  const int64_t hd = s.m->config.head_dim;
+  Attend(q, rep, kc, vc, pos + 1, hd, 1.0f / std::sqrt(static_cast<float>(hd)), s.scores.data(),
+         out);
 }
 
 void Attention(State& s, int64_t layer) {
