@@ -13,7 +13,9 @@ py=$1 mpiexec=$2 demo=$3
 shift 3
 flags=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
-dir=$(mktemp -d)
+base=${DISCO_TEST_SHARED_DIR:-${TMPDIR:-/tmp}}  # every rank must see the checkpoints
+mkdir -p "$base"
+dir=$(mktemp -d -p "$base")
 trap 'rm -rf "$dir"' EXIT
 fail=0
 
