@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# disco-demo's Llama decoder on tiny checkpoints written by make_checkpoint.py (numpy):
+# disco-demo's Llama decoder on tiny checkpoints written by tiny_checkpoint.py (numpy):
 #   - the generated ids are the same at 1, 2 and 4 ranks, by replay and call by call, from one
 #     safetensors file (F32), sharded ones with an index (F16, BF16: the same values), in bfloat16,
 #     and from the HDF5 file --convert wrote; --dump-logits holds (B, T, vocab) logits whose argmax
@@ -19,7 +19,7 @@ dir=$(mktemp -d -p "$base")
 trap 'rm -rf "$dir"' EXIT
 fail=0
 
-mk() { "$py" "$here/make_checkpoint.py" "$@"; }
+mk() { "$py" "$here/tiny_checkpoint.py" "$@"; }
 mk "$dir/f32"
 mk "$dir/f16" --dtype F16 --shards 3
 mk "$dir/bf16" --dtype BF16 --shards 2

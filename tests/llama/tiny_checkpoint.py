@@ -6,7 +6,7 @@ exactly, so the same seed in any --dtype (and any sharding) is the same model: r
 generate the same tokens. --break makes a checkpoint that does not fit its config, for the error
 tests.
 
-  make_checkpoint.py OUT_DIR [--hidden 64 --layers 2 --heads 8 --kv-heads 4 --ffn 128
+  tiny_checkpoint.py OUT_DIR [--hidden 64 --layers 2 --heads 8 --kv-heads 4 --ffn 128
                               --vocab 256] [--dtype F32|F16|BF16] [--shards K] [--tie]
                              [--seed S] [--break missing|shape|dtype|truncated|header|index]
 """
