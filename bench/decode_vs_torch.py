@@ -20,7 +20,9 @@ the keys past it), grouped-query attention as one batched matmul per layer witho
 keys per query head, rotary tables computed once, logits of the last position only. Prompts are
 prefilled one by one (no padding; scaled_dot_product_attention when this torch has it, else
 matmul + causal mask + softmax); then B sequences decode together. Threads: torch.set_num_threads(n)
-and OpenBLAS's own thread count set to n. bfloat16 mode: disco keeps weights in bfloat16 and
+and OpenBLAS's own thread count set to n (Debian's torch calls a pthread OpenBLAS, which
+torch.set_num_threads leaves at all cores). disco-demo runs get OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = 1 (unless --demo-threads): N ranks, N cores. bfloat16 mode: disco keeps weights in bfloat16 and
 computes in float32; torch computes in float32 on the same (bf16-rounded) weights.
 
 Figures: prefill tokens/s = prompt tokens of all B prompts / time to their first new token;
@@ -257,6 +259,9 @@ def run_demo(a, ranks, model_dir, prompts):
         cmd += ["--prompt", ",".join(map(str, p))]
     cmd += ["--max-new-tokens", str(a.new_tokens), "--dtype", a.dtype] + a.demo_flag
     env = dict(os.environ)
+    if not a.demo_threads:  # one compute thread per rank, as torch at n threads uses n cores
+        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[k] = "1"
     if os.geteuid() == 0:  # Open MPI refuses root without consent
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -322,6 +327,9 @@ def main(argv=None):
     p.add_argument("--demo-flag", action="append", default=[],
                    help="extra disco-demo flag, repeatable (e.g. --demo-flag=--calls)")
     p.add_argument("--demo-timeout", type=float, default=900)
+    p.add_argument("--demo-threads", action="store_true",
+                   help="leave OMP/OPENBLAS/MKL_NUM_THREADS of the disco-demo runs alone (by "
+                        "default 1: a rank is one core, so that N ranks compare with N threads)")
     p.add_argument("--model", help="an existing HF Llama checkpoint directory (sizes ignored)")
     p.add_argument("--cache", default=os.environ.get("DISCO_BENCH_CACHE", "~/.cache/disco/llama-bench"))
     p.add_argument("--hidden", type=int, default=768)
@@ -443,8 +451,10 @@ def main(argv=None):
     share = get("disco 2r", "share")
     print(f"{'runtime share of a decode step, 2 ranks':40s} {fmt(share, '{:.2f}%'):>7s} "
           f"{'':8s}  <= 2%" + verdict(share, share is not None and share <= 2.0))
+    busy = max(load0[0], load1[0]) > 0.5 * (os.cpu_count() or 1)
     print(f"\nload average at start {load0[0]:.2f}, at the end {load1[0]:.2f} "
-          f"({os.cpu_count()} CPUs): other work on the machine skews these figures")
+          f"({os.cpu_count()} CPUs)" + (": WARNING, the machine was busy with other work; "
+                                        "these figures are not reliable" if busy else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": model_dir, "params": params, "prompts": [len(q) for q in prompts],
