@@ -22,8 +22,9 @@ prefilled one by one (no padding; scaled_dot_product_attention when this torch h
 matmul + causal mask + softmax); then B sequences decode together. Threads: torch.set_num_threads(n)
 and OpenBLAS's own thread count set to n (Debian's torch calls a pthread OpenBLAS, which
 torch.set_num_threads leaves at all cores). disco-demo runs get OMP_NUM_THREADS,
-OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = 1 (unless --demo-threads): N ranks, N cores. bfloat16 mode: disco keeps weights in bfloat16 and
-computes in float32; torch computes in float32 on the same (bf16-rounded) weights.
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = 1 (unless --demo-threads): N ranks, N cores.
+bfloat16 mode: disco keeps weights in bfloat16 and computes in float32; torch computes in float32
+on the same (bf16-rounded) weights.
 
 Figures: prefill tokens/s = prompt tokens of all B prompts / time to their first new token;
 decode tokens/s = B * (new_tokens - 1) / time of the rest (each decode step makes B tokens).
