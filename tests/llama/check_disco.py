@@ -29,7 +29,8 @@ Broken checkpoints (each must exit non-zero within 120 s, message on stdout/stde
   message names the tensor and both shapes (as "128, 136" / "128x136" / "[128,136]" ...);
 - model.layers.1.mlp.down_proj.weight missing: the message names it;
 - the safetensors file cut in half: the message names the file or a tensor;
-- (NP > 1) num_attention_heads not divisible by NP: the message names num_attention_heads.
+- (NP > 1) num_attention_heads = NP + 1 (and num_key_value_heads = 1), not divisible by NP: the
+  message names num_attention_heads or num_key_value_heads.
 """
 
 import argparse
@@ -191,7 +192,7 @@ def run_errors(runner, work, np_, dtype):
         heads = np_ + 1  # not divisible by np_
         cases.append(("heads-not-divisible", dict(hidden=16 * heads, layers=1, heads=heads,
                                                   kv_heads=1, ffn=64 * np_, vocab=64 * np_, seed=22),
-                      ["num_attention_heads"]))
+                      [re.compile(r"num_attention_heads|num_key_value_heads")]))
     results = []
     for mode, spec, needles in cases:
         d = os.path.join(work, "bad-" + mode)
