@@ -37,6 +37,9 @@ USAGE = """usage: disco-demo [--hidden H] [--ffn F] [--layers L] [--tokens T] [-
 def fail(msg):
     if RANK == 0:
         print(f"disco-demo: {msg}", file=sys.stderr, flush=True)
+    else:
+        # mpirun ends the job at the first non-zero exit: rank 0's message must be out first.
+        time.sleep(3)
     sys.exit(1)
 
 
