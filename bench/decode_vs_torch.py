@@ -79,7 +79,7 @@ def load_hf_checkpoint(directory, dtype="float32"):
     return cfg, W
 
 
-# ---- The PyTorch baseline --------------------------------------------------------------------------
+# ---- The PyTorch baseline ------------------------------------------------------------------------
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -113,7 +113,8 @@ class TorchLlama:
         tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in W
         self.lm_head = self.embed if tied else W["lm_head.weight"].contiguous()
         theta = float(cfg.get("rope_theta", 10000.0))
-        inv_freq = 1.0 / (theta ** (torch.arange(0, self.hd, 2, dtype=torch.int64).float() / self.hd))
+        exponents = torch.arange(0, self.hd, 2, dtype=torch.int64).float() / self.hd
+        inv_freq = 1.0 / (theta ** exponents)
         freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
@@ -186,8 +187,7 @@ class TorchLlama:
 
     @torch.no_grad()
     def generate(self, prompts, new_tokens, keep_logits=False):
-        """(tokens (B, new_tokens) list, logits (B, new_tokens, V) numpy or None, t_prefill, t_decode)."""
-        B = len(prompts)
+        """(tokens, logits (B, new_tokens, V) numpy or None, prefill seconds, decode seconds)."""
         assert max(map(len, prompts)) + new_tokens <= self.max_len
         rows = []
         t0 = time.perf_counter()
@@ -322,7 +322,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--torch-only", action="store_true", help="no disco-demo runs")
-    p.add_argument("--demo", default=os.path.join(HERE, "..", "build", "src", "tools", "disco-demo"))
+    p.add_argument("--demo",
+                   default=os.path.join(HERE, "..", "build", "src", "tools", "disco-demo"))
     p.add_argument("--mpiexec", default="mpirun")
     p.add_argument("--mpiexec-flag", action="append", default=[], help="repeatable")
     p.add_argument("--demo-flag", action="append", default=[],
@@ -332,7 +333,8 @@ def main(argv=None):
                    help="leave OMP/OPENBLAS/MKL_NUM_THREADS of the disco-demo runs alone (by "
                         "default 1: a rank is one core, so that N ranks compare with N threads)")
     p.add_argument("--model", help="an existing HF Llama checkpoint directory (sizes ignored)")
-    p.add_argument("--cache", default=os.environ.get("DISCO_BENCH_CACHE", "~/.cache/disco/llama-bench"))
+    p.add_argument("--cache",
+                   default=os.environ.get("DISCO_BENCH_CACHE", "~/.cache/disco/llama-bench"))
     p.add_argument("--hidden", type=int, default=768)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
@@ -375,7 +377,8 @@ def main(argv=None):
           f"  batch {a.batch}: prompts of {','.join(str(len(q)) for q in prompts)} tokens "
           f"({n_prompt}), {a.new_tokens} new tokens each; {a.repeats} repeats (medians)\n"
           f"  torch {torch.__version__}, attention: "
-          f"{'scaled_dot_product_attention' if HAVE_SDPA else 'matmul+softmax (no SDPA in this torch)'}"
+          + ("scaled_dot_product_attention" if HAVE_SDPA
+             else "matmul+softmax (no SDPA in this torch)") +
           f", OpenBLAS threads {'set' if OPENBLAS else 'not found'}; load average at start "
           f"{load0[0]:.2f}", flush=True)
 
@@ -423,8 +426,9 @@ def main(argv=None):
         else:
             last = v["runs"][-1]
             same = torch_ref is not None and last["tokens"] == torch_ref
-            note = (f"weights {fmt(last['weights_mib'])} MiB/rank, kv {fmt(last['kv_mib'], '{:.2f}')}"
-                    f" MiB/rank, peak rss {' '.join(f'{x:.0f}' for x in last['rss_mib'] or [])} MiB; tokens "
+            rss = " ".join(f"{x:.0f}" for x in last["rss_mib"] or [])
+            note = (f"weights {fmt(last['weights_mib'])} MiB/rank, kv "
+                    f"{fmt(last['kv_mib'], '{:.2f}')} MiB/rank, peak rss {rss} MiB; tokens "
                     + ("= torch's" if same else "DIFFER from torch's"
                        if torch_ref is not None else "(no torch run)"))
         print(f"{label(k):22s} "
@@ -444,7 +448,8 @@ def main(argv=None):
     def verdict(value, ok):
         return "  (not measured)" if value is None else ("  met" if ok else "  MISSED")
     for name, x, y, target in rows:
-        rd, rp = ratio(get(x, "decode"), get(y, "decode")), ratio(get(x, "prefill"), get(y, "prefill"))
+        rd = ratio(get(x, "decode"), get(y, "decode"))
+        rp = ratio(get(x, "prefill"), get(y, "prefill"))
         ratios[name] = {"decode": rd, "prefill": rp, "target": target}
         print(f"{name:40s} {fmt(rd, '{:.2f}'):>7s} {fmt(rp, '{:.2f}'):>8s}  "
               + (f">= {target}" + verdict(rd, rd is not None and rd >= target) if target

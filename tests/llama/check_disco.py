@@ -59,7 +59,8 @@ CASES = {
     "f32-gqa-calls": (dict(hidden=128, layers=2, heads=8, kv_heads=4, ffn=256, vocab=512,
                            dtype="float32", seed=11), (5, 9), ["--calls"]),
     "f16-sharded-tied": (dict(hidden=96, layers=3, heads=8, kv_heads=4, ffn=160, vocab=384,
-                              dtype="float16", seed=12, shards=3, tie_embeddings=True), (4, 11), []),
+                              dtype="float16", seed=12, shards=3, tie_embeddings=True),
+                         (4, 11), []),
     "bf16-sharded-mha": (dict(hidden=64, layers=2, heads=4, kv_heads=4, ffn=192, vocab=320,
                               dtype="bfloat16", seed=13, shards=2, rope_theta=500000.0,
                               rms_norm_eps=1e-6, head_dim_key=False), (6, 2), []),
@@ -190,8 +191,9 @@ def run_errors(runner, work, np_, dtype):
     ]
     if np_ > 1:
         heads = np_ + 1  # not divisible by np_
-        cases.append(("heads-not-divisible", dict(hidden=16 * heads, layers=1, heads=heads,
-                                                  kv_heads=1, ffn=64 * np_, vocab=64 * np_, seed=22),
+        spec = dict(hidden=16 * heads, layers=1, heads=heads, kv_heads=1, ffn=64 * np_,
+                    vocab=64 * np_, seed=22)
+        cases.append(("heads-not-divisible", spec,
                       [re.compile(r"num_attention_heads|num_key_value_heads")]))
     results = []
     for mode, spec, needles in cases:

@@ -29,7 +29,8 @@ BUG = os.environ.get("FAKE_DISCO_BUG", "")
 NO_MODEL = os.environ.get("FAKE_DISCO_NO_MODEL") == "1"
 
 USAGE = """usage: disco-demo [--hidden H] [--ffn F] [--layers L] [--tokens T] [--steps S]
-                  [--dtype float32|bfloat16] [--checkpoint FILE.h5] [--calls]""" + ("" if NO_MODEL else """
+                  [--dtype float32|bfloat16] [--checkpoint FILE.h5] [--calls]"""
+USAGE += "" if NO_MODEL else ("""
        disco-demo --model DIR --prompt 1,5,9 [--prompt ...] [--max-new-tokens N]
                   [--dtype float32|bfloat16] [--dump-logits FILE.npy] [--calls]""")
 
@@ -78,9 +79,7 @@ def main():
 
         def forward(ids, cache):
             if cache and len(ids) == 1 and cache[0][0].shape[1] >= len(a.prompt[0]) + 8:
-                k0 = cache[0][0]
                 cache[:] = [(k[:, :-1], v[:, :-1]) for k, v in cache]  # drops the newest key
-                del k0
             return orig(ids, cache)
         model.forward = forward
     for prompt in a.prompt:
@@ -98,8 +97,9 @@ def main():
     n_prompt = sum(len(q) for q in a.prompt)
     n_decode = len(a.prompt) * (a.max_new_tokens - 1)
     hd = ref.head_dim(cfg)
-    kv = (2 * cfg["num_hidden_layers"] * len(a.prompt) * (max(map(len, a.prompt)) + a.max_new_tokens)
-          * cfg["num_key_value_heads"] * hd * 4 / SIZE)
+    positions = max(map(len, a.prompt)) + a.max_new_tokens
+    kv = (2 * cfg["num_hidden_layers"] * len(a.prompt) * positions * cfg["num_key_value_heads"]
+          * hd * 4 / SIZE)
     wbytes = sum(w.size for w in W.values()) * (2 if a.dtype == "bfloat16" else 4) / SIZE
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"prefill: {n_prompt / (0.1 * dt):.1f} tokens/s")

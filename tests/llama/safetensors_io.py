@@ -44,7 +44,7 @@ def round_to_bf16(x):
 
 
 def encode(x, dtype):
-    """float32 array -> (safetensors dtype name, stored numpy array) for dtype float32|float16|bfloat16."""
+    """float32 array -> (safetensors dtype name, stored array); dtype float32|float16|bfloat16."""
     x = np.asarray(x, dtype=np.float32)
     if dtype == "float32":
         return "F32", x.astype("<f4")

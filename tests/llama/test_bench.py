@@ -50,7 +50,8 @@ def test_torch_baseline_matches_reference(tmp_path, spec, dtype):
 
 def test_parse_demo_lines():
     out = ("generated: 1 2 3\ngenerated: 4 5 6\nprefill: 1234.5 tokens/s\n"
-           "decode: 98.25 tokens/s\nruntime share of a decode step: 1.75% (by replay; 3.1% by calls)\n"
+           "decode: 98.25 tokens/s\n"
+           "runtime share of a decode step: 1.75% (by replay; 3.1% by calls)\n"
            "kv cache per rank: 1.50 MiB\nweights per rank: 237.7 MiB\n"
            "peak rss per rank (MiB): 400 380\n")
     r = bench.parse_demo(out)
@@ -65,7 +66,8 @@ def test_torch_only_and_with_a_fake_disco(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "torch 1 thread " in out and "torch 2 threads" in out and "(not measured)" in out
     j = json.load(open(tmp_path / "t.json"))
-    assert j["medians"]["torch 1t"]["decode"] > 0 and j["ratios"]["disco 1 rank / torch 1 thread"]["decode"] is None
+    assert j["medians"]["torch 1t"]["decode"] > 0
+    assert j["ratios"]["disco 1 rank / torch 1 thread"]["decode"] is None
     mpiexec = shutil.which("mpirun") or shutil.which("mpiexec")
     if mpiexec is None:
         pytest.skip("no mpiexec")
