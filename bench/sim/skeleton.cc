@@ -59,8 +59,8 @@
 //               round ended by SyncWorker(P-1): value = the slope per replay;
 //               per_replay_incl_sync = bench_graph.cc's TimeReplays(K)
 //   graph1024   the same with 1024 no-op calls (mcalls_per_s: recorded calls per second)
-//   graph_ar    the step graph: 6 no-ops, a function's 4 KiB tensor a, AllReduce(a, a), 6 no-ops,
-//               AllReduce(a, a) (15 calls); the agreement at the first replay only
+//   graph_ar    the step graph: 7 no-ops, a function's 4 KiB tensor a, AllReduce(a, a), 6 no-ops,
+//               AllReduce(a, a) (16 calls); the agreement at the first replay only
 //   graph_ar_raw  its baseline: bench.graph.raw_allreduces(bytes, K) (2 raw MPI_Allreduces per
 //               iteration on a communicator of its own) + one pipelined no-op call
 //
@@ -284,7 +284,7 @@ struct Frame {
 // The graphs disco-bench graph captures (src/tools/bench_graph.cc).
 enum GraphKind : int64_t {
   kNoopGraph = 1,  // N recorded calls of bench.noop
-  kStepGraph = 2,  // 6 no-ops, bench.graph.activation(buffer), allreduce, 6 no-ops, allreduce
+  kStepGraph = 2,  // 7 no-ops, bench.graph.activation(buffer), allreduce, 6 no-ops, allreduce
 };
 // A program as a worker runs it: > 0 = that many recorded calls on the fast path in a row
 // (RunGraphCall), kGraphAllReduce = disco.allreduce(a, "sum", false, a) on the register a recorded
@@ -292,7 +292,7 @@ enum GraphKind : int64_t {
 constexpr int64_t kGraphAllReduce = -1;
 std::vector<int64_t> GraphProgram(int64_t kind, int64_t n) {
   if (kind == kNoopGraph) return {n};
-  return {7, kGraphAllReduce, 6, kGraphAllReduce};
+  return {8, kGraphAllReduce, 6, kGraphAllReduce};
 }
 // The install frame's payload (SessionImpl::Install; src/protocol/serializer.cc: an int or a DRef
 // is a 1-byte tag and 8 bytes, a bool 2 bytes, a string a tag, a u64 length and its bytes): u32
@@ -303,11 +303,11 @@ uint32_t InstallPayloadBytes(int64_t kind, int64_t n) {
   const uint32_t word = 9, call = 6 * word;
   auto str = [](uint32_t len) { return 1 + 8 + len; };
   if (kind == kNoopGraph) return 8 + word * (3 + n + 1) + n * call;
-  // 12 no-ops, the activation (one DRef argument), the lookup of "disco.allreduce" (its first use
-  // is inside the capture) and 2 allreduces (a, "sum", false, a): 16 registers, 16 steps.
+  // 13 no-ops, the activation (one DRef argument), the lookup of "disco.allreduce" (its first use
+  // is inside the capture) and 2 allreduces (a, "sum", false, a): 17 registers, 17 steps.
   const uint32_t steps =
-      12 * call + (call + word) + (2 * word + str(15)) + 2 * (call + word + str(3) + 2 + word);
-  return 8 + word * (3 + 16 + 1) + steps;
+      13 * call + (call + word) + (2 * word + str(15)) + 2 * (call + word + str(3) + 2 + word);
+  return 8 + word * (3 + 17 + 1) + steps;
 }
 
 int64_t DoubleBits(double d) {
@@ -1274,8 +1274,8 @@ class Rank {
     } else if (mode == "graph16" || mode == "graph1024" || mode == "graph_ar") {
       // disco-bench graph: replays of a captured graph, pipelined. value = per replay (the slope
       // between K/2 and K replays); per_replay_incl_sync = bench_graph.cc's TimeReplays(K).
-      const int64_t calls = mode == "graph16" ? 16 : mode == "graph1024" ? 1024 : 15;
-      const int64_t id = mode == "graph_ar" ? Install(kStepGraph, 15) : Install(kNoopGraph, calls);
+      const int64_t calls = mode == "graph16" ? 16 : mode == "graph1024" ? 1024 : 16;
+      const int64_t id = mode == "graph_ar" ? Install(kStepGraph, 16) : Install(kNoopGraph, calls);
       double slope = 0, at_k = 0;
       Slope([&](int64_t k) { return TimeReplays(id, k); }, &slope, &at_k);
       char extra[160];
