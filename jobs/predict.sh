@@ -16,15 +16,20 @@
 # 0.25 us of send and receive overhead per message (OS_INTER, OR_INTER), 0.1 us of controller and
 # worker work per command. Every run is deterministic; iteration counts are small on purpose
 # (pipelined figures are slopes between K/2 and K calls, latencies medians of identical
-# iterations 100 us apart). A full ft1 sweep to 4096 ranks takes about 5 minutes on two cores.
+# iterations 100 us apart). A full ft1 sweep to 4096 ranks takes about 11 minutes on two cores
+# (the replay runs included; measured with other jobs on the same cores).
 #
 # Output (DIR, default results/predict): predict-PLATFORM.csv, predict-PLATFORM-{control,sync,
-# allreduce-4k,allreduce-64m}.png, and raw-PLATFORM.txt (every RESULT line with its arguments).
+# allreduce-4k,allreduce-64m,replay}.png, and raw-PLATFORM.txt (every RESULT line with its
+# arguments).
 # Columns are microseconds: call_pipe (time per pipelined no-op call), call_lat (issue to the last
 # worker running it), sync_worker, sync_all, ar4k_* / ar64m_* (a 4 KiB / 64 MiB float32 allreduce
 # through the session, per call: _session the same tensors each call, _fresh new disco.empty tensors
 # each call, _made tensors a function made, _raw MPI_Allreduce on every rank); raw_* are the raw MPI
-# counterparts; before_* the design before #17; binary_* frames down a binary tree.
+# counterparts; before_* the design before #17; binary_* frames down a binary tree; graph* one
+# replay of a captured graph (disco-bench graph): graph16 / graph1024 of 16 / 1024 no-op calls,
+# graph_ar of 15 calls with 2 allreduces of 4 KiB on a tensor a recorded call made, graph_ar_raw
+# its baseline (2 raw MPI_Allreduces + one pipelined call).
 set -euo pipefail
 source "$(dirname "$0")/../bench/sim/common.sh"
 platform=ft1
@@ -87,6 +92,13 @@ for p in $ranks; do
   add "$p" ar_session --bytes $((64 << 20)) --iters 2 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
   add "$p" ar_session --before --bytes $((64 << 20)) --iters 2 --warmup 1 --ring-steps-cap $cap "${costs[@]}" "${lat[@]}"
   add "$p" ar_raw --bytes $((64 << 20)) --iters 1 "${costs[@]}" "${lat[@]}"
+  # Capture and replay: per replay, the slope between K/2 and K replays (identical replays: a
+  # small K gives the same slope; the step graph's replays take 2 allreduces each).
+  graph=16
+  ((p > 512)) && graph=8
+  add "$p" graph16,graph1024 --iters $graph "${costs[@]}" "${lat[@]}"
+  add "$p" graph_ar --bytes 4096 --iters $graph "${costs[@]}" "${lat[@]}"
+  add "$p" graph_ar_raw --bytes 4096 --iters $graph "${costs[@]}" "${lat[@]}"
 done
 raw=$out/raw-$name.txt
 start=$SECONDS
@@ -121,7 +133,8 @@ for line in open(raw):
 order = ["call_pipe", "raw_pipe", "binary_call_pipe", "call_lat", "raw_lat", "binary_call_lat",
          "sync_worker", "raw_sync", "sync_all", "before_sync_all", "raw_bcast_reduce", "agree",
          "ar4k_session", "ar4k_fresh", "ar4k_made", "before_ar4k_session", "before_ar4k_fresh",
-         "ar4k_raw", "ar64m_session", "before_ar64m_session", "ar64m_raw"]
+         "ar4k_raw", "ar64m_session", "before_ar64m_session", "ar64m_raw",
+         "graph16", "graph1024", "graph_ar", "graph_ar_raw"]
 cols = [c for c in order if c in cols] + [c for c in cols if c not in order]
 with open(csv, "w") as out:
     out.write("# disco predicted by bench/sim (SimGrid SMPI), platform %s, microseconds; "
@@ -170,5 +183,10 @@ plot allreduce-4k '4 KiB allreduce through the session' 'microseconds per call' 
 plot allreduce-64m '64 MiB allreduce through the session' 'microseconds per call' \
   ar64m_session:'session' before_ar64m_session:'session before #17 (ring)' \
   ar64m_raw:'raw MPI\_Allreduce (Open MPI 4.1: Rabenseifner)'
+plot replay 'Capture and replay: one replay' 'microseconds per replay' \
+  call_pipe:'one pipelined call' graph16:'16 no-op calls, replayed' \
+  graph1024:'1024 no-op calls, replayed' \
+  graph_ar:'15 calls + 2 allreduces of 4 KiB, replayed' \
+  graph_ar_raw:'2 raw MPI\_Allreduces of 4 KiB + one call'
 echo "wrote $csv and $(ls "$out"/predict-"$name"-*.png | wc -l) plots in $out"
 column -s, -t < <(tail -n +2 "$csv")

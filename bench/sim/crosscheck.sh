@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Keeps the simulation skeleton true to the code: builds disco itself with SimGrid's smpicxx and
 # the skeleton both ways (smpicxx, and mpicxx: a short real run at 2 ranks shows that build
-# works), runs disco-bench (call, and ccl allreduce at 4 KiB ... 1 MiB: MPI's
-# allreduce below the ring, MPI's above it with small shares, disco's ring) and the skeleton's
+# works), runs disco-bench (call; ccl allreduce at 4 KiB ... 1 MiB: MPI's allreduce below the
+# ring, MPI's above it with small shares, disco's ring; graph: replays of captured graphs, their
+# replay frame, and a graph's allreduces agreed once) and the skeleton's
 # matching modes on the same simulated platform (ft8: 8 ranks on one node of a fat tree) with no
 # injected CPU cost, and fails when a figure differs by more than 0.5 % (+ 0.002 us). The skeleton
 # calls MPI's own collectives here (--collectives library), as disco does; its explicit
@@ -50,7 +51,8 @@ skel() {  # skel NAME MODES ARGS...: the skeleton with no CPU cost, library coll
   local name=$1 modes=$2
   shift 2
   run "skeleton-$name" --cfg=smpi/privatization:no "$skeleton" --enc-us 0 --dec-us 0 \
-    --loop-ns 0 --reduce-gbs 0 --memcpy-gbs 0 --collectives library "$@" "$modes"
+    --loop-ns 0 --reduce-gbs 0 --memcpy-gbs 0 --graph-call-ns 0 --graph-coll-us 0 \
+    --collectives library "$@" "$modes"
 }
 
 # disco-bench call: 400 pipelined calls, 50 latency iterations, 100 syncs.
@@ -87,6 +89,27 @@ while read -r kind bytes _ _ _ _ _ _ _ disco_us _; do
 done <<< "$ccl"
 ((${#sizes[@]} == 5)) || { echo "crosscheck: disco-bench ccl printed ${#sizes[@]} allreduce rows" >&2; exit 1; }
 
+# disco-bench graph at --iters 400: no-op calls TimeCalls(400) (the skeleton's call_pipe above),
+# a 16-call graph TimeReplays(100), a 1024-call graph TimeReplays(20) (M calls/s); then the step
+# graph (6 no-ops, a function's 4 KiB tensor, allreduce, 6 no-ops, allreduce: its replays agree
+# once) TimeReplays(100) against bench.graph.raw_allreduces(4096, 100) and TimeCalls(100).
+graph=$(DISCO_TIMEOUT=0 run disco-graph "$disco_build/src/tools/disco-bench" graph --iters 400 \
+  --repeats 1)
+read -r disco[graph_call] disco[graph16] <<< \
+  "$(awk '/^ *16 no-op calls/ {print $(NF-2), $(NF-1)}' <<< "$graph")"
+disco[graph1024_mcalls]=$(awk '/^ *1024 no-op calls/ {print $(NF-1)}' <<< "$graph")
+read -r disco[graph_ar_raw2] disco[graph_ar_call] _ disco[graph_ar] _ <<< \
+  "$(awk '/allreduces of 4096 B/ {print $(NF-4), $(NF-3), $(NF-2), $(NF-1), $NF}' <<< "$graph")"
+skeleton[graph_call]=${skeleton[call_pipe]}
+r=$(skel graph16 graph16 --iters 100)
+skeleton[graph16]=$(value_of per_replay_incl_sync_us "$r")
+r=$(skel graph1024 graph1024 --iters 20)
+skeleton[graph1024_mcalls]=$(value_of mcalls_per_s_incl_sync "$r")
+r=$(skel graph-ar graph_ar_raw,graph_ar --iters 100 --bytes 4096)
+skeleton[graph_ar_raw2]=$(value_of raw_2_allreduces_us "$(grep mode=graph_ar_raw <<< "$r")")
+skeleton[graph_ar_call]=$(value_of call_incl_sync_us "$(grep mode=graph_ar_raw <<< "$r")")
+skeleton[graph_ar]=$(value_of per_replay_incl_sync_us "$(grep 'mode=graph_ar ' <<< "$r")")
+
 # The skeleton's explicit algorithms (what the sweeps use), for reference only.
 explicit=$(OS_INTRA=0.25 OR_INTRA=0.25 OS_INTER=0.25 OR_INTER=0.25 \
   "$SIM_DIR/simulate.sh" ft8 "$p" call_pipe,call_lat,sync_worker --iters 100 --enc-us 0 \
@@ -94,7 +117,8 @@ explicit=$(OS_INTRA=0.25 OR_INTRA=0.25 OS_INTER=0.25 OR_INTER=0.25 \
 
 printf '%-18s %12s %12s %9s\n' quantity disco_us skeleton_us diff_us
 bad=0
-for q in call_pipe raw_pipe call_lat raw_lat sync_worker raw_sync $(printf 'allreduce_%s ' "${sizes[@]}"); do
+for q in call_pipe raw_pipe call_lat raw_lat sync_worker raw_sync $(printf 'allreduce_%s ' "${sizes[@]}") \
+  graph_call graph16 graph1024_mcalls graph_ar_raw2 graph_ar_call graph_ar; do
   d=${disco[$q]:-} s=${skeleton[$q]:-}
   verdict=$(awk -v d="$d" -v s="$s" 'BEGIN {
     if (d == "" || s == "") { print "missing"; exit }

@@ -19,6 +19,10 @@
 //                            was agreed before or the tensors' metadata is uniform (disco.empty)
 //   src/ccl/mpi/*.cc         allreduce: MPI_Allreduce, or disco's ring for >= 256 KiB with shares
 //                            of >= 64 KiB (UseRing)
+//   src/session/graph.cc     Capture: one install frame (inline + the rest); Replay: one inline
+//                            frame by the blocking broadcast, then worker 0 runs the program
+//   src/session/worker.cc    ReplayGraph: recorded calls on the fast path (RunGraphCall), recorded
+//                            collectives through CallPacked, their agreement once per graph key
 //   src/tools/bench_*.cc     the disco-bench methods the modes below reproduce
 // --before gives the design before issue #17 (SyncAll by MPI_Gather + a loop over P on rank 0, an
 // agreement round for every new tensor, the ring for every size >= 256 KiB, no preposted frames).
@@ -51,11 +55,21 @@
 //   ar_made     the same with tensors a function made every call (an agreement round each)
 //   ar_raw      K raw allreduces on every rank back to back: per call, max over ranks
 //   agree       one agreement round alone, median
+//   graph16     disco-bench graph: replays of a captured graph of 16 no-op calls, pipelined, each
+//               round ended by SyncWorker(P-1): value = the slope per replay;
+//               per_replay_incl_sync = bench_graph.cc's TimeReplays(K)
+//   graph1024   the same with 1024 no-op calls (mcalls_per_s: recorded calls per second)
+//   graph_ar    the step graph: 7 no-ops, a function's 4 KiB tensor a, AllReduce(a, a), 6 no-ops,
+//               AllReduce(a, a) (16 calls); the agreement at the first replay only
+//   graph_ar_raw  its baseline: bench.graph.raw_allreduces(bytes, K) (2 raw MPI_Allreduces per
+//               iteration on a communicator of its own) + one pipelined no-op call
 //
 // Options: --iters K  --bytes B  --warmup W  --settle-us S  --no-barrier (latency iterations
 //   separated by the settle time only; raw_pipe ends on a reply from P-1: one global clock under
 //   SMPI, and barriers are the costliest thing to simulate)
 //   --enc-us E --dec-us D --loop-ns L --reduce-gbs R --memcpy-gbs M   injected CPU costs (0 = free)
+//   --graph-call-ns C --graph-coll-us U   a replay's CPU: per recorded call on the fast path, per
+//                            recorded collective's call path (bench/sim/README.md: measured)
 //   --collectives library|explicit   --prepost auto|0|1 (DISCO_PREPOST_FRAMES)   --before
 //   --transport p2p          the TVM Disco model: P-1 sends per frame, P-1 replies per sync
 //   --ctrl-tree binary       control frames down a binary tree (the issue-rate alternative)
@@ -73,6 +87,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -106,6 +121,12 @@ struct Params {
   bool before = false;
   int inline_bytes = 256;
   int warmup = 2;
+  // A replay (src/session/worker.cc ReplayGraph): per recorded call that is not a collective
+  // (RunGraphCall, the fast path), and per recorded collective's ordinary call path (CallPacked,
+  // the agreement's key lookup; its MPI excluded). Measured with disco-bench graph at 1 rank
+  // (bench/sim/README.md, "Capture and replay").
+  double graph_call_ns = 11;
+  double graph_coll_us = 0.28;
 };
 Params g;
 
@@ -189,7 +210,14 @@ bool UseRing(size_t bytes, int ranks) {
 }
 
 // ---- frames (src/protocol/frame.h) --------------------------------------------------------------
-enum Action : uint8_t { kShutdown = 0, kKillReg = 1, kCallPacked = 3, kSyncWorker = 4 };
+enum Action : uint8_t {
+  kShutdown = 0,
+  kKillReg = 1,
+  kCallPacked = 3,
+  kSyncWorker = 4,
+  kInstallGraph = 8,
+  kReplayGraph = 9
+};
 enum Fn : int64_t {
   kNoop = 1,
   kMark,
@@ -202,15 +230,20 @@ enum Fn : int64_t {
   kPingPong,
   kAllReduce,
   kArRaw,
-  kAgree
+  kAgree,
+  kGraphRawAllReduces
 };
 struct Frame {
   uint8_t b[512];  // >= DISCO_INLINE_BYTES
   uint64_t seq = 0;
-  // header + u32 kill count + u32 argc + args (a one-byte tag and an i64 each)
-  void Encode(uint8_t action, uint16_t flags, const std::vector<int64_t>& args) {
+  // header + u32 kill count + u32 argc + args (a one-byte tag and an i64 each). `payload`, when
+  // given, is the payload length the header announces (an install frame: its operands beyond the
+  // inline bytes follow in a second MPI_Bcast, whose content the skeleton does not need).
+  void Encode(uint8_t action, uint16_t flags, const std::vector<int64_t>& args,
+              uint32_t payload = 0) {
     std::memset(b, 0, g.inline_bytes);
-    uint32_t magic = 0x4F435344, payload = 8 + 9 * args.size(), zero = 0, argc = args.size();
+    uint32_t magic = 0x4F435344, zero = 0, argc = args.size();
+    if (payload == 0) payload = 8 + 9 * args.size();
     std::memcpy(b, &magic, 4);
     b[4] = 1;
     b[5] = action;
@@ -240,7 +273,42 @@ struct Frame {
     std::memcpy(&s, b + 8, 8);
     return s;
   }
+  size_t total_bytes() const {  // header + payload
+    uint32_t p;
+    std::memcpy(&p, b + 16, 4);
+    return 24 + p;
+  }
 };
+
+// ---- captured graphs (src/session/graph.cc, src/protocol/graph.h) ------------------------------
+// The graphs disco-bench graph captures (src/tools/bench_graph.cc).
+enum GraphKind : int64_t {
+  kNoopGraph = 1,  // N recorded calls of bench.noop
+  kStepGraph = 2,  // 7 no-ops, bench.graph.activation(buffer), allreduce, 6 no-ops, allreduce
+};
+// A program as a worker runs it: > 0 = that many recorded calls on the fast path in a row
+// (RunGraphCall), kGraphAllReduce = disco.allreduce(a, "sum", false, a) on the register a recorded
+// call wrote (CallPacked: the agreement keyed by the graph, then the backend's in-place allreduce).
+constexpr int64_t kGraphAllReduce = -1;
+std::vector<int64_t> GraphProgram(int64_t kind, int64_t n) {
+  if (kind == kNoopGraph) return {n};
+  return {8, kGraphAllReduce, 6, kGraphAllReduce};
+}
+// The install frame's payload (SessionImpl::Install; src/protocol/serializer.cc: an int or a DRef
+// is a 1-byte tag and 8 bytes, a bool 2 bytes, a string a tag, a u64 length and its bytes): u32
+// kill count, u32 operand count, then id, input count, R, the R registers the capture reserved,
+// the step count S, and the S steps. A call step: kind, result register, function, flags, mask,
+// argument count, then the arguments; a lookup step: kind, register, name.
+uint32_t InstallPayloadBytes(int64_t kind, int64_t n) {
+  const uint32_t word = 9, call = 6 * word;
+  auto str = [](uint32_t len) { return 1 + 8 + len; };
+  if (kind == kNoopGraph) return 8 + word * (3 + n + 1) + n * call;
+  // 13 no-ops, the activation (one DRef argument), the lookup of "disco.allreduce" (its first use
+  // is inside the capture) and 2 allreduces (a, "sum", false, a): 17 registers, 17 steps.
+  const uint32_t steps =
+      13 * call + (call + word) + (2 * word + str(15)) + 2 * (call + word + str(3) + 2 + word);
+  return 8 + word * (3 + 17 + 1) + steps;
+}
 
 int64_t DoubleBits(double d) {
   int64_t b;
@@ -270,6 +338,8 @@ class Rank {
     MPI_Barrier(MPI_COMM_WORLD);
   }
   ~Rank() {
+    if (raw_a_) BigFree(raw_a_), BigFree(raw_b_);
+    if (raw_comm_ != MPI_COMM_NULL) MPI_Comm_free(&raw_comm_);
     if (slots_) BigFree(slots_);
     if (send_) BigFree(send_), BigFree(recv_);
     if (tmp_) BigFree(tmp_);
@@ -291,6 +361,10 @@ class Rank {
       } else {
         RecvFrame(&f);
       }
+      if (f.total_bytes() > static_cast<size_t>(g.inline_bytes)) {  // the rest of a long frame
+        rest_.resize(f.total_bytes() - g.inline_bytes);
+        Bcast(rest_.data(), static_cast<int>(rest_.size()), ctrl_);
+      }
       if (f.frame_seq() != expected) {
         std::fprintf(stderr, "rank %d: desynchronised: expected #%" PRIu64 "\n", rank_, expected);
         MPI_Abort(MPI_COMM_WORLD, 3);
@@ -310,6 +384,12 @@ class Rank {
           break;
         case kCallPacked:
           Run(f);
+          break;
+        case kInstallGraph:
+          graphs_[f.arg(0)] = GraphProgram(f.arg(1), f.arg(2));
+          break;
+        case kReplayGraph:
+          RunGraph(f.arg(0));
           break;
         case kSyncWorker: {
           int64_t target = f.arg(0);
@@ -355,6 +435,12 @@ class Rank {
   double ring_time_ = 0;      // disco's ring: elapsed (extrapolated to P-1 steps when capped)
   double ring_measured_ = 0;  // disco's ring: elapsed as run
   std::vector<int64_t> agreed_;
+  std::map<int64_t, std::vector<int64_t>> graphs_;  // installed programs, by graph id
+  std::vector<uint8_t> rest_;                       // a long frame's bytes beyond the inline ones
+  MPI_Comm raw_comm_ = MPI_COMM_NULL;               // bench.graph.raw_allreduces' own communicator
+  float *raw_a_ = nullptr, *raw_b_ = nullptr;
+  int64_t raw_bytes_ = 0;
+  double raw_slope_ = 0;
   int64_t bytes_ = 0;
   float *send_ = nullptr, *recv_ = nullptr, *tmp_ = nullptr, *slots_ = nullptr;
   std::vector<MPI_Request> requests_, waiting_;
@@ -371,6 +457,8 @@ class Rank {
   Frame deferred_frame_;
   std::vector<uint64_t> errors_received_, sent_;
   int64_t reg_ = 0;
+  int64_t next_graph_ = 1;
+  std::map<int64_t, int64_t> graph_of_;  // kind * 2^32 + calls -> installed graph id
 
   static constexpr int kBcastTag = 200, kAllreduceTag = 201, kIbcastTag = 202;
 
@@ -534,29 +622,31 @@ class Rank {
   }
 
   // Recursive doubling (power-of-two P): log2(P) exchanges of the whole vector.
-  void RecursiveDoubling(float* recv, int64_t n, float* tmp) {
+  void RecursiveDoubling(float* recv, int64_t n, float* tmp, MPI_Comm comm) {
     for (int mask = 1; mask < size_; mask <<= 1) {
       int peer = rank_ ^ mask;
       SendRecv(recv, static_cast<int>(n * 4), peer, tmp, static_cast<int>(n * 4), peer,
-               kAllreduceTag, ccl_);
+               kAllreduceTag, comm);
       ReduceF32(recv, recv, tmp, n);
     }
   }
 
   // MPI_Allreduce below the ring's sizes. Open MPI 4.1 (4 KiB): "ring" below 4 ranks, recursive
   // doubling at 8..2047; from 2048 "segmented ring" falls back to ring and then, count < P, to
-  // recursive doubling.
-  void SmallAllReduce(const float* send, float* recv, int64_t n, float* tmp) {
+  // recursive doubling. `send == recv`: in place (MPI_IN_PLACE: no copy of send into recv first).
+  void SmallAllReduce(const float* send, float* recv, int64_t n, float* tmp, MPI_Comm comm) {
+    const bool in_place = send == recv;
     if (g.explicit_coll && (size_ & (size_ - 1)) == 0 && n >= size_) {
       if (size_ < 4) {
-        RingAllReduce(send, recv, n);  // one segment per chunk: Open MPI's ring
+        RingAllReduce(send, recv, n, comm);  // one segment per chunk: Open MPI's ring
       } else {
-        CopyBytes(recv, send, n * 4);
-        RecursiveDoubling(recv, n, tmp);
+        if (!in_place) CopyBytes(recv, send, n * 4);
+        RecursiveDoubling(recv, n, tmp, comm);
       }
       return;
     }
-    MPI_Allreduce(send, recv, static_cast<int>(n), MPI_FLOAT, MPI_SUM, ccl_);
+    MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                  comm);
   }
 
   // The agreement round (Communicator::HostMax): MPI_Allreduce(MPI_IN_PLACE, n x int64, MAX).
@@ -603,7 +693,7 @@ class Rank {
     return static_cast<int64_t>(c) * (n / size_) + std::min<int64_t>(c, n % size_);
   }
   void ExchangeAndReduce(const float* out, int64_t out_count, int64_t in_count, const float* mine,
-                         float* dst, int right, int left) {
+                         float* dst, int right, int left, MPI_Comm comm) {
     const int64_t seg = kSegmentBytes / 4;
     const int64_t nseg = (in_count + seg - 1) / seg;
     const int64_t nout = (out_count + seg - 1) / seg;
@@ -612,12 +702,12 @@ class Rank {
     auto post = [&](int64_t k) {
       int64_t c = std::min(seg, in_count - k * seg);
       MPI_Irecv(slots_ + (k % kWindow) * seg, static_cast<int>(c * 4), MPI_BYTE, left, kRingTag,
-                ccl_, &requests_[k % kWindow]);
+                comm, &requests_[k % kWindow]);
     };
     for (int64_t k = 0; k < std::min<int64_t>(kWindow, nseg); ++k) post(k);
     for (int64_t k = 0; k < nout; ++k) {
       int64_t c = std::min(seg, out_count - k * seg);
-      MPI_Isend(out + k * seg, static_cast<int>(c * 4), MPI_BYTE, right, kRingTag, ccl_,
+      MPI_Isend(out + k * seg, static_cast<int>(c * 4), MPI_BYTE, right, kRingTag, comm,
                 &requests_[kWindow + k]);
     }
     for (int64_t k = 0; k < nseg; ++k) {
@@ -628,7 +718,7 @@ class Rank {
     }
     WaitAll(static_cast<int>(nout), requests_.data() + kWindow);
   }
-  void RingAllReduce(const float* send, float* recv, int64_t n) {
+  void RingAllReduce(const float* send, float* recv, int64_t n, MPI_Comm comm) {
     const int right = Mod(rank_ + 1), left = Mod(rank_ - 1);
     const int steps = size_ - 1;
     const int run = g.ring_cap > 0 ? std::min<int64_t>(steps, g.ring_cap) : steps;
@@ -644,7 +734,7 @@ class Rank {
       int64_t in_count = ChunkCount(n, recv_chunk);
       const float* mine = send + ChunkOffset(n, recv_chunk);
       float* dst = recv + ChunkOffset(n, recv_chunk);
-      ExchangeAndReduce(outgoing, out_count, in_count, mine, dst, right, left);
+      ExchangeAndReduce(outgoing, out_count, in_count, mine, dst, right, left, comm);
       outgoing = dst;
       out_count = in_count;
     }
@@ -653,7 +743,7 @@ class Rank {
       int send_chunk = Mod(rank_ - s), recv_chunk = Mod(rank_ - s - 1);
       SendRecv(recv + ChunkOffset(n, send_chunk), static_cast<int>(ChunkCount(n, send_chunk) * 4),
                right, recv + ChunkOffset(n, recv_chunk),
-               static_cast<int>(ChunkCount(n, recv_chunk) * 4), left, kRingTag, ccl_);
+               static_cast<int>(ChunkCount(n, recv_chunk) * 4), left, kRingTag, comm);
     }
     double t2 = Now();
     ring_measured_ = t2 - t0;
@@ -707,15 +797,38 @@ class Rank {
   }
 
   // The MPI backend's AllReduce: MPI's below the ring's sizes, else UseRing's choice.
-  void BackendAllReduce(int64_t bytes) {
+  void BackendAllReduce(int64_t bytes, bool in_place = false) {
     const int64_t n = bytes / 4;
     if (size_ == 1) return;
     if (static_cast<size_t>(bytes) < kRingMinBytes) {
-      SmallAllReduce(send_, recv_, n, Tmp());
+      SmallAllReduce(in_place ? recv_ : send_, recv_, n, Tmp(), ccl_);
     } else if (UseRing(static_cast<size_t>(bytes), size_)) {
-      RingAllReduce(send_, recv_, n);
+      RingAllReduce(send_, recv_, n, ccl_);
     } else {
       RabenseifnerAllReduce(send_, recv_, n, Tmp());
+    }
+  }
+
+  // A replay on any rank (Worker::ReplayGraph): its recorded calls in order; the CPU cost of a run
+  // of fast-path calls is charged at once.
+  void RunGraph(int64_t id) {
+    for (int64_t step : graphs_.at(id)) {
+      if (step > 0) {
+        Cost(step * g.graph_call_ns / 1000);
+        continue;
+      }
+      Cost(g.graph_coll_us);
+      // Both allreduces of the step graph name one register (send = recv = a) that the graph
+      // writes at every replay: one key, agreed at the first replay's first allreduce only.
+      const int64_t key = -id;
+      Ensure(g.bytes);
+      if (std::find(agreed_.begin(), agreed_.end(), key) == agreed_.end()) {
+        const int64_t n = g.bytes / 4, dt = int64_t{2} << 24 | int64_t{32} << 16 | 1;
+        int64_t all[7] = {0, n, -n, dt, -dt, 1, -1};
+        HostMax(all, 7);
+        agreed_.push_back(key);
+      }
+      BackendAllReduce(g.bytes, /*in_place=*/true);
     }
   }
 
@@ -856,7 +969,7 @@ class Rank {
           if (static_cast<size_t>(bytes) >= kRingMinBytes) {
             RabenseifnerAllReduce(send_, recv_, n, Tmp());
           } else {
-            SmallAllReduce(send_, recv_, n, Tmp());
+            SmallAllReduce(send_, recv_, n, Tmp(), ccl_);
           }
         };
         one();
@@ -870,6 +983,34 @@ class Rank {
         double mine = k1 > 0 ? (t2 - t1) / (iters - k1) : (t2 - t0) / iters, worst = 0;
         MPI_Reduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, bench_);
         result_ = worst;
+        break;
+      }
+      case kGraphRawAllReduces: {  // bench.graph.raw_allreduces(bytes, iters): 10 warm-ups, then
+                                   // iters x 2 MPI_Allreduces between barriers, on its own
+                                   // communicator; worker 0's time per iteration
+        int64_t bytes = f.arg(2), iters = f.arg(3), n = bytes / 4;
+        if (raw_comm_ == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &raw_comm_);  // its first call
+        if (raw_bytes_ != bytes) {
+          if (raw_a_) BigFree(raw_a_), BigFree(raw_b_);
+          raw_a_ = static_cast<float*>(BigAlloc(bytes));
+          raw_b_ = static_cast<float*>(BigAlloc(bytes));
+          raw_bytes_ = bytes;
+        }
+        Ensure(bytes);
+        for (int i = 0; i < 10; ++i) SmallAllReduce(raw_a_, raw_b_, n, Tmp(), raw_comm_);
+        MPI_Barrier(raw_comm_);
+        double t0 = Now(), t_half = t0;
+        for (int64_t i = 0; i < iters; ++i) {
+          if (i == iters / 2) t_half = Now();
+          SmallAllReduce(raw_a_, raw_b_, n, Tmp(), raw_comm_);
+          SmallAllReduce(raw_b_, raw_a_, n, Tmp(), raw_comm_);
+        }
+        const double t_end = Now();
+        MPI_Barrier(raw_comm_);
+        result_ = (Now() - t0) / iters;  // the function's value: the last barrier included
+        // Not in the real function (no MPI call): the steady state, the slope over the second
+        // half of the iterations without the barrier (the predictions' figure at small K).
+        raw_slope_ = (t_end - t_half) / (iters - iters / 2);
         break;
       }
       case kAgree: {  // one agreement round alone: from rank 0's entry to the last rank's exit
@@ -893,12 +1034,66 @@ class Rank {
   }
 
   // ---- controller (src/session/session.cc) ---------------------------------------------------
-  uint64_t Broadcast(uint8_t action, const std::vector<int64_t>& args, uint16_t flags = 0) {
+  uint64_t Broadcast(uint8_t action, const std::vector<int64_t>& args, uint16_t flags = 0,
+                     uint32_t payload = 0) {
+    const size_t total = 24 + (payload ? payload : 8 + 9 * args.size());
+    if (total > static_cast<size_t>(g.inline_bytes)) FlushWorker0();  // a long frame waits for it
     ++frame_.seq;
     Cost(g.enc_us);  // EncodeCommand (+ running the call as worker 0, measured together)
-    frame_.Encode(action, flags, args);
+    frame_.Encode(action, flags, args, payload);
     SendFrame(&frame_);
+    if (total > static_cast<size_t>(g.inline_bytes) && size_ > 1) {
+      rest_.assign(total - g.inline_bytes, 0);
+      Bcast(rest_.data(), static_cast<int>(rest_.size()), ctrl_);
+    }
     return frame_.seq;
+  }
+  // Session::Capture of one of disco-bench graph's graphs: its install frame, once (the lookup of
+  // disco.allreduce inside the step graph's capture travels in it, as a lookup step).
+  int64_t Install(int64_t kind, int64_t calls) {
+    auto it = graph_of_.find(kind << 32 | calls);
+    if (it != graph_of_.end()) return it->second;
+    const int64_t id = next_graph_++;
+    Broadcast(kInstallGraph, {id, kind, calls}, 0, InstallPayloadBytes(kind, calls));
+    FlushWorker0();
+    graphs_[id] = GraphProgram(kind, calls);
+    graph_of_[kind << 32 | calls] = id;
+    return id;
+  }
+  // Graph::Replay (SessionImpl::ReplayGraph): one inline frame [graph id] by the ordinary
+  // broadcast, then worker 0 runs the program at once.
+  void Replay(int64_t id) {
+    Broadcast(kReplayGraph, {id});
+    FlushWorker0();
+    RunGraph(id);
+  }
+  // bench_graph.cc TimeReplays: k/10 + 1 replays, SyncAll, then k replays and SyncWorker(P-1);
+  // microseconds per replay.
+  double TimeReplays(int64_t id, int64_t k) {
+    for (int64_t i = 0; i < k / 10 + 1; ++i) Replay(id);
+    SyncAll();
+    double t0 = Now();
+    for (int64_t i = 0; i < k; ++i) Replay(id);
+    SyncWorker(size_ - 1);
+    return (Now() - t0) / k;
+  }
+  // bench_graph.cc TimeCalls (= disco-bench call's pipelined figure): k/10 no-op calls, SyncAll,
+  // then k calls and SyncWorker(P-1); microseconds per call.
+  double TimeCalls(int64_t k) {
+    for (int64_t i = 0; i < k / 10; ++i) Call({Reg(), kNoop});
+    SyncAll();
+    double t0 = Now();
+    for (int64_t i = 0; i < k; ++i) Call({Reg(), kNoop});
+    SyncWorker(size_ - 1);
+    return (Now() - t0) / k;
+  }
+  // `time(k)` for K/2 and K: the slope per unit (free of the final sync) and time(K) itself.
+  template <typename F>
+  void Slope(F time, double* slope, double* at_k) {
+    const int64_t K = g.iters, k1 = std::max<int64_t>(1, K / 2);
+    const double t1 = time(k1);
+    *at_k = K == k1 ? t1 : time(K);
+    *slope = K == k1 ? *at_k : (*at_k * K - t1 * k1) / (K - k1);
   }
   void FlushWorker0() {
     if (deferred_) {
@@ -1076,6 +1271,36 @@ class Rank {
     } else if (mode == "agree") {
       Call({Reg(), kAgree, K});
       Result(mode, result_);
+    } else if (mode == "graph16" || mode == "graph1024" || mode == "graph_ar") {
+      // disco-bench graph: replays of a captured graph, pipelined. value = per replay (the slope
+      // between K/2 and K replays); per_replay_incl_sync = bench_graph.cc's TimeReplays(K).
+      const int64_t calls = mode == "graph16" ? 16 : mode == "graph1024" ? 1024 : 16;
+      const int64_t id = mode == "graph_ar" ? Install(kStepGraph, 16) : Install(kNoopGraph, calls);
+      double slope = 0, at_k = 0;
+      Slope([&](int64_t k) { return TimeReplays(id, k); }, &slope, &at_k);
+      char extra[160];
+      std::snprintf(extra, sizeof extra,
+                    " per_replay_incl_sync_us=%.4f calls=%" PRId64
+                    " mcalls_per_s=%.4f mcalls_per_s_incl_sync=%.4f",
+                    at_k, calls, calls / slope, calls / at_k);
+      Result(mode, slope, extra);
+    } else if (mode == "graph_ar_raw") {
+      // disco-bench graph's baseline for the step graph: bench.graph.raw_allreduces(bytes, K) (two
+      // raw MPI_Allreduces per iteration, worker 0's time) plus one pipelined no-op call.
+      // value = the raw pair's steady state (raw_2_allreduces_slope: the second half of the
+      // iterations, no barrier) + the slope per call between K/2 and K calls;
+      // raw_2_allreduces = the function's own figure (its last barrier shared by the K
+      // iterations), call_incl_sync = TimeCalls(K): what disco-bench graph prints.
+      Call({Reg(), kGraphRawAllReduces, g.bytes, K});
+      const double raw = result_, raw_slope = raw_slope_;
+      double slope = 0, at_k = 0;
+      Slope([&](int64_t k) { return TimeCalls(k); }, &slope, &at_k);
+      char extra[240];
+      std::snprintf(extra, sizeof extra,
+                    " raw_2_allreduces_us=%.4f raw_2_allreduces_slope_us=%.4f call_us=%.4f"
+                    " call_incl_sync_us=%.4f baseline_incl_sync_us=%.4f",
+                    raw, raw_slope, slope, at_k, raw + at_k);
+      Result(mode, raw_slope + slope, extra);
     } else {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     }
@@ -1129,6 +1354,10 @@ int main(int argc, char** argv) {
       g.enc_us = std::atof(next().c_str());
     else if (a == "--dec-us")
       g.dec_us = std::atof(next().c_str());
+    else if (a == "--graph-call-ns")
+      g.graph_call_ns = std::atof(next().c_str());
+    else if (a == "--graph-coll-us")
+      g.graph_coll_us = std::atof(next().c_str());
     else if (a == "--loop-ns")
       g.loop_ns = std::atof(next().c_str());
     else if (a == "--reduce-gbs")

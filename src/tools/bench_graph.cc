@@ -25,19 +25,21 @@ DISCO_REGISTER_GLOBAL("bench.graph.activation").set_body_typed([](Tensor buffer)
 // Two raw MPI_Allreduces of `bytes` per iteration, on a communicator of their own.
 DISCO_REGISTER_GLOBAL("bench.graph.raw_allreduces")
     .set_body_typed([](int64_t bytes, int64_t iters) {
-      static mpi::Comm comm = mpi::Comm::Dup(MPI_COMM_WORLD);
+      // Never destroyed (as bench_ccl.cc's): a static's destructor would free it after
+      // MPI_Finalize, which crashes a simulated rank under SimGrid SMPI (bench/sim/crosscheck.sh).
+      static mpi::Comm* comm = new mpi::Comm(mpi::Comm::Dup(MPI_COMM_WORLD));
       std::vector<float> a(static_cast<size_t>(bytes) / 4, 1.0f), b(a.size());
       const int n = static_cast<int>(a.size());
       for (int64_t i = 0; i < 10; ++i) {
-        MPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_SUM, comm.get());
+        MPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_SUM, comm->get());
       }
-      DISCO_MPI_CALL(MPI_Barrier(comm.get()));
+      DISCO_MPI_CALL(MPI_Barrier(comm->get()));
       double t0 = NowUs();
       for (int64_t i = 0; i < iters; ++i) {
-        MPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_SUM, comm.get());
-        MPI_Allreduce(b.data(), a.data(), n, MPI_FLOAT, MPI_SUM, comm.get());
+        MPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_SUM, comm->get());
+        MPI_Allreduce(b.data(), a.data(), n, MPI_FLOAT, MPI_SUM, comm->get());
       }
-      DISCO_MPI_CALL(MPI_Barrier(comm.get()));
+      DISCO_MPI_CALL(MPI_Barrier(comm->get()));
       return (NowUs() - t0) / iters;
     });
 
@@ -100,14 +102,14 @@ int RunGraphBench(Session& s, const Options& opts) {
                 Fmt(graph_calls_per_s / calls_per_s, 1)});
   Emit(noops, opts, meta);
 
-  // 16 calls: 14 no-ops, and two allreduces of 4 KiB on a tensor a recorded function returns.
+  // 16 calls: 13 no-ops, the function that returns a 4 KiB tensor, and two allreduces of it.
   s.InitCCL("mpi");
   const int64_t bytes = opts.GetInt("bytes", 4096);
   DRef raw = s.GetGlobalFunc("bench.graph.raw_allreduces");
   DRef act = s.GetGlobalFunc("bench.graph.activation");
   DRef buffer = s.Empty(Shape{bytes / 4}, DataType("float32"));
   Graph step = s.Capture(0, [&](const std::vector<Any>&) {
-    for (int i = 0; i < 6; ++i) s.CallPacked(noop);
+    for (int i = 0; i < 7; ++i) s.CallPacked(noop);
     DRef a = s.CallPacked(act, buffer);
     s.AllReduce(a, "sum", false, a);
     for (int i = 0; i < 6; ++i) s.CallPacked(noop);
