@@ -19,6 +19,8 @@ import json
 import os
 import sys
 
+import numpy as np
+
 import disco
 
 
@@ -87,10 +89,11 @@ def main():
         sess.init_ccl("mpi")
         model, config = load_model(sess, fn, args.model, args.dtype)
         sess.sync_all()  # a bad checkpoint is one error here
-        tokens = tuple(t for p in prompts for t in p)
-        lengths = tuple(len(p) for p in prompts)
-        state = fn("llama.new_state")(model, len(prompts), max(lengths) + steps - 1, len(tokens),
-                                      steps, False)
+        # int64 arrays (a tuple would be a Shape, which crosses the wire with at most 64 entries)
+        tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
+        lengths = np.array([len(p) for p in prompts], dtype=np.int64)
+        state = fn("llama.new_state")(model, len(prompts), int(lengths.max()) + steps - 1,
+                                      len(tokens), steps, False)
         sess.sync_all()
         embed, attention, mlp, head = (fn("llama." + n) for n in ("embed", "attention", "mlp",
                                                                    "head"))

@@ -175,8 +175,11 @@ class Generator {
       tokens.insert(tokens.end(), p.begin(), p.end());
       lengths.push_back(static_cast<int64_t>(p.size()));
     }
-    tokens_ = Shape(tokens);
-    lengths_ = Shape(lengths);
+    // Tensors, not Shapes: a Shape crosses the wire with at most 64 entries.
+    tokens_ = Tensor::Empty(Shape{rows}, disco::DataType("int64"));
+    std::memcpy(tokens_.data(), tokens.data(), tokens_.nbytes());
+    lengths_ = Tensor::Empty(Shape{static_cast<int64_t>(lengths.size())}, disco::DataType("int64"));
+    std::memcpy(lengths_.data(), lengths.data(), lengths_.nbytes());
     batch_ = static_cast<int64_t>(o.prompts.size());
     state_ = s.CallPacked(f_["llama.new_state"], model_, batch_, max_len + o.max_new_tokens - 1,
                           rows, o.max_new_tokens, !o.dump_logits.empty());
@@ -186,7 +189,7 @@ class Generator {
   }
 
   int64_t batch() const { return batch_; }
-  int64_t prompt_tokens() const { return tokens_.ndim(); }
+  int64_t prompt_tokens() const { return tokens_.numel(); }
 
   // One generation's timings and result.
   struct Run {
@@ -276,7 +279,7 @@ class Generator {
   const Options& o_;
   DRef model_, state_;
   std::map<std::string, DRef> f_;
-  Shape tokens_, lengths_;
+  Tensor tokens_, lengths_;
   int64_t batch_ = 0;
   disco::Graph step_graph_;
 };

@@ -43,6 +43,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -548,10 +549,30 @@ void Head(State& s) {
   for (int64_t i = 0; i < b; ++i) s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
 }
 
-void BeginPrefill(State& s, const Shape& tokens, const Shape& lengths) {
+// A list of integers given as an int64 or int32 host tensor (any shape, flattened) or a Shape
+// (a tuple of ints from Python; a Shape crosses the wire with at most 64 entries, so prompts go as
+// tensors).
+std::vector<int64_t> IntList(const disco::Any& a, const char* fn, const char* what) {
+  if (std::optional<Shape> shape = a.as<Shape>()) return shape->dims();
+  std::optional<Tensor> t = a.as<Tensor>();
+  DISCO_CHECK(t && t->device().device_type == kDLCPU && t->dtype().code == kDLInt &&
+                  (t->dtype().bits == 64 || t->dtype().bits == 32),
+              TypeError)
+      << fn << ": '" << what << "' must be an int64 or int32 host tensor (or a Shape), not a "
+      << a.type_name();
+  std::vector<int64_t> out(static_cast<size_t>(t->numel()));
+  for (int64_t i = 0; i < t->numel(); ++i) {
+    out[i] = t->dtype().bits == 64 ? t->data_as<int64_t>()[i] : t->data_as<int32_t>()[i];
+  }
+  return out;
+}
+
+void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
+                  const std::vector<int64_t>& lengths) {
   const Config& c = s.m->config;
-  DISCO_CHECK(lengths.ndim() == s.batch, ValueError)
-      << "llama.begin_prefill: " << lengths.ndim() << " prompt lengths for a batch of " << s.batch;
+  const int64_t num_tokens = static_cast<int64_t>(tokens.size());
+  DISCO_CHECK(static_cast<int64_t>(lengths.size()) == s.batch, ValueError)
+      << "llama.begin_prefill: " << lengths.size() << " prompt lengths for a batch of " << s.batch;
   int64_t total = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t len = lengths[b];
@@ -562,8 +583,8 @@ void BeginPrefill(State& s, const Shape& tokens, const Shape& lengths) {
         << s.max_len;
     total += len;
   }
-  DISCO_CHECK(total == tokens.ndim() && total <= s.max_rows, ValueError)
-      << "llama.begin_prefill: " << tokens.ndim() << " tokens for prompts of " << total
+  DISCO_CHECK(total == num_tokens && total <= s.max_rows, ValueError)
+      << "llama.begin_prefill: " << num_tokens << " tokens for prompts of " << total
       << " in all (at most " << s.max_rows << ", llama.new_state's max_rows)";
   int64_t r = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -674,8 +695,10 @@ DISCO_REGISTER_GLOBAL("llama.new_state")
 
 DISCO_REGISTER_GLOBAL("llama.begin_prefill")
     .set_body_typed(
-        [](Object state, Shape tokens, Shape lengths) {
-          BeginPrefill(StateOf(state, "llama.begin_prefill"), tokens, lengths);
+        [](Object state, disco::Any tokens, disco::Any lengths) {
+          const char* fn = "llama.begin_prefill";
+          BeginPrefill(StateOf(state, fn), IntList(tokens, fn, "tokens"),
+                       IntList(lengths, fn, "lengths"));
         },
         {"state", "tokens", "lengths"});
 

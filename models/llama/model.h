@@ -9,6 +9,7 @@
 //   llama.config(model) -> str                  config.json text (every field the model uses)
 //   llama.new_state(model, batch, max_len, max_rows, max_new_tokens, keep_logits) -> State
 //   llama.begin_prefill(state, tokens, lengths) the prompts, concatenated, and their lengths
+//                                               (int64 tensors; a Shape holds at most 64)
 //   llama.begin_decode(state, step)             step 1..max_new_tokens-1: the last token of each
 //   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)
 //   llama.attention(state, layer)               x += attention block (one allreduce)

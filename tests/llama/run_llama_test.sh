@@ -23,8 +23,11 @@ mk() { "$py" "$here/tiny_checkpoint.py" "$@"; }
 mk "$dir/f32"
 mk "$dir/f16" --dtype F16 --shards 3
 mk "$dir/bf16" --dtype BF16 --shards 2
-# Three prompts of different lengths; 25 prompt tokens in all, so prefill takes the sgemm path.
-prompts=(--prompt 1,5,9 --prompt 4,2 --prompt 3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4)
+# Four prompts of different lengths, one of 70 tokens (more than a Shape carries over the wire);
+# 95 prompt tokens in all, so prefill takes the sgemm path.
+long=$(seq -s, 10 79)
+prompts=(--prompt 1,5,9 --prompt 4,2 --prompt 3,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4
+  --prompt "$long")
 
 run() {  # run NP demo-args...: the demo's output; a non-zero exit fails the test
   local np=$1 out rc=0
@@ -55,7 +58,7 @@ same() {  # same WHAT OUTPUT: its generated lines are the reference's
 out=$(run 1 --model "$dir/f32")
 echo "$out"
 ref=$(grep '^generated:' <<<"$out")
-[[ $(wc -l <<<"$ref") -eq 3 ]] || { echo "FAIL: not one generated line per prompt"; exit 1; }
+[[ $(wc -l <<<"$ref") -eq 4 ]] || { echo "FAIL: not one generated line per prompt"; exit 1; }
 for want in '^prefill: [0-9.]+ tokens/s$' '^decode: [0-9.]+ tokens/s$' \
   '^runtime share of a decode step: [0-9.]+% \(by replay\), [0-9.]+% \(call by call\)$' \
   '^kv cache per rank: [0-9.]+ MiB$' '^peak rss per rank \(MiB\): [0-9.]+$' \
@@ -86,7 +89,7 @@ import sys
 import numpy as np
 logits = np.load(sys.argv[1])
 ids = np.array([[int(t) for t in l.split()[1:]] for l in open(sys.argv[2])])
-assert logits.dtype == np.float32 and logits.shape == (3, 8, 256), (logits.dtype, logits.shape)
+assert logits.dtype == np.float32 and logits.shape == (4, 8, 256), (logits.dtype, logits.shape)
 assert (logits.argmax(-1) == ids).all(), (logits.argmax(-1), ids)
 print("ok: --dump-logits", logits.shape, "argmax = the generated ids")
 EOF
