@@ -114,6 +114,18 @@ int Run(disco::Session& s, const std::string& mode) {
     std::printf("unreachable: SyncAll returned after a worker died\n");
     return 0;
   }
+  if (mode == "stop-worker") {
+    // Every rank answers liveness pings first; then the last worker stops, and the controller
+    // waits in code of its own (no command runs: only the liveness pings can end the job).
+    s.SyncAll();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    s.CallPacked(s.GetGlobalFunc("fault.stop_self"), s.num_workers() - 1);
+    std::printf("worker %d stopped\n", s.num_workers() - 1);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    std::printf("unreachable: the job went on with a silent worker\n");
+    return 0;
+  }
   if (mode == "desync") {
     s.impl()->TestSkipSequence(2);
     s.CallPacked(s.GetGlobalFunc("fault.noop"));
