@@ -490,9 +490,11 @@ void CheckLiveness() {
     if (!alive[r] && s.heard_ns[r] != 0 && now - s.heard_ns[r] < grace_ns) return;
   }
   exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
+  const std::string launcher = LocalLauncher();
   LogLine(LogLevel::kError, "watchdog: " + names +
                                 " stopped answering liveness pings (they answered before): "
-                                "dead, or their node is off the network; ending the job");
+                                "dead, or their node is off the network; ending the job" +
+                                (launcher.empty() ? "" : " and this node's launcher, " + launcher));
   Dump("liveness");
   // A moment for the launcher to forward these lines (mpirun relays the ranks' output) before
   // it goes.
