@@ -1,10 +1,12 @@
 // Ending the job from a rank when its launcher would not, or not soon:
 // - `srun` without --kill-on-bad-exit leaves the ranks of other nodes waiting when one rank exits
 //   (its PMIx abort reaches its own node only): a rank that ends the job cancels its step.
-// - Open MPI 4 has no heartbeat: when a node goes off the network, mpirun waits minutes for its
-//   daemon. A rank that found ranks gone (the watchdog's liveness pings) ends the launcher process
-//   of its own node (mpirun, or the node's orted), so the job ends now, on every node that can
-//   still be reached, and the lost node's ranks do the same on theirs.
+// - Neither Open MPI 4 nor MPICH's hydra has a heartbeat: when a node goes off the network,
+//   mpirun (or mpiexec) waits minutes, or for good, for its daemon there. A rank that found ranks
+//   gone (the watchdog's liveness pings) ends the launcher processes of its own node (mpirun or
+//   the node's orted; hydra's proxy, and mpiexec on the node that started the job), so the job
+//   ends now, on every node that can still be reached, and the lost node's ranks do the same on
+//   theirs.
 #ifndef DISCO_CORE_LAUNCHER_H_
 #define DISCO_CORE_LAUNCHER_H_
 
@@ -22,10 +24,14 @@ void SetFatalHandler(void (*handler)(const std::string& cause));
 /// Under Slurm (SLURM_JOB_ID and SLURM_STEP_ID set), starts `scancel JOB.STEP`, waiting at most a
 /// second for it; nothing otherwise, or when scancel cannot be started. Once per process.
 void EndSlurmStep();
-/// Under Open MPI's launcher (OMPI_COMM_WORLD_SIZE set), when this rank's parent is mpirun or
-/// orted: SIGKILL to the parent's other children (this node's other ranks), then to the parent.
-/// Nothing otherwise.
+/// When this rank's parent is a launcher (Open MPI's mpirun or orted, MPICH's hydra_pmi_proxy):
+/// SIGKILL to the parent's other children (this node's other ranks), then to the parent, and
+/// under hydra to the mpiexec above the proxy when it runs on this node. Nothing otherwise (srun
+/// starts ranks from slurmstepd: EndSlurmStep ends those).
 void EndLocalLauncher();
+/// What EndLocalLauncher would end, for the line that says so ("mpirun (pid 12)",
+/// "hydra_pmi_proxy (pid 12) and mpiexec (pid 11)"), or "" for nothing.
+std::string LocalLauncher();
 
 }  // namespace disco
 

@@ -766,6 +766,46 @@ std::string DiagnoseWriteFailure(const std::string& target, uint64_t needed) {
   return "";
 }
 
+// Before a collective write (rank 0; the caller agrees on the outcome): the space the new dataset's
+// data take is there, so that no rank's part of the write can fail alone. ROMIO (MPICH's MPI-IO)
+// returns ENOSPC only from the aggregator whose write failed while the other ranks wait inside
+// the collective write, and HDF5 never reaches disco's agreement; Open MPI's OMPIO happens to
+// fail on every rank, which no MPI promises. The dataset's bytes in the file are reserved
+// (fallocate, the file's size unchanged), so that space others take between this check and the
+// write cannot fail it either; where the filesystem cannot reserve, the free space must cover the
+// data. A small margin stays for the metadata HDF5 writes when it closes the file.
+void ReserveForCollectiveWrite(const std::string& target, const Id& dset, uint64_t needed,
+                               const std::string& where) {
+  constexpr uint64_t kMetadataMargin = uint64_t{64} << 10;
+  uint64_t unreserved = needed;
+  const haddr_t offset = H5Dget_offset(dset.get());
+  auto full = [&](uint64_t free_bytes) {
+    return where + ": cannot write '" + target + "': No space left on device (ENOSPC): the " +
+           "filesystem has " + std::to_string(free_bytes) + " bytes free, the dataset needs " +
+           std::to_string(needed);
+  };
+  struct statvfs fs;
+  auto free_bytes = [&]() -> uint64_t {
+    if (statvfs(DirectoryOf(target).c_str(), &fs) != 0) return UINT64_MAX;  // cannot tell
+    return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  };
+  if (needed > 0 && offset != HADDR_UNDEF) {
+    const int fd = open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      const int rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                               static_cast<off_t>(needed));
+      const int err = errno;
+      close(fd);
+      if (rc == 0) unreserved = 0;
+      if (rc != 0 && (err == ENOSPC || err == EDQUOT)) throw RuntimeError(full(free_bytes()));
+    }
+  }
+  const uint64_t available = free_bytes();
+  if (available != UINT64_MAX && available < unreserved + kMetadataMargin) {
+    throw RuntimeError(full(available));
+  }
+}
+
 // Runs a write step; a failure gets the filesystem's reason added when there is one.
 template <typename F>
 void WriteStep(const std::string& target, uint64_t needed, F step) {
@@ -801,7 +841,9 @@ Id OpenForWriting(const std::string& target, bool exists, MPI_Comm comm, const s
 }
 
 Id DatasetForWriting(const Id& file, const std::string& name, const std::vector<int64_t>& dims,
-                     const Id& file_type, DLDataType dtype, const std::string& where) {
+                     const Id& file_type, DLDataType dtype, const std::string& where,
+                     bool* created = nullptr) {
+  if (created != nullptr) *created = false;
   if (HasDataset(file.get(), name, where)) {
     Id dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     DISCO_CHECK(dset.valid(), RuntimeError)
@@ -819,6 +861,7 @@ Id DatasetForWriting(const Id& file, const std::string& name, const std::vector<
           H5Dclose);
   DISCO_CHECK(dset.valid(), RuntimeError)
       << where << ": cannot create the dataset: " << Hdf5Message();
+  if (created != nullptr) *created = true;
   if (dtype.code == kDLBfloat) {
     Id str(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(str.get(), 8);
@@ -996,7 +1039,13 @@ void Save(const std::string& given_path, const std::string& name, const Any& sha
       WriteState st;
       auto step = [&](auto fn) { Agreed(c.comm, where, [&] { WriteStep(target, needed, fn); }); };
       step([&] { st.file = OpenForWriting(target, target_exists, c.comm, where); });
-      step([&] { st.dset = DatasetForWriting(st.file, name, dims, file_type, dtype, where); });
+      bool created = false;
+      step([&] {
+        st.dset = DatasetForWriting(st.file, name, dims, file_type, dtype, where, &created);
+      });
+      Agreed(c.comm, where, [&] {
+        if (c.rank == 0) ReserveForCollectiveWrite(target, st.dset, created ? needed : 0, where);
+      });
       step([&] {
         WriteSlab(st.dset, dims, shard_axis, offset, my_count, dtype, file_type, *shard,
                   select_mine, /*collective=*/true, where);

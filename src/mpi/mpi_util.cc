@@ -1,5 +1,7 @@
 #include "mpi/mpi_util.h"
 
+#include <disco/config.h>
+
 #include <algorithm>
 #include <sstream>
 #include <thread>
@@ -29,6 +31,66 @@ bool IsActive() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   return initialized && !finalized;
+}
+
+Family LibraryFamily() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return Family::kOther;
+  const std::string s(text, len);
+  if (s.find("Open MPI") != std::string::npos) return Family::kOpenMpi;
+  for (const char* name : {"MPICH", "Intel(R) MPI", "MVAPICH"}) {
+    if (s.find(name) != std::string::npos) return Family::kMpich;
+  }
+  return Family::kOther;
+}
+
+const char* FamilyName(Family family) {
+  switch (family) {
+    case Family::kOpenMpi:
+      return "openmpi";
+    case Family::kMpich:
+      return "mpich";
+    case Family::kOther:
+      break;
+  }
+  return "other";
+}
+
+std::string ToolStringSetting(const std::string& wanted) {
+#if DISCO_SIMULATED
+  (void)wanted;
+  return "";  // SMPI has no tool interface
+#else
+  // Once per process (thread-safe static), and never finalized: see the header.
+  static const bool started = [] {
+    int provided = 0;
+    return MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
+  }();
+  if (!started) return "";
+  int count = 0;
+  if (MPI_T_cvar_get_num(&count) != MPI_SUCCESS) return "";
+  for (int i = 0; i < count; ++i) {
+    char name[256], desc[16];
+    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+    if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len,
+                            &bind, &scope) != MPI_SUCCESS ||
+        wanted != name || type != MPI_CHAR) {
+      continue;
+    }
+    MPI_T_cvar_handle handle;
+    int n = 0;
+    if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &n) != MPI_SUCCESS) return "";
+    std::string buf(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+    std::string value;
+    if (MPI_T_cvar_read(handle, buf.data()) == MPI_SUCCESS) value = buf.c_str();
+    MPI_T_cvar_handle_free(&handle);
+    return value;
+  }
+  return "";
+#endif
 }
 
 Comm Comm::Dup(MPI_Comm parent) {

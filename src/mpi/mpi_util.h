@@ -32,6 +32,21 @@ std::string LibraryVersion();
 /// True between MPI_Init and MPI_Finalize.
 bool IsActive();
 
+/// The MPI family, from MPI_Get_library_version (callable before MPI_Init): it decides which
+/// launcher processes and environment variables a job has and what the library's settings are
+/// called. MPICH includes its derivatives (Intel MPI, MVAPICH, Cray MPICH).
+enum class Family { kOpenMpi, kMpich, kOther };
+Family LibraryFamily();
+const char* FamilyName(Family family);
+
+/// The value of an MPI library's string setting (a control variable of the MPI tool interface:
+/// Open MPI's "btl", MPICH's "MPIR_CVAR_CH4_NETMOD"), or "" where the library has none or leaves
+/// it unset. The tool interface is started on the first call and stays up for the life of the
+/// process, never finalized: MPICH 4.0 frees its table of control variables when the last
+/// MPI_T_finalize balances the MPI_T_init_thread calls, and a later MPI_T_init_thread leaves
+/// MPI_T_cvar_get_num to dereference the freed table.
+std::string ToolStringSetting(const std::string& name);
+
 /// Owns a communicator (freed in the destructor unless MPI is already finalized).
 class Comm {
  public:

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,15 @@ std::string LauncherMismatch(int world_size) {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;
     if (std::atoi(v) <= 1) return "";
-    return std::string("this process sees an MPI world of 1 rank, but ") + var + "=" + v +
-           " says the job has " + v +
-           ": the launcher and MPI disagree on how processes find each other (PMI). Under "
-           "Slurm use `srun --mpi=pmix` (see `srun --mpi=list`), or `mpirun` inside the "
-           "allocation; `launch/disco-run` picks the right one";
+    // The PMI this MPI's client speaks: Open MPI's is PMIx, MPICH's (hydra's) PMI-1/PMI-2.
+    const char* pmi = mpi::LibraryFamily() == mpi::Family::kMpich ? "pmi2" : "pmix";
+    std::ostringstream why;
+    why << "this process sees an MPI world of 1 rank, but " << var << "=" << v
+        << " says the job has " << v
+        << ": the launcher and MPI disagree on how processes find each other (PMI). Under Slurm "
+        << "use `srun --mpi=" << pmi << "` for this MPI (see `srun --mpi=list`), or `mpirun` "
+        << "inside the allocation; `launch/disco-run` picks the right one";
+    return why.str();
   }
   return "";
 }

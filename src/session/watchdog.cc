@@ -163,7 +163,38 @@ void OnTerminate(int sig) {
   raise(sig);
 }
 
-void OnDumpRequest(int) { S().dump_requested.store(true); }
+// SIGUSR1: the action that was there before ours (MPICH's MPI_Init installs one; so may the
+// program), which ours passes the signal on to, and gives back when the job ends. Written only
+// while ours is not installed.
+struct sigaction g_previous_usr1 {};
+
+void OnDumpRequest(int sig, siginfo_t* info, void* context) {
+  S().dump_requested.store(true);
+  const struct sigaction& prev = g_previous_usr1;
+  if ((prev.sa_flags & SA_SIGINFO) != 0) {
+    if (prev.sa_sigaction != nullptr) prev.sa_sigaction(sig, info, context);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN &&
+             prev.sa_handler != nullptr) {
+    prev.sa_handler(sig);
+  }
+}
+
+bool IsOurDumpHandler(const struct sigaction& action) {
+  return (action.sa_flags & SA_SIGINFO) != 0 && action.sa_sigaction == OnDumpRequest;
+}
+
+// Ours in front of whatever handles SIGUSR1 now, which still gets every signal (a default action,
+// which would end the process, or an ignored signal is not passed on).
+void InstallDumpHandler() {
+  struct sigaction old {};
+  if (sigaction(SIGUSR1, nullptr, &old) != 0 || IsOurDumpHandler(old)) return;
+  g_previous_usr1 = old;
+  struct sigaction sa {};
+  sa.sa_sigaction = OnDumpRequest;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
 
 // The controller probe and the interpreter's stacks (their section is at the end of this
 // namespace).
@@ -459,9 +490,11 @@ void CheckLiveness() {
     if (!alive[r] && s.heard_ns[r] != 0 && now - s.heard_ns[r] < grace_ns) return;
   }
   exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
+  const std::string launcher = LocalLauncher();
   LogLine(LogLevel::kError, "watchdog: " + names +
                                 " stopped answering liveness pings (they answered before): "
-                                "dead, or their node is off the network; ending the job");
+                                "dead, or their node is off the network; ending the job" +
+                                (launcher.empty() ? "" : " and this node's launcher, " + launcher));
   Dump("liveness");
   // A moment for the launcher to forward these lines (mpirun relays the ranks' output) before
   // it goes.
@@ -756,7 +789,10 @@ void StopSignals() {
   };
   restore(SIGTERM, OnTerminate);
   restore(SIGINT, OnTerminate);
-  restore(SIGUSR1, OnDumpRequest);
+  struct sigaction usr1 {};
+  if (sigaction(SIGUSR1, nullptr, &usr1) == 0 && IsOurDumpHandler(usr1)) {
+    sigaction(SIGUSR1, &g_previous_usr1, nullptr);
+  }
   Probe& p = P();
   if (p.signal != 0) restore(p.signal, OnProbe);
   p.signal = 0;
@@ -832,9 +868,7 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   for (int sig : {SIGTERM, SIGINT}) {  // unless the program handles them itself (Python: SIGINT)
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(sig, OnTerminate);
   }
-  if (sigaction(SIGUSR1, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    signal(SIGUSR1, OnDumpRequest);
-  }
+  InstallDumpHandler();
   StartProbe(rank, timeout_s);
   s.self = LocalHost();
   if (s.ping_fd >= 0) {  // a new job of the same process (disco.main run twice): a new socket

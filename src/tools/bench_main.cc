@@ -127,47 +127,27 @@ DISCO_REGISTER_GLOBAL("bench.num_nodes").set_body_typed([]() {
   return static_cast<int64_t>(nodes);
 });
 
-// The value of an MPI library's string setting (Open MPI: "btl", "pml"), read through the MPI
-// tool interface: "" when the library has none or it is unset (its default applies).
-std::string MpiStringSetting(const std::string& wanted) {
-#if DISCO_SIMULATED
-  return "";  // SMPI has no tool interface (and no transports to choose)
-#else
-  int provided = 0, count = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "";
-  std::string value;
-  if (MPI_T_cvar_get_num(&count) == MPI_SUCCESS) {
-    for (int i = 0; i < count && value.empty(); ++i) {
-      char name[256], desc[16];
-      int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
-      MPI_Datatype type = MPI_DATATYPE_NULL;
-      MPI_T_enum enumtype = MPI_T_ENUM_NULL;
-      if (MPI_T_cvar_get_info(i, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len,
-                              &bind, &scope) != MPI_SUCCESS ||
-          wanted != name || type != MPI_CHAR) {
-        continue;
-      }
-      MPI_T_cvar_handle handle;
-      int n = 0;
-      if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &n) != MPI_SUCCESS) break;
-      std::string buf(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
-      if (MPI_T_cvar_read(handle, buf.data()) == MPI_SUCCESS) value = buf.c_str();
-      MPI_T_cvar_handle_free(&handle);
-      if (value.empty()) break;
-    }
-  }
-  MPI_T_finalize();
-  return value;
-#endif
-}
-
-// How the ranks reach each other: shared memory within a node, the network between nodes; and the
-// MPI library's transport settings ("default": its own choice). Three words.
+// How the ranks reach each other: shared memory within a node, the network between nodes; then
+// the MPI library's transport settings as key=value words ("default": the library's own choice),
+// under the names its family uses (Open MPI's pml and btl, MPICH's ch4 netmod and shm).
 DISCO_REGISTER_GLOBAL("bench.transport").set_body_typed([](int64_t nodes) {
-  const std::string btl = MpiStringSetting("btl"), pml = MpiStringSetting("pml");
-  return std::string(nodes > 1 ? "network+shared-memory" : "shared-memory") +
-         " mpi_pml=" + (pml.empty() ? std::string("default") : pml) +
-         " mpi_btl=" + (btl.empty() ? std::string("default") : btl);
+  std::string out = nodes > 1 ? "network+shared-memory" : "shared-memory";
+  std::vector<std::pair<std::string, std::string>> settings;  // field, control variable
+  switch (mpi::LibraryFamily()) {
+    case mpi::Family::kOpenMpi:
+      settings = {{"mpi_pml", "pml"}, {"mpi_btl", "btl"}};
+      break;
+    case mpi::Family::kMpich:
+      settings = {{"mpi_netmod", "MPIR_CVAR_CH4_NETMOD"}, {"mpi_shm", "MPIR_CVAR_CH4_SHM"}};
+      break;
+    case mpi::Family::kOther:
+      break;
+  }
+  for (const auto& [field, cvar] : settings) {
+    const std::string value = mpi::ToolStringSetting(cvar);
+    out += " " + field + "=" + (value.empty() ? std::string("default") : value);
+  }
+  return out;
 });
 
 int64_t NumNodes(Session& s) {
@@ -179,19 +159,18 @@ std::vector<std::string> Metadata(Session& s) {
   std::istringstream transport(s.CallPacked(s.GetGlobalFunc("bench.transport"), nodes)
                                    .DebugGetFromRemote(0)
                                    .cast<std::string>());
-  std::string how, pml, btl;
-  transport >> how >> pml >> btl;
+  std::string how, setting;
+  transport >> how;
+  std::vector<std::string> metadata = {"ranks=" + std::to_string(s.num_workers()),
+                                       "nodes=" + std::to_string(nodes), "transport=" + how};
+  while (transport >> setting) metadata.push_back(setting);
   char date[64];
   std::time_t t = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return {"ranks=" + std::to_string(s.num_workers()),
-          "nodes=" + std::to_string(nodes),
-          "transport=" + how,
-          pml,
-          btl,
-          "mpi=" + mpi::LibraryVersion(),
-          "disco=" DISCO_VERSION,
-          std::string("date=") + date};
+  metadata.push_back("mpi=" + mpi::LibraryVersion());
+  metadata.push_back("disco=" DISCO_VERSION);
+  metadata.push_back(std::string("date=") + date);
+  return metadata;
 }
 
 }  // namespace bench

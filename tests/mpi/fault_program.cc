@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,8 +22,18 @@
 
 namespace {
 
+// sigusr1-chained: a SIGUSR1 handler of the program's own, there before disco::Main (as MPICH's
+// MPI_Init installs one), which must still see the signal and be there again after the job.
+std::atomic<int> g_own_usr1{0};
+void OwnUsr1Handler(int) { g_own_usr1.fetch_add(1); }
+
 DISCO_REGISTER_GLOBAL("fault.kill_self").set_body_typed([](int64_t worker) {
   if (disco::ThisWorker().worker_id == worker) raise(SIGKILL);
+});
+// A rank that goes silent without exiting, as one on a node cut off the network: its launcher
+// waits for it for good.
+DISCO_REGISTER_GLOBAL("fault.stop_self").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id == worker) raise(SIGSTOP);
 });
 DISCO_REGISTER_GLOBAL("fault.throw_on_1").set_body_typed([]() {
   if (disco::ThisWorker().worker_id == 1) throw disco::ValueError("worker 1 fails on purpose");
@@ -101,6 +112,18 @@ int Run(disco::Session& s, const std::string& mode) {
     s.CallPacked(s.GetGlobalFunc("fault.kill_self"), s.num_workers() - 1);
     s.SyncAll();  // blocks on the dead worker: the launcher must end the job
     std::printf("unreachable: SyncAll returned after a worker died\n");
+    return 0;
+  }
+  if (mode == "stop-worker") {
+    // Every rank answers liveness pings first; then the last worker stops, and the controller
+    // waits in code of its own (no command runs: only the liveness pings can end the job).
+    s.SyncAll();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    s.CallPacked(s.GetGlobalFunc("fault.stop_self"), s.num_workers() - 1);
+    std::printf("worker %d stopped\n", s.num_workers() - 1);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    std::printf("unreachable: the job went on with a silent worker\n");
     return 0;
   }
   if (mode == "desync") {
@@ -203,12 +226,16 @@ int Run(disco::Session& s, const std::string& mode) {
     std::printf("unreachable: a corrupted frame went unnoticed\n");
     return 0;
   }
-  if (mode == "sigusr1") {
+  if (mode == "sigusr1" || mode == "sigusr1-chained") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));
     s.SyncAll();
     raise(SIGUSR1);  // the watchdog thread dumps the flight recorder
     usleep(300 * 1000);
     std::printf("dumped on SIGUSR1\n");
+    if (mode == "sigusr1-chained") {
+      std::printf("the program's own SIGUSR1 handler ran %d time(s) in the job\n",
+                  g_own_usr1.load());
+    }
     return 0;
   }
   if (mode == "unmatched-sends") {
@@ -282,9 +309,17 @@ int Run(disco::Session& s, const std::string& mode) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
-  return disco::Main(argc, argv, [&](disco::Session& s) {
+  if (mode == "sigusr1-chained") signal(SIGUSR1, OwnUsr1Handler);
+  const int rc = disco::Main(argc, argv, [&](disco::Session& s) {
     int rc = Run(s, mode);
     std::fflush(stdout);
     return rc;
   });
+  if (mode == "sigusr1-chained") {
+    // disco's handler is gone (MPICH's MPI_Finalize may leave its own, which passes it on).
+    raise(SIGUSR1);
+    std::printf("after the job, SIGUSR1 reached the program's own handler %d time(s) in all\n",
+                g_own_usr1.load());
+  }
+  return rc;
 }

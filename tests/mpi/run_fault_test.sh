@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Runs a job that must fail in a given way and checks how it ended:
-#   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX... -- command...
+#   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX...
+#                     [--reject REGEX...] -- command...
 # Passes when the job ends within SECONDS with the expected exit code and its output matches
-# every REGEX given (extended grep), and no process of the job is left 5 s later (found by a token in their
+# every --expect REGEX given (extended grep) and no --reject one, and no process of the job is left 5 s later (found by a token in their
 # environment). A job still running at SECONDS + 5 is killed and fails the test.
 set -uo pipefail
-timeout_s=10 expect_exit=nonzero patterns=()
+timeout_s=10 expect_exit=nonzero patterns=() rejects=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --timeout) timeout_s=$2; shift 2 ;;
     --expect-exit) expect_exit=$2; shift 2 ;;
     --expect) patterns+=("$2"); shift 2 ;;
+    --reject) rejects+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "run_fault_test.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -51,6 +53,11 @@ fi
 for pattern in "${patterns[@]}"; do
   if [[ -n $pattern ]] && ! grep -Eq -- "$pattern" "$out"; then
     echo "FAIL: output does not match: $pattern"; fail=1
+  fi
+done
+for pattern in "${rejects[@]}"; do
+  if [[ -n $pattern ]] && grep -Eq -- "$pattern" "$out"; then
+    echo "FAIL: output matches what it must not: $pattern"; fail=1
   fi
 done
 left=$(stragglers)

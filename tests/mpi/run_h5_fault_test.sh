@@ -94,7 +94,8 @@ case $case_name in
         sleep 0.01
       done
       for pid in $(pgrep -f "add $f big"); do
-        tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' &&
+        tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null |
+          grep -qxE '(OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)=1' &&
           kill -KILL "$pid"
       done ) &
     killer=$!
@@ -144,7 +145,7 @@ with h5py.File(sys.argv[1], 'w') as f: f.create_dataset('w', shape=(1 << 28,), d
     # Rank 1 may not map the 1 GiB shard; rank 0 may.
     cat > "$dir/limited.sh" <<EOF
 #!/bin/bash
-[[ \${OMPI_COMM_WORLD_RANK:-\${PMIX_RANK:-0}} == 1 ]] && ulimit -v 1200000
+[[ \${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-\${PMIX_RANK:-0}}} == 1 ]] && ulimit -v 1200000
 exec "$program" "\$@"
 EOF
     chmod +x "$dir/limited.sh"

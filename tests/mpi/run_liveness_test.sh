@@ -4,8 +4,9 @@
 #     a healthy 2-rank job (DISCO_TIMEOUT=3) calls and syncs for 12 s while the attacker floods
 #     every UDP port its ranks bound with junk and forged pings: the job must end with exit 0.
 #   run_liveness_test.sh forge ATTACKER -- MPIEXEC ARGS... FAULT_PROGRAM
-#     a 2-rank job under `mpirun --mca orte_enable_recovery 1` (mpirun does not end the job when a
-#     rank dies, as srun without -K): the attacker records rank 1's datagrams, kills rank 1, binds
+#     a 2-rank job whose launcher does not end the job when a rank dies, as srun without -K
+#     (DISCO_TEST_MPIEXEC_KEEP_GOING, from CMake: Open MPI's --mca orte_enable_recovery 1; exit
+#     77 without one: MPICH's hydra ends the job when a rank dies of a signal): the attacker records rank 1's datagrams, kills rank 1, binds
 #     its freed port and answers every ping with forged and replayed pongs; the job must still end
 #     within DISCO_TIMEOUT + 10 s of the kill, non-zero, naming rank 1.
 # The job's processes are found by a token in their environment; their UDP ports in /proc/net/udp
@@ -30,10 +31,10 @@ job_pids() {  # every process holding the token (mpirun and the ranks)
   grep -lsxzF "DISCO_LIVENESS_TEST_TOKEN=$token" /proc/[0-9]*/environ | cut -d/ -f3
   true
 }
-rank_pid() {  # the pid of rank $1
+rank_pid() {  # the pid of rank $1 (Open MPI, hydra and PMIx launchers each say it their way)
   local pid
   for pid in $(job_pids); do
-    grep -qsxzF "OMPI_COMM_WORLD_RANK=$1" "/proc/$pid/environ" && echo "$pid"
+    grep -qsxzE "(OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)=$1" "/proc/$pid/environ" && echo "$pid"
   done
   true
 }
@@ -88,8 +89,14 @@ case $mode in
     grep -q "soak done" "$out/job.log" || fail "the soak did not finish"
     ;;
   forge)
+    if [[ -z ${DISCO_TEST_MPIEXEC_KEEP_GOING:-} ]]; then
+      echo "SKIP: this MPI's launcher cannot be told to go on when a rank dies of a signal (hydra"
+      echo "ends the job whatever -disable-auto-cleanup says): no job for forged pongs to keep alive"
+      exit 77
+    fi
     export DISCO_TEST_SOAK_S=120
-    setsid env DISCO_LIVENESS_TEST_TOKEN="$token" "$1" --mca orte_enable_recovery 1 "${@:2}" soak \
+    read -r -a keep_going <<<"${DISCO_TEST_MPIEXEC_KEEP_GOING:-}"
+    setsid env DISCO_LIVENESS_TEST_TOKEN="$token" "$1" "${keep_going[@]}" "${@:2}" soak \
       >"$out/job.log" 2>&1 &
     job_pid=$!
     wait_for_ranks

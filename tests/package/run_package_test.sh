@@ -3,18 +3,26 @@
 # find_package(disco CONFIG) and with pkg-config, and runs both under mpirun at 2 ranks; then runs
 # the installed tools as a user gets them: from the prefix, with no LD_LIBRARY_PATH; and, when the
 # build has Python, `import disco` from the prefix's package directory, in a job of 2 ranks.
+#   run_package_test.sh SRC BUILD CMAKE [--python PYTHON] -- MPIEXEC [mpiexec flags...]
+# (the flags: CMake's DISCO_MPIEXEC_PREFLAGS, which are the MPI's own).
 set -euo pipefail
-src=$1 build=$2 cmake=$3 mpiexec=$4 python=${5:-}
+src=$1 build=$2 cmake=$3 python=""
+shift 3
+if [[ ${1:-} == --python ]]; then python=$2; shift 2; fi
+[[ ${1:-} == -- ]] && shift
+mpiexec=$1
+shift
+flags=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$cmake" --install "$build" --prefix "$work/prefix" >/dev/null
 "$cmake" -S "$src/tests/package" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 "$cmake" --build "$work/build" >/dev/null
-"$mpiexec" -n 2 --oversubscribe "$work/build/consumer"
+"$mpiexec" -n 2 "${flags[@]}" "$work/build/consumer"
 # pkg-config route
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"
 mpicxx -o "$work/consumer_pc" "$src/tests/package/consumer.cc" $(pkg-config --cflags --libs disco)
-"$mpiexec" -n 2 --oversubscribe "$work/consumer_pc"
+"$mpiexec" -n 2 "${flags[@]}" "$work/consumer_pc"
 # The installed tools start with nothing but their RPATH ($ORIGIN/../lib) to find libdisco.
 unset LD_LIBRARY_PATH
 for tool in "$work"/prefix/bin/disco-*; do
@@ -27,7 +35,7 @@ for tool in "$work"/prefix/bin/disco-*; do
 done
 "$work/prefix/bin/disco-serve" --help >/dev/null
 { "$work/prefix/bin/disco-remote" 2>&1 || true; } | grep -q "usage: disco-remote"
-"$mpiexec" -n 2 --oversubscribe "$work/prefix/bin/disco-example" >/dev/null
+"$mpiexec" -n 2 "${flags[@]}" "$work/prefix/bin/disco-example" >/dev/null
 if [[ -n $python ]]; then
   site=$(sed -n 's/^DISCO_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
   cat > "$work/app.py" <<'PY'
@@ -48,7 +56,7 @@ def controller(sess):
 
 sys.exit(disco.main(controller))
 PY
-  (cd "$work" && PYTHONPATH="$work/prefix/$site" "$mpiexec" -n 2 --oversubscribe "$python" \
+  (cd "$work" && PYTHONPATH="$work/prefix/$site" "$mpiexec" -n 2 "${flags[@]}" "$python" \
     "$work/app.py" "$work/prefix/$site") | grep -q "installed disco"
 fi
 echo "package test: find_package and pkg-config consumers ran; installed tools start from the prefix${python:+; the installed Python package runs}"

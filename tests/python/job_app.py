@@ -94,4 +94,7 @@ if MODE == "sys_exit_main":  # sys.exit(disco.main(controller)) with ARGS: the c
     sys.exit(disco.main(controller))
 
 disco.main(controller)  # no sys.exit: a failure must still end the process non-zero
-say("after disco.main on rank", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+# The rank as the launcher says it: Open MPI, hydra (MPICH) or a PMIx launcher.
+rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+             if v in os.environ), "0")
+say("after disco.main on rank", rank)

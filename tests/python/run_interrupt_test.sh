@@ -4,7 +4,10 @@
 # must end within 10 s with a non-zero code and leave no process behind. A controller that takes
 # the KeyboardInterrupt and goes on working (4 s of session calls and Python) must not be ended:
 # it finishes and exits with its own code, 3 (alone; under mpirun SIGINT goes to rank 0 only,
-# since mpirun itself ends the job on SIGINT).
+# since mpirun itself ends the job on SIGINT). Under MPICH's hydra (DISCO_RUN_MPI=mpich, from
+# CMake) the exit code of mpiexec after Ctrl-C is not checked: hydra forwards the SIGINT to the
+# ranks and now and then exits 0 whatever they exit with (1 run in 8 with ranks that exit 7 on
+# SIGINT, no disco involved); the job must still end within 10 s and leave nothing behind.
 #   run_interrupt_test.sh PYTHON -- MPIEXEC ARGS...   (MPIEXEC with its -n flag, without the count)
 set -u
 py=$1
@@ -43,7 +46,11 @@ run_case() {  # name ranks mode [expected exit code] [rank0: SIGINT to rank 0 on
   else
     wait "$pid"
     rc=$?
-    [[ $rc -ne 0 ]] || verdict="exit code 0"
+    if [[ $rc -eq 0 && $ranks != 1 && ${DISCO_RUN_MPI:-} == mpich ]]; then
+      verdict="ok (hydra's exit code after Ctrl-C is not checked)"
+    elif [[ $rc -eq 0 ]]; then
+      verdict="exit code 0"
+    fi
     if [[ -n $want ]]; then
       [[ $rc == "$want" ]] || verdict="exit code $rc, expected $want"
       grep -q '^saved' "$log" || verdict="$verdict; the handler did not finish (no 'saved')"
@@ -55,7 +62,7 @@ run_case() {  # name ranks mode [expected exit code] [rank0: SIGINT to rank 0 on
     kill -KILL -- "-$pid" 2>/dev/null
   fi
   printf '%-28s exit %-4s after %2d s: %s\n' "$name" "$rc" $((SECONDS - t0)) "$verdict"
-  if [[ $verdict != ok ]]; then
+  if [[ $verdict != ok* ]]; then
     fail=1
     sed 's/^/    /' "$log"
   fi

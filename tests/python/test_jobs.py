@@ -2,8 +2,8 @@
 and checks its exit code and output. Run by a plain pytest (the python.jobs test), not inside a
 session: the in-job and served runs skip this file.
 
-DISCO_TEST_MPIEXEC is the launcher with its process-count flag last (default
-"mpirun --oversubscribe -n")."""
+DISCO_TEST_MPIEXEC is the launcher with its process-count flag last (CTest passes CMake's; by
+default "mpirun -n", with --oversubscribe where launch/disco-run finds Open MPI)."""
 
 import os
 import re
@@ -22,14 +22,22 @@ pytestmark = pytest.mark.skipif(session_env.SESSION is not None,
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = os.path.join(HERE, "job_app.py")
-MPIEXEC = shlex.split(os.environ.get("DISCO_TEST_MPIEXEC", "mpirun --oversubscribe -n"))
+
+
+def default_mpiexec():
+    which = subprocess.run([os.path.join(HERE, "..", "..", "launch", "disco-run"), "--which-mpi"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return "mpirun --oversubscribe -n" if which == "openmpi" else "mpirun -n"
+
+
+MPIEXEC = shlex.split(os.environ.get("DISCO_TEST_MPIEXEC") or default_mpiexec())
 
 
 def job_env(**extra):
     env = dict(os.environ)
     # Not inside the launcher's own environment (a test run under mpirun).
     for k in list(env):
-        if k.startswith(("OMPI_COMM_WORLD", "PMIX_", "OMPI_MCA_ess", "OMPI_MCA_orte")):
+        if k.startswith(("OMPI_COMM_WORLD", "PMIX_", "OMPI_MCA_ess", "OMPI_MCA_orte", "PMI_")):
             del env[k]
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
