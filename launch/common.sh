@@ -2,12 +2,31 @@
 # needs when they are missing, then configures and builds into build/ (or $DISCO_BUILD_DIR).
 DISCO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DISCO_BUILD_DIR=${DISCO_BUILD_DIR:-$DISCO_ROOT/build}
-DISCO_PACKAGES=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-  libdlpack-dev libgtest-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
+# The MPI: DISCO_MPI=openmpi|mpich, else the one this machine has (launch/disco-run --which-mpi
+# asks its mpirun), else Open MPI, Debian's default. Each has its own package set (parallel HDF5
+# is built per MPI); MPICH's never brings Open MPI in, so a machine that has MPICH keeps it.
+DISCO_MPI=${DISCO_MPI:-}
+disco_packages() {
+  if [[ -z $DISCO_MPI ]]; then
+    DISCO_MPI=$(DISCO_RUN_MPI="" "$DISCO_ROOT/launch/disco-run" --which-mpi 2>/dev/null || true)
+    [[ $DISCO_MPI == mpich ]] || DISCO_MPI=openmpi
+  fi
+  local mpi
+  case $DISCO_MPI in
+    openmpi) mpi=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev) ;;
+    mpich) mpi=(mpich libmpich-dev libhdf5-mpich-dev) ;;
+    *) echo "DISCO_MPI must be openmpi or mpich, not '$DISCO_MPI'" >&2; exit 2 ;;
+  esac
+  DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev
+    libopenblas-dev pybind11-dev python3-dev python3-numpy)
+}
+disco_packages
 
 disco_ensure_packages() {
   local missing=() p
   for p in "${DISCO_PACKAGES[@]}" "$@"; do
+    # Debian builds mpi4py against Open MPI only: on MPICH it would bring Open MPI in.
+    [[ $DISCO_MPI == mpich && $p == python3-mpi4py ]] && continue
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [[ ${#missing[@]} -eq 0 ]] && return 0

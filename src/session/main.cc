@@ -6,12 +6,14 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/exit_cleanup.h"
@@ -39,6 +41,9 @@ std::string StripPrefix(const std::string& what) {
   LogLine(LogLevel::kError, "fatal: " + StripPrefix(cause) + " -- aborting the job");
   watchdog::Dump("fatal error");
   EndSlurmStep();  // srun without --kill-on-bad-exit would leave the other nodes' ranks waiting
+  // A moment for the launcher to forward these lines: MPICH's hydra, told of the abort, ends the
+  // job and may take the rank's unread output with it (mpi.fault.garbled_frame lost its line).
+  if (!DISCO_SIMULATED) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (mpi::IsActive()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }

@@ -81,6 +81,14 @@ mkdir -p "$stubs/tools"
 for tool in bash dirname timeout; do ln -s "$(command -v "$tool")" "$stubs/tools/$tool"; done
 check which-none "unknown" "" -u DISCO_RUN_MPI PATH="$stubs/none:$stubs/tools" "$run" --which-mpi
 check which-override "mpich" "" DISCO_RUN_MPI=mpich PATH="$stubs/ompi:$PATH" "$run" --which-mpi
+# DISCO_RUN_MPIRUN: the launcher run and asked (Debian with both MPIs: mpirun.mpich).
+check mpirun-named "+ $stubs/hydra/mpirun -n 2 --map-by core" "allow-run-as-root" \
+  -u SLURM_JOB_ID -u SLURM_NTASKS -u DISCO_RUN_MPI DISCO_RUN_GPUS=0 DISCO_RUN_CORES=8 \
+  DISCO_RUN_MPIRUN="$stubs/hydra/mpirun" PATH="$stubs/ompi:$PATH" "$run" -n 2 --dry-run -- ./app
+# DISCO_RUN_SRUN_MPI: another PMI plugin (Cray's MPICH: cray_shasta).
+check srun-mpi-override "srun --mpi=pmi2 --kill-on-bad-exit=1 -n 3 ./app" "pmix" \
+  DISCO_RUN_MPI=openmpi DISCO_RUN_SRUN_MPI=pmi2 SLURM_JOB_ID=7 SLURM_NTASKS=3 \
+  PATH="$stubs/pmix:$PATH" "$run" --dry-run -- ./app
 check hydra-as-root "+ mpirun -n 2 --map-by core" "allow-run-as-root" \
   -u SLURM_JOB_ID -u SLURM_NTASKS -u DISCO_RUN_MPI DISCO_RUN_GPUS=0 DISCO_RUN_CORES=8 \
   PATH="$stubs/hydra:$PATH" "$run" -n 2 --dry-run -- ./app

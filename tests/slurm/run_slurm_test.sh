@@ -8,7 +8,8 @@
 #   - a launcher without the PMI Open MPI needs (`srun --mpi=none`): non-zero, saying why;
 #   - a Python controller (jobs/python.sbatch: examples/tp_mlp.py), when the build has Python;
 #   - a served job (jobs/serve.sbatch) driven and ended by a client outside it.
-# Stops only the daemons it started. Not root: skipped (exit 77) with the reason.
+# Stops only the daemons it started. Not root, or an MPI other than Open MPI (the cases are Open
+# MPI's: PMIx, its refusal under --mpi=none): skipped (exit 77) with the reason.
 #   run_slurm_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
@@ -17,6 +18,11 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 here=$(cd "$(dirname "$0")" && pwd)
+mpi=${DISCO_RUN_MPI:-$("$src/launch/disco-run" --which-mpi 2>/dev/null)}
+if [[ $mpi != openmpi ]]; then
+  echo "SKIP: the one-node Slurm cases are Open MPI's (srun --mpi=pmix); the MPI here is $mpi"
+  exit 77
+fi
 export LOCAL_SLURM_DIR=${LOCAL_SLURM_DIR:-/tmp/disco-slurm-test}
 export LOCAL_SLURM_CPUS=${LOCAL_SLURM_CPUS:-4}
 export SLURM_CONF=${LOCAL_SLURM_CONF:-/etc/slurm/slurm.conf}
