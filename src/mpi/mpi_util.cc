@@ -23,7 +23,18 @@ std::string LibraryVersion() {
   std::string s(text, len);
   size_t nl = s.find_first_of("\n,");
   if (nl != std::string::npos) s = s.substr(0, nl);
-  return s;
+  // One space for each run of blanks ("MPICH Version:\t4.0.2" has a tab).
+  std::string out;
+  for (char ch : s) {
+    const bool blank = ch == ' ' || ch == '\t' || ch == '\r';
+    if (!blank) {
+      out += ch;
+    } else if (!out.empty() && out.back() != ' ') {
+      out += ' ';
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
 }
 
 bool IsActive() {
