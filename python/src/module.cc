@@ -258,6 +258,17 @@ PyObject* SetPythonError(std::exception_ptr p) {
   return nullptr;
 }
 
+// The C++ value of `self`, an instance of a bound class T that the fast paths below receive: a
+// TypeError when it was made without its constructor (T.__new__(T)), which holds no value.
+template <typename T>
+T& ValueOf(PyObject* self, const char* type) {
+  auto v_h = reinterpret_cast<py::detail::instance*>(self)->get_value_and_holder();
+  DISCO_CHECK(v_h.value_ptr() != nullptr && v_h.holder_constructed(), TypeError)
+      << "this " << type << " was made without its constructor (" << type
+      << ".__new__); get one from the session";
+  return *static_cast<T*>(v_h.value_ptr());
+}
+
 // DPackedFunc's tp_call: f(*args) without pybind11's dispatcher, which costs more than the call.
 PyObject* CallFunc(PyObject* self, PyObject* args, PyObject* kwargs) {
   try {
@@ -266,8 +277,7 @@ PyObject* CallFunc(PyObject* self, PyObject* args, PyObject* kwargs) {
       return nullptr;
     }
     // `self` is a DPackedFunc (tp_call is its type's): its C++ value directly.
-    auto* inst = reinterpret_cast<py::detail::instance*>(self);
-    PyFunc& f = *static_cast<PyFunc*>(inst->get_value_and_holder().value_ptr());
+    PyFunc& f = ValueOf<PyFunc>(self, "disco.DPackedFunc");
     PyDRef out = CallPacked(*f.session, f.ref, py::reinterpret_borrow<py::tuple>(args));
     return py::cast(std::move(out)).release().ptr();
   } catch (...) {
@@ -588,9 +598,7 @@ void ReplayGraph(PyGraph& g, PyObject* const* args, size_t n) {
 // replay (as DPackedFunc's tp_call).
 PyObject* GraphReplay(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   try {
-    auto* inst = reinterpret_cast<py::detail::instance*>(self);
-    ReplayGraph(*static_cast<PyGraph*>(inst->get_value_and_holder().value_ptr()), args,
-                static_cast<size_t>(nargs));
+    ReplayGraph(ValueOf<PyGraph>(self, "disco.Graph"), args, static_cast<size_t>(nargs));
     Py_RETURN_NONE;
   } catch (...) {
     return SetPythonError(std::current_exception());

@@ -18,17 +18,48 @@ namespace detail {
 
 namespace {
 // A placeholder of a capture: an unowned DRef with an id no register has (the register file grows
-// one id at a time from 1), which still crosses the wire like any id (a remote client's capture).
+// one id at a time from 1), which still crosses the wire like any id (a remote client's capture):
+// 2^62 + the capture's serial x kMaxGraphInputs + the input's index, so that a placeholder of
+// one capture is never taken for another's.
 constexpr int64_t kPlaceholderBase = int64_t{1} << 62;
-Any Placeholder(int i) { return Any(DRef::Unowned(kPlaceholderBase + i)); }
+constexpr int64_t kMaxCaptureSerial = (int64_t{1} << 62) / protocol::kMaxGraphInputs - 1;
+Any Placeholder(int64_t serial, int i) {
+  return Any(DRef::Unowned(kPlaceholderBase + serial * protocol::kMaxGraphInputs + i));
+}
+// The capture serial of a placeholder, or -1.
+int64_t PlaceholderSerial(const Any& a) {
+  if (PlaceholderIndex(a) < 0) return -1;
+  return (std::get<DRef>(a.storage()).reg_id() - kPlaceholderBase) / protocol::kMaxGraphInputs;
+}
 }  // namespace
 
 int64_t PlaceholderIndex(const Any& a) {
   const DRef* ref = std::get_if<DRef>(&a.storage());
-  if (ref == nullptr || ref->session() != 0) return -1;
-  const int64_t i = ref->reg_id() - kPlaceholderBase;
-  return i >= 0 && i < protocol::kMaxGraphInputs ? i : -1;
+  if (ref == nullptr || ref->session() != 0 || ref->reg_id() < kPlaceholderBase) return -1;
+  return (ref->reg_id() - kPlaceholderBase) % protocol::kMaxGraphInputs;
 }
+
+namespace {
+bool NestsPlaceholderAt(const Any& a, int depth) {
+  if (depth > 64) return false;  // deeper than any frame carries
+  auto any_of = [&](const auto& items, const auto& value) {
+    for (const auto& item : items) {
+      const Any& v = value(item);
+      if (PlaceholderIndex(v) >= 0 || NestsPlaceholderAt(v, depth + 1)) return true;
+    }
+    return false;
+  };
+  if (const Array* arr = std::get_if<Array>(&a.storage())) {
+    return any_of(arr->items(), [](const Any& v) -> const Any& { return v; });
+  }
+  if (const Map* map = std::get_if<Map>(&a.storage())) {
+    return any_of(map->items(), [](const auto& kv) -> const Any& { return kv.second; });
+  }
+  return false;
+}
+}  // namespace
+
+bool NestsPlaceholder(const Any& a) { return NestsPlaceholderAt(a, 0); }
 
 void SessionImpl::CheckNotCapturing(const char* what) {
   if (recording_ == nullptr) return;
@@ -62,8 +93,10 @@ std::vector<Any> SessionImpl::BeginCapture(int num_inputs) {
       << "Capture: " << num_inputs << " inputs (0 to " << protocol::kMaxGraphInputs << ")";
   recording_ = std::make_unique<Recording>();
   recording_->num_inputs = num_inputs;
+  recording_->serial = next_capture_serial_;
+  next_capture_serial_ = next_capture_serial_ < kMaxCaptureSerial ? next_capture_serial_ + 1 : 0;
   std::vector<Any> inputs;
-  for (int i = 0; i < num_inputs; ++i) inputs.push_back(Placeholder(i));
+  for (int i = 0; i < num_inputs; ++i) inputs.push_back(Placeholder(recording_->serial, i));
   return inputs;
 }
 
@@ -125,6 +158,9 @@ DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args)
   for (size_t i = 0; i < num_args; ++i) {
     const int64_t input = PlaceholderIndex(args[i]);
     const DRef* ref = std::get_if<DRef>(&args[i].storage());
+    DISCO_CHECK(!NestsPlaceholder(args[i]), ValueError)
+        << "Capture: argument " << i << " holds a placeholder inside a tuple or dict; a "
+        << "placeholder is substituted only as an argument of its own";
     if (at_install) {
       DISCO_CHECK(input < 0 && (ref == nullptr || rec.call_results.count(ref->reg_id()) == 0),
                   ValueError)
@@ -132,7 +168,7 @@ DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args)
           << " cannot be a placeholder or the result of a recorded call";
     }
     if (input >= 0) {
-      DISCO_CHECK(input < rec.num_inputs, ValueError)
+      DISCO_CHECK(PlaceholderSerial(args[i]) == rec.serial && input < rec.num_inputs, ValueError)
           << "Capture: argument " << i << " is a placeholder of another capture";
       mask |= uint64_t{1} << i;
       encoded[i] = Any(input);
@@ -193,8 +229,8 @@ void SessionImpl::ReplayGraph(int64_t id, const std::vector<Any>& inputs) {
   CheckNotCapturing("Graph::Replay");
   CheckOwnRefs(nullptr, inputs.data(), inputs.size(), "Graph::Replay");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    DISCO_CHECK(PlaceholderIndex(inputs[i]) < 0, ValueError)
-        << "Graph::Replay: input " << i << " is a placeholder of a capture";
+    DISCO_CHECK(PlaceholderIndex(inputs[i]) < 0 && !NestsPlaceholder(inputs[i]), ValueError)
+        << "Graph::Replay: input " << i << " is or holds a placeholder of a capture";
   }
   Any head[1] = {Any(id)};
   const uint64_t seq =

@@ -301,9 +301,9 @@ DRef SessionImpl::CallWithPacked(const DRef& func, const Any* args, size_t num_a
   CheckLive("CallPacked");
   if (recording_ != nullptr) return RecordCall(func, args, num_args);
   for (size_t i = 0; i < num_args; ++i) {
-    DISCO_CHECK(PlaceholderIndex(args[i]) < 0, ValueError)
+    DISCO_CHECK(PlaceholderIndex(args[i]) < 0 && !NestsPlaceholder(args[i]), ValueError)
         << "CallPacked: argument " << i
-        << " is a placeholder of a capture, used outside Session::Capture";
+        << " is or holds a placeholder of a capture, used outside Session::Capture";
   }
   DISCO_CHECK(func.defined(), ValueError) << "CallPacked with an empty function DRef";
   CheckOwnRefs(&func, args, num_args, "CallPacked");

@@ -85,6 +85,9 @@ struct GraphState {
 
 /// The input index a capture's placeholder stands for, or -1 (graph.cc).
 int64_t PlaceholderIndex(const Any& a);
+/// Whether `a` is a tuple or dict that holds a placeholder, at any depth (a placeholder is
+/// substituted only as an argument of its own).
+bool NestsPlaceholder(const Any& a);
 
 /// The live session of this process with the given generation (nullptr when it has ended).
 SessionBackend* LiveSession(uint64_t generation);

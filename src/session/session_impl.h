@@ -84,6 +84,7 @@ class SessionImpl final : public SessionBackend {
   // registers the replayed calls write; the registers the program uses (alive with the graph);
   // why the capture was discarded ("" while it is not).
   struct Recording {
+    int64_t serial = 0;  // which capture of this session (its placeholders carry it)
     int num_inputs = 0;
     std::vector<int64_t> reserved;
     std::vector<Any> steps;
@@ -167,6 +168,7 @@ class SessionImpl final : public SessionBackend {
   int final_exit_code_ = 0;
   std::unique_ptr<Recording> recording_;
   int64_t next_graph_id_ = 1;
+  int64_t next_capture_serial_ = 0;
   std::vector<int64_t> pending_graph_frees_;
 };
 

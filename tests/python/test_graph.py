@@ -100,3 +100,32 @@ def test_the_callers_array_is_copied_at_replay(sess):
     buf[:] = 100
     for w in range(sess.num_workers):
         np.testing.assert_array_equal(r.debug_get_from_remote(w), np.ones(4, "float32"))
+
+
+def test_placeholders_of_other_captures_and_nested_ones_are_refused(sess):
+    # Found by outside testing: a placeholder of another capture whose index fit was taken for
+    # this capture's input; one inside a tuple was passed on as a raw DRef.
+    echo = sess.get_global_func("test.py.echo")
+    with sess.capture(3) as g:
+        echo(g.inputs[0])
+    with pytest.raises(ValueError, match="placeholder of another capture"):
+        with sess.capture(2) as other:
+            echo(g.inputs[1])
+    with pytest.raises(ValueError, match="inside a tuple or dict"):
+        with sess.capture(1) as nested:
+            echo((nested.inputs[0], 1))
+    with pytest.raises(ValueError, match="holds a placeholder"):
+        echo((g.inputs[0], 1))
+    with pytest.raises(ValueError, match="holds a placeholder"):
+        g.replay((g.inputs[0],), 1, 2)
+    g.replay(1, 2, 3)
+    sess.sync_all()
+    del other, nested
+
+
+def test_a_graph_made_without_capture_is_a_type_error(sess):
+    # Found by outside testing: replay() of disco.Graph.__new__(disco.Graph) crashed the process.
+    with pytest.raises(TypeError, match="without its constructor"):
+        disco.Graph.__new__(disco.Graph).replay()
+    with pytest.raises(TypeError, match="without its constructor"):
+        disco.DPackedFunc.__new__(disco.DPackedFunc)(1)
