@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A stand-in for disco-demo's Llama mode, for testing check_disco.py and the benchmark before the
-model lands. It honours the disco-demo contract (see README.md) with the NumPy reference on rank
+model lands. It honours the disco-demo contract (see docs/demo.md) with the NumPy reference on rank
 0; the other ranks only check their share. Run it under mpiexec like disco-demo.
 
 Environment knobs, to test the tests:
