@@ -59,8 +59,11 @@ from ._core import (  # noqa: E402
 
 __version__ = _core.version()
 
+from .process import ProcessSession  # noqa: E402
+
 __all__ = [
-    "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProtocolError", "RemoteError", "Session",
+    "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProcessSession", "ProtocolError",
+    "RemoteError", "Session",
     "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
     "register_func", "shutdown_remote_job", "this_worker",
 ]
@@ -129,3 +132,26 @@ def cpu():
 def cuda(index=None):
     """GPU `index`, or with None each worker's own GPU (after init_ccl)."""
     return Device(2, -1 if index is None else index)
+
+
+def _import_python_module(self, module_name):
+    """Imports the Python module `module_name` on every worker (TVM's name), so that the
+    functions it registers with @disco.register_func exist there; waits for every worker, and an
+    import that fails on one is a disco.RemoteError naming the module."""
+    if not isinstance(module_name, str) or not module_name:
+        raise ValueError("import_python_module: expected a module name, got %r" % (module_name,))
+    self.get_global_func("runtime.disco._import_python_module")(module_name)
+    self.sync_all()
+
+
+Session.import_python_module = _import_python_module
+
+
+def _import_on_this_worker(module_name):
+    import importlib
+    importlib.import_module(module_name)
+
+
+# On every rank that imports disco (every rank of a disco.main job or of disco.serve): the
+# worker's side of Session.import_python_module, under TVM's name.
+register_func("runtime.disco._import_python_module", _import_on_this_worker, override=True)

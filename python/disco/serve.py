@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 
 from . import _core, main
 
@@ -39,7 +40,26 @@ def _parser():
                    help="largest request packet accepted")
     p.add_argument("--max-clients", type=int, default=0,
                    help="stop after this many clients (default 0: until a client ends the job)")
+    p.add_argument("--end-with-stdin", action="store_true",
+                   help="end the job when rank 0's standard input closes before the server "
+                        "has stopped (disco.ProcessSession: its process is gone)")
     return p
+
+
+def _end_with_stdin(done):
+    """Rank 0: waits for the end of standard input (the launcher forwards it from the process
+    that started the job); if the server is still running then, that process is gone (killed
+    before it attached, or it left without detaching), and the job ends."""
+    try:  # the descriptor itself: sys.stdin's buffer lock would stop the interpreter's exit
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
+    if done.is_set():
+        return
+    sys.stderr.write("disco.serve: the process that started this job is gone (its end of rank "
+                     "0's standard input closed): ending the job\n")
+    _core._abort_job(1)
 
 
 def run(argv=None):
@@ -56,13 +76,21 @@ def run(argv=None):
     # A server's log is its clients coming and going: info unless the user says otherwise.
     os.environ.setdefault("DISCO_LOG_LEVEL", "info")
 
+    done = threading.Event()
+
     def controller(sess):
+        if args.end_with_stdin:
+            threading.Thread(target=_end_with_stdin, args=(done,), name="disco-stdin",
+                             daemon=True).start()
         if args.load:
             load = sess.get_global_func("disco.load_library")
             for lib in args.load:
                 load(lib)
             sess.sync_all()  # a library that fails to load ends the job here, naming it
-        return _core.serve(sess, opts)
+        try:
+            return _core.serve(sess, opts)
+        finally:
+            done.set()
 
     return main(controller, [sys.argv[0]])
 

@@ -23,6 +23,8 @@
 #include <chrono>
 #include <climits>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -1183,4 +1185,26 @@ PYBIND11_MODULE(_core, m) {
   m.def("list_global_funcs", &disco::Registry::ListNames);
   m.def("this_worker", &disco::ThisWorker, py::return_value_policy::copy);
   m.def("version", [] { return std::string(DISCO_VERSION); });
+
+  // disco.Session(host, port, key, ...) is disco.connect(...): the constructor a Python subclass
+  // (disco.ProcessSession) calls. Added here, apart from BindSession, as the subclass's hook.
+  auto session_class = py::reinterpret_borrow<py::class_<PySession, SessionPtr>>(m.attr("Session"));
+  session_class.def(py::init(&Connect), py::arg("host"), py::arg("port"), py::arg("key") = "",
+                    py::arg("connect_timeout_ms") = 10000, py::arg("reply_timeout_ms") = -1,
+                    py::arg("key_file") = "",
+                    "Attaches to a served job, as disco.connect(host, port, key, ...) does.");
+  // Ends the whole MPI job from any rank (python3 -m disco: an exception no code caught): as the
+  // C++ runtime's fatal path does, MPI_Abort when MPI runs, else the process alone.
+  m.def(
+      "_abort_job",
+      [](int code) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+        std::_Exit(code);
+      },
+      py::arg("code"), "Ends the MPI job (MPI_Abort) with `code`, or this process without MPI.");
 }

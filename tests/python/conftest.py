@@ -18,13 +18,26 @@ import session_env  # noqa: E402
 def pytest_configure(config):
     config.addinivalue_line("markers", "injob: needs the in-job session (not a served one)")
     config.addinivalue_line("markers", "workers(n): needs at least n workers")
-    if session_env.SESSION is None and os.environ.get("DISCO_TEST_SERVER"):
+    if session_env.SESSION is None and os.environ.get("DISCO_TEST_PROCESS_SESSION"):
+        # disco.ProcessSession: this process starts the workers itself, and imports funcs there.
+        session_env.SESSION = disco.ProcessSession(
+            int(os.environ["DISCO_TEST_PROCESS_SESSION"]),
+            int(os.environ.get("DISCO_NUM_GROUPS", "1")))
+        session_env.SESSION.import_python_module("funcs")
+        session_env.MODE = "process"
+    elif session_env.SESSION is None and os.environ.get("DISCO_TEST_SERVER"):
         host, port = os.environ["DISCO_TEST_SERVER"].rsplit(":", 1)
         session_env.SESSION = disco.connect(host, int(port))
         session_env.MODE = "remote"
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if session_env.MODE == "process" and session_env.SESSION is not None:
+        s, session_env.SESSION = session_env.SESSION, None
+        s.shutdown()
+        if s.exit_code != 0:
+            print("\nthe ProcessSession's job ended with exit code %s" % s.exit_code)
+            session.exitstatus = 1
     # A served job ends with the suite's verdict as its exit code.
     if session_env.MODE == "remote" and session_env.SESSION is not None:
         disco.shutdown_remote_job(session_env.SESSION, 1 if exitstatus not in (0, 5) else 0)
