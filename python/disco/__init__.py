@@ -91,17 +91,58 @@ def main(controller, argv=None):
     return code
 
 
-def register_func(name, func=None, override=False):
+def register_func(name, func=None, override=False, tensors="numpy"):
     """Registers a Python function as the global function `name` on this rank.
 
     Every rank runs the same script, so the function exists on every worker. Use as a decorator
     (``@disco.register_func("my.f")``) or call ``register_func("my.f", f)``. An exception in the
     function reaches the controller as a RemoteError carrying the traceback's last lines.
+
+    tensors: how the function sees the worker's host tensors. "numpy" (default): numpy arrays
+    sharing the tensor's memory (bfloat16 as its uint16 bits). "torch": torch.Tensors sharing the
+    tensor's memory (torch.from_dlpack; bfloat16 as torch.bfloat16), in tuples and dicts too;
+    "dlpack": disco.Tensor objects (any DLPack consumer takes them). A tensor the function returns
+    (numpy, torch or any DLPack producer) becomes the register's value; a non-contiguous one is
+    copied, a contiguous one shared.
     """
+    if tensors not in ("numpy", "torch", "dlpack"):
+        raise ValueError("register_func(%r): tensors must be 'numpy', 'torch' or 'dlpack', got %r"
+                         % (name, tensors))
+
     def register(f):
-        _core.register_func(name, f, override)
+        target = f
+        if tensors == "torch":
+            target = _torch_adapter(name, f)
+        _core.register_func(name, target, override, tensors == "numpy")
         return f
     return register if func is None else register(func)
+
+
+def _torch_adapter(name, f):
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:  # found now, imported at the first call
+        raise ImportError("register_func(%r, tensors='torch'): PyTorch is not installed for %s "
+                          "(Debian: python3-torch)" % (name, _sys.executable))
+    state = {}
+
+    def convert(v):
+        if isinstance(v, Tensor):
+            return state["from_dlpack"](v)  # shares the register's memory (the capsule holds it)
+        if isinstance(v, tuple):
+            return tuple(convert(x) for x in v)
+        if isinstance(v, dict):
+            return {k: convert(x) for k, x in v.items()}
+        return v
+
+    def call(*args):
+        if not state:
+            import torch.utils.dlpack
+            state["from_dlpack"] = torch.utils.dlpack.from_dlpack
+        return f(*(convert(a) for a in args))
+    call.__name__ = getattr(f, "__name__", "call")
+    call.__doc__ = f.__doc__
+    call.__wrapped__ = f
+    return call
 
 
 def connect(host, port, key="", connect_timeout_ms=10000, reply_timeout_ms=-1, key_file=""):

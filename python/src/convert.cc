@@ -391,7 +391,7 @@ Any ToAny(py::handle obj, bool own_tensors) {
   return Any(Object::Make(std::make_shared<PyRef>(obj), kPythonObjectType));
 }
 
-py::object FromAny(const Any& value) {
+py::object FromAny(const Any& value, bool host_tensors_as_numpy) {
   const Any::Storage& s = value.storage();
   switch (value.type_code()) {
     case TypeCode::kNone:
@@ -421,7 +421,8 @@ py::object FromAny(const Any& value) {
     case TypeCode::kTensor: {
       const Tensor& t = std::get<Tensor>(s);
       if (!t.defined()) return py::none();
-      if (t.device().device_type == kDLCPU || t.device().device_type == kDLCUDAHost) {
+      if (host_tensors_as_numpy &&
+          (t.device().device_type == kDLCPU || t.device().device_type == kDLCUDAHost)) {
         return TensorToNumpy(t);
       }
       return py::cast(t);
@@ -450,12 +451,14 @@ py::object FromAny(const Any& value) {
     case TypeCode::kArray: {
       const std::vector<Any>& items = std::get<Array>(s).items();
       py::tuple out(items.size());
-      for (size_t i = 0; i < items.size(); ++i) out[i] = FromAny(items[i]);
+      for (size_t i = 0; i < items.size(); ++i) out[i] = FromAny(items[i], host_tensors_as_numpy);
       return std::move(out);
     }
     case TypeCode::kMap: {
       py::dict out;
-      for (const auto& kv : std::get<Map>(s).items()) out[py::str(kv.first)] = FromAny(kv.second);
+      for (const auto& kv : std::get<Map>(s).items()) {
+        out[py::str(kv.first)] = FromAny(kv.second, host_tensors_as_numpy);
+      }
       return std::move(out);
     }
   }

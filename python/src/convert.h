@@ -49,7 +49,9 @@ struct PyDRef {
 /// `own_tensors`, every tensor in `obj` is a copy of its own, never the caller's memory (worker 0
 /// then holds the value at call time, as the other workers do through the wire).
 Any ToAny(py::handle obj, bool own_tensors = false);
-py::object FromAny(const Any& value);
+/// With `host_tensors_as_numpy` false, host tensors stay disco.Tensor (DLPack producers: what
+/// torch.from_dlpack takes, bfloat16 included) instead of becoming numpy views.
+py::object FromAny(const Any& value, bool host_tensors_as_numpy = true);
 
 /// A Tensor for `obj` (disco.Tensor, numpy array, DLPack producer), or nullopt when it is none of
 /// them. `what` names the argument in errors.

@@ -311,15 +311,16 @@ Shape ToShape(py::handle obj) {
 
 // ---- Python worker functions --------------------------------------------------------------------
 
-void RegisterFunc(const std::string& name, py::function fn, bool override_existing) {
+void RegisterFunc(const std::string& name, py::function fn, bool override_existing,
+                  bool tensors_as_numpy) {
   // The registry lives as long as the process: the function is never released.
   PyObject* callable = fn.release().ptr();
   Registry::Register(name, override_existing)
-      .set_body_packed([callable, name](const Args& args, Any* rv) {
+      .set_body_packed([callable, name, tensors_as_numpy](const Args& args, Any* rv) {
         py::gil_scoped_acquire gil;
         try {
           py::tuple pargs(args.size());
-          for (size_t i = 0; i < args.size(); ++i) pargs[i] = FromAny(args[i]);
+          for (size_t i = 0; i < args.size(); ++i) pargs[i] = FromAny(args[i], tensors_as_numpy);
           py::object r = py::reinterpret_borrow<py::object>(callable)(*pargs);
           *rv = ToAny(r);
         } catch (py::error_already_set& e) {
@@ -1181,7 +1182,7 @@ PYBIND11_MODULE(_core, m) {
       py::arg("graph"), py::arg("args"), py::arg("k"),
       "Seconds per Graph::Replay(*args) issued from C++ (benchmark baseline).");
   m.def("register_func", &RegisterFunc, py::arg("name"), py::arg("func"),
-        py::arg("override") = false);
+        py::arg("override") = false, py::arg("tensors_as_numpy") = true);
   m.def("list_global_funcs", &disco::Registry::ListNames);
   m.def("this_worker", &disco::ThisWorker, py::return_value_policy::copy);
   m.def("version", [] { return std::string(DISCO_VERSION); });

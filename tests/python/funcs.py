@@ -1,6 +1,7 @@
 """Worker functions of the Python suite: imported on every rank (in-job by run_in_job.py, served
 by `python3 -m disco.serve --module funcs`)."""
 
+import importlib.util
 import time
 
 import numpy as np
@@ -182,3 +183,33 @@ def call_session(what):
     except RuntimeError as e:
         return "%s: %s" % (type(e).__name__, e)
     return "no error"
+
+
+# PyTorch worker functions (@disco.register_func(..., tensors="torch")), where torch is installed
+# (it is imported at their first call, not here).
+if importlib.util.find_spec("torch") is not None:
+    @disco.register_func("test.torch.describe", tensors="torch")
+    def torch_describe(x, nested):
+        # What the function got: types, dtypes, and whether nested values were converted too.
+        return "%s %s %s %s %s" % (type(x).__name__, x.dtype, tuple(x.shape),
+                                   type(nested[0]).__name__, type(nested[1]["t"]).__name__)
+
+    @disco.register_func("test.torch.add_inplace", tensors="torch")
+    def torch_add_inplace(x, v):
+        x.add_(v)  # shares the register's memory: the register changes
+
+    @disco.register_func("test.torch.scale", tensors="torch")
+    def torch_scale(x, k):
+        return x * k  # a new torch tensor becomes the result register
+
+    @disco.register_func("test.torch.transposed", tensors="torch")
+    def torch_transposed(x):
+        return x.t()  # not contiguous: copied into the register
+
+    @disco.register_func("test.torch.data_ptr", tensors="torch")
+    def torch_data_ptr(x):
+        return x.data_ptr()
+
+    @disco.register_func("test.py.data_ptr")
+    def numpy_data_ptr(x):
+        return x.ctypes.data
