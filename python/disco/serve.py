@@ -63,6 +63,8 @@ def _end_with_stdin(done):
 
 
 def run(argv=None):
+    """Runs ``python3 -m disco.serve`` with the command line `argv` (None: sys.argv[1:]) on every
+    rank; returns the job's exit code (the code of the client that ended it)."""
     args = _parser().parse_args(argv)
     if not 0 <= args.port <= 65535:
         sys.exit("disco.serve: --port: %d is not a valid port" % args.port)

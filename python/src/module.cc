@@ -25,8 +25,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -166,6 +169,8 @@ struct PySession {
   Session* session = nullptr;
   std::unique_ptr<Session> owned;
   bool remote = false;
+  std::string where;       // a remote session's server, host:port (its repr)
+  bool shut_down = false;  // shutdown() was called (its repr says "ended")
   std::shared_ptr<SessionState> state = std::make_shared<SessionState>();
 
   ~PySession() {
@@ -182,10 +187,13 @@ struct PySession {
 };
 using SessionPtr = std::shared_ptr<PySession>;
 
-// A DRef that holds a function: calling it is `session.call_packed(self, *args)`.
+// A DRef that holds a function: calling it is `session.call_packed(self, *args)`. `name` is the
+// global function's (get_global_func's argument), for its repr.
 struct PyFunc : PyDRef {
   SessionPtr session;
-  PyFunc(DRef r, SessionPtr s) : PyDRef(std::move(r), s->state), session(std::move(s)) {}
+  std::string name;
+  PyFunc(DRef r, SessionPtr s, std::string n)
+      : PyDRef(std::move(r), s->state), session(std::move(s)), name(std::move(n)) {}
 };
 
 DRef RefOf(py::handle h, const char* what) {
@@ -567,6 +575,7 @@ SessionPtr Connect(const std::string& host, int port, const std::string& key,
   }
   ps->session = ps->owned.get();
   ps->remote = true;
+  ps->where = host + ":" + std::to_string(port);
   return ps;
 }
 
@@ -581,7 +590,10 @@ struct PyGraph {
   bool capturing = false;
 };
 
+// The text before "--" is the signature inspect.signature reads (__text_signature__); __doc__ is
+// the rest.
 constexpr const char* kReplayDoc =
+    "replay($self, /, *inputs)\n--\n\n"
     "replay(*inputs): runs the recorded calls on every worker with these inputs (async and "
     "ordered).";
 
@@ -619,50 +631,61 @@ on every worker with one small frame. Syncs, copies, debug reads and writes, ``i
 ``shutdown`` and a nested capture inside the block are a ValueError, and the capture is discarded.
 ``empty`` inside the block allocates once, at install.)doc");
   graph
-      .def("__enter__",
-           [](std::shared_ptr<PyGraph> g) {
-             DISCO_CHECK(!g->capturing && !g->graph.defined(), ValueError)
-                 << "this disco.Graph was captured already; call sess.capture() again";
-             CallScope call(g->session->state.get());
-             Session& s = g->session->get(call);
-             std::vector<Any> inputs =
-                 Released([&] { return s.backend()->BeginCapture(g->num_inputs); });
-             g->inputs = py::list();
-             for (Any& a : inputs) g->inputs.append(PyDRef(a.cast<DRef>(), nullptr));
-             g->capturing = true;
-             return g;
-           })
-      .def("__exit__",
-           [](PyGraph& g, py::handle type, py::handle, py::handle) {
-             if (!g.capturing) return false;
-             g.capturing = false;
-             CallScope call(g.session->state.get());
-             Session& s = g.session->get(call);
-             if (!type.is_none()) {  // the block raised: discard, and let its error through
-               try {
-                 Released([&] { s.backend()->EndCapture(/*discard=*/true); });
-               } catch (const ValueError&) {
-               }
-               return false;
-             }
-             g.graph = Released([&] { return s.backend()->EndCapture(/*discard=*/false); });
-             return false;
-           })
+      .def(
+          "__enter__",
+          [](std::shared_ptr<PyGraph> g) {
+            DISCO_CHECK(!g->capturing && !g->graph.defined(), ValueError)
+                << "this disco.Graph was captured already; call sess.capture() again";
+            CallScope call(g->session->state.get());
+            Session& s = g->session->get(call);
+            std::vector<Any> inputs =
+                Released([&] { return s.backend()->BeginCapture(g->num_inputs); });
+            g->inputs = py::list();
+            for (Any& a : inputs) g->inputs.append(PyDRef(a.cast<DRef>(), nullptr));
+            g->capturing = true;
+            return g;
+          },
+          "Starts recording the session's calls; returns this graph.")
+      .def(
+          "__exit__",
+          [](PyGraph& g, py::handle type, py::handle, py::handle) {
+            if (!g.capturing) return false;
+            g.capturing = false;
+            CallScope call(g.session->state.get());
+            Session& s = g.session->get(call);
+            if (!type.is_none()) {  // the block raised: discard, and let its error through
+              try {
+                Released([&] { s.backend()->EndCapture(/*discard=*/true); });
+              } catch (const ValueError&) {
+              }
+              return false;
+            }
+            g.graph = Released([&] { return s.backend()->EndCapture(/*discard=*/false); });
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"),
+          "Ends the recording and installs the graph on every worker (discards it when the block "
+          "raised).")
       .def_property_readonly(
           "inputs", [](PyGraph& g) { return g.inputs; },
           "The placeholders of the capture block, one per input.")
-      .def_property_readonly("num_inputs", [](PyGraph& g) { return g.num_inputs; })
-      .def_property_readonly("num_calls",
-                             [](PyGraph& g) { return static_cast<int64_t>(g.graph.num_calls()); })
-      .def_property_readonly("id", [](PyGraph& g) { return g.graph.id(); })
+      .def_property_readonly(
+          "num_inputs", [](PyGraph& g) { return g.num_inputs; },
+          "How many inputs each replay takes.")
+      .def_property_readonly(
+          "num_calls", [](PyGraph& g) { return static_cast<int64_t>(g.graph.num_calls()); },
+          "How many session calls the capture recorded.")
+      .def_property_readonly(
+          "id", [](PyGraph& g) { return g.graph.id(); },
+          "The graph's id in its session (errors of replayed calls name it).")
       .def("__repr__", [](PyGraph& g) {
         if (!g.graph.defined()) {
           return std::string("disco.Graph(") + (g.capturing ? "capturing" : "not captured") +
-                 ", inputs=" + std::to_string(g.num_inputs) + ")";
+                 ", num_inputs=" + std::to_string(g.num_inputs) + ")";
         }
         return "disco.Graph(id=" + std::to_string(g.graph.id()) +
-               ", inputs=" + std::to_string(g.num_inputs) +
-               ", calls=" + std::to_string(g.graph.num_calls()) + ")";
+               ", num_inputs=" + std::to_string(g.num_inputs) +
+               ", num_calls=" + std::to_string(g.graph.num_calls()) + ")";
       });
   static PyMethodDef replay_def = {
       "replay", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&GraphReplay)),
@@ -679,24 +702,30 @@ void BindSession(py::module_& m) {
 In a job: the argument of the controller that disco.main runs on rank 0. Remote: disco.connect.
 Calls are asynchronous and ordered; errors of workers surface at the next sync or debug read as
 disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
-      .def_property_readonly("num_workers",
-                             [](PySession& s) {
-                               CallScope call(s.state.get());
-                               return s.get(call).num_workers();
-                             })
-      .def_property_readonly("num_groups",
-                             [](PySession& s) {
-                               CallScope call(s.state.get());
-                               return s.get(call).num_groups();
-                             })
-      .def_property_readonly("is_remote", [](PySession& s) { return s.remote; })
+      .def_property_readonly(
+          "num_workers",
+          [](PySession& s) {
+            CallScope call(s.state.get());
+            return s.get(call).num_workers();
+          },
+          "Number of workers (the MPI job's ranks).")
+      .def_property_readonly(
+          "num_groups",
+          [](PySession& s) {
+            CallScope call(s.state.get());
+            return s.get(call).num_groups();
+          },
+          "Number of worker groups (DISCO_NUM_GROUPS, default 1): contiguous blocks of workers.")
+      .def_property_readonly(
+          "is_remote", [](PySession& s) { return s.remote; },
+          "Whether this session is a client of a served job (disco.connect).")
       .def(
           "get_global_func",
           [](SessionPtr s, const std::string& name) {
             CallScope call(s->state.get());
             Session& sess = s->get(call);
             DRef f = Released([&] { return sess.GetGlobalFunc(name); });
-            return PyFunc(std::move(f), s);
+            return PyFunc(std::move(f), s, name);
           },
           py::arg("name"), "A DPackedFunc for the global function `name` on every worker.")
       .def(
@@ -718,13 +747,19 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
                        Released([&] { return sess.Empty(sh, dt, dev, worker0_only, in_group); }));
           },
           py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none(),
-          py::arg("worker0_only") = false, py::arg("in_group") = true)
-      .def("sync_worker_0",
-           [](PySession& s) {
-             CallScope call(s.state.get());
-             disco::Session& x = s.get(call);
-             Released([&] { x.SyncWorker(0); });
-           })
+          py::arg("worker0_only") = false, py::arg("in_group") = true,
+          "A new tensor register: an uninitialised tensor of `shape` and `dtype` on every worker "
+          "(with `worker0_only`, on worker 0 only, or with `in_group` on each group's first "
+          "worker). `device`: None or 'cpu' for host memory, 'cuda' for each worker's own GPU "
+          "(after init_ccl), a disco.Device.")
+      .def(
+          "sync_worker_0",
+          [](PySession& s) {
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
+            Released([&] { x.SyncWorker(0); });
+          },
+          "Waits until worker 0 has run every call sent so far; raises its pending errors.")
       .def(
           "sync_worker",
           [](PySession& s, int i) {
@@ -732,13 +767,17 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             disco::Session& x = s.get(call);
             Released([&] { x.SyncWorker(i); });
           },
-          py::arg("worker_id"))
-      .def("sync_all",
-           [](PySession& s) {
-             CallScope call(s.state.get());
-             disco::Session& x = s.get(call);
-             Released([&] { x.SyncAll(); });
-           })
+          py::arg("worker_id"),
+          "Waits until `worker_id` has run every call sent so far; raises its pending errors "
+          "(disco.RemoteError).")
+      .def(
+          "sync_all",
+          [](PySession& s) {
+            CallScope call(s.state.get());
+            disco::Session& x = s.get(call);
+            Released([&] { x.SyncAll(); });
+          },
+          "Waits for every worker; raises the pending errors of workers (disco.RemoteError).")
       .def(
           "copy_to_worker_0",
           [](PySession& s, py::handle host, py::handle remote) -> py::object {
@@ -788,7 +827,11 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             for (py::handle d : device_ids) ids.push_back(d.cast<int64_t>());
             Released([&] { x.InitCCL(ccl, ids); });
           },
-          py::arg("ccl"))
+          py::arg("ccl"),
+          "init_ccl(ccl, *device_ids): initialises the collective library on every worker: "
+          "'mpi', 'nccl' or 'auto' (DISCO_CCL overrides). `device_ids` maps node-local ranks to "
+          "GPUs (none: local rank modulo the visible GPUs). Calling it again replaces the "
+          "communicators.")
       .def(
           "allreduce",
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
@@ -797,7 +840,10 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef a = RefOf(src, "allreduce(src)"), b = RefOf(dst, "allreduce(dst)");
             return Ref(s, Released([&] { return x.AllReduce(a, op, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true,
+          "Allreduces each worker's tensor `src` into `dst` (the same DRef for in place) over "
+          "each group (`in_group`) or the world; `op`: sum, prod, min, max, avg. Returns the "
+          "call's (None) result register.")
       .def(
           "allgather",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
@@ -806,7 +852,9 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef a = RefOf(src, "allgather(src)"), b = RefOf(dst, "allgather(dst)");
             return Ref(s, Released([&] { return x.AllGather(a, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true,
+          "Gathers every worker's `src` into `dst` on every worker (n x src, in rank order), "
+          "over each group or the world. Returns the call's (None) result register.")
       .def(
           "reduce_scatter",
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
@@ -815,7 +863,9 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef a = RefOf(src, "reduce_scatter(src)"), b = RefOf(dst, "reduce_scatter(dst)");
             return Ref(s, Released([&] { return x.ReduceScatter(a, op, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true,
+          "Reduces `src` (n x dst) over each group or the world and leaves part i in worker i's "
+          "`dst`; `op`: sum, prod, min, max, avg. Returns the call's (None) result register.")
       .def(
           "broadcast",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
@@ -841,7 +891,9 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef b = RefOf(dst, "broadcast_from_worker0(dst)");
             return Ref(s, Released([&] { return x.Broadcast(a, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true,
+          "Copies worker 0's tensor `src` (each group's first worker's, with `in_group`) into "
+          "`dst` on every worker. Returns the call's (None) result register.")
       .def(
           "scatter",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) -> py::object {
@@ -867,7 +919,10 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef b = RefOf(dst, "scatter_from_worker0(dst)");
             return Ref(s, Released([&] { return x.Scatter(a, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true,
+          "Splits worker 0's tensor `src` (None on the others; each group's first worker's, with "
+          "`in_group`) along its flattened elements: part i into worker i's `dst`. Returns the "
+          "call's (None) result register.")
       .def(
           "gather_to_worker0",
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
@@ -877,7 +932,10 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             DRef b = RefOf(dst, "gather_to_worker0(dst)");
             return Ref(s, Released([&] { return x.Gather(a, in_group, b); }));
           },
-          py::arg("src"), py::arg("dst"), py::arg("in_group") = true)
+          py::arg("src"), py::arg("dst"), py::arg("in_group") = true,
+          "Gathers every worker's `src` into worker 0's `dst` (n x src, in rank order; None on "
+          "the others; each group's first worker, with `in_group`). Returns the call's (None) "
+          "result register.")
       .def(
           "barrier",
           [](PySession& s, bool in_group) {
@@ -885,7 +943,9 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             disco::Session& x = s.get(call);
             return Ref(s, Released([&] { return x.Barrier(in_group); }));
           },
-          py::arg("in_group") = false)
+          py::arg("in_group") = false,
+          "A barrier of every worker (of each group, with `in_group`) as a session call. Returns "
+          "the call's (None) result register.")
       .def(
           "load_tensors",
           [](PySession& s, const std::string& path, py::dict plan, bool in_group,
@@ -942,6 +1002,7 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
             CallScope call(s.state.get());
             if (s.session == nullptr) return;
             Released([&] { s.session->Shutdown(); });
+            s.shut_down = true;
           },
           "Ends the session (remote: detaches this client; the served job goes on).")
       .def(
@@ -955,11 +1016,23 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           py::arg("num_inputs") = 0,
           "A disco.Graph to fill in a with-block: `with sess.capture(1) as g: ...`, then "
           "`g.replay(x)`.")
-      .def("__enter__", [](SessionPtr s) { return s; })
-      .def("__exit__", [](PySession& s, py::args) {
-        CallScope call(s.state.get());
-        if (s.session == nullptr) return;
-        Released([&] { s.session->Shutdown(); });
+      .def(
+          "__enter__", [](SessionPtr s) { return s; }, "Returns this session.")
+      .def(
+          "__exit__",
+          [](PySession& s, py::args) {
+            CallScope call(s.state.get());
+            if (s.session == nullptr) return;
+            Released([&] { s.session->Shutdown(); });
+            s.shut_down = true;
+          },
+          "Shuts the session down, as shutdown().")
+      .def("__repr__", [](const PySession& s) {
+        // No CallScope: a repr works from any thread, and inside the session's own calls.
+        if (s.session == nullptr || s.shut_down) return std::string("disco.Session(ended)");
+        return "disco.Session(num_workers=" + std::to_string(s.session->num_workers()) +
+               ", num_groups=" + std::to_string(s.session->num_groups()) + ", " +
+               (s.remote ? "remote " + s.where : std::string("in_job")) + ")";
       });
 }
 
@@ -968,11 +1041,21 @@ void BindValues(py::module_& m) {
       .def(py::init([](int type, int id) {
              return DLDevice{static_cast<DLDeviceType>(type), id};
            }),
-           py::arg("device_type"), py::arg("device_id") = 0)
-      .def_property_readonly("device_type", [](const DLDevice& d) { return int(d.device_type); })
-      .def_property_readonly("device_id", [](const DLDevice& d) { return d.device_id; })
-      .def("__eq__", [](const DLDevice& a, const DLDevice& b) { return a == b; })
-      .def("__hash__", [](const DLDevice& d) { return int(d.device_type) * 1000003 + d.device_id; })
+           py::arg("device_type"), py::arg("device_id") = 0,
+           "A device of DLPack type `device_type` (1 cpu, 2 cuda) and index `device_id` (-1 with "
+           "cuda: each worker's own GPU).")
+      .def_property_readonly(
+          "device_type", [](const DLDevice& d) { return int(d.device_type); },
+          "The DLPack device type: 1 cpu, 2 cuda.")
+      .def_property_readonly(
+          "device_id", [](const DLDevice& d) { return d.device_id; },
+          "The device's index (-1: each worker's own GPU).")
+      .def(
+          "__eq__", [](const DLDevice& a, const DLDevice& b) { return a == b; }, py::arg("other"),
+          "Whether both name the same device.")
+      .def(
+          "__hash__", [](const DLDevice& d) { return int(d.device_type) * 1000003 + d.device_id; },
+          "A hash of (device_type, device_id).")
       .def("__repr__",
            [](const DLDevice& d) { return "disco.Device('" + DeviceToString(d) + "')"; })
       .def("__str__", [](const DLDevice& d) { return DeviceToString(d); });
@@ -982,16 +1065,20 @@ void BindValues(py::module_& m) {
 np.from_dlpack(t) shares its memory (host tensors). numpy has no bfloat16: t.numpy() of a
 bfloat16 tensor is a uint16 view of its raw bits (the upper half of the float32 bit pattern);
 Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a's memory.)doc")
-      .def_property_readonly("shape",
-                             [](const Tensor& t) {
-                               py::tuple out(t.ndim());
-                               for (int i = 0; i < t.ndim(); ++i) out[i] = t.shape()[i];
-                               return out;
-                             })
-      .def_property_readonly("dtype", [](const Tensor& t) { return DataTypeToString(t.dtype()); })
-      .def_property_readonly("device", &Tensor::device)
-      .def_property_readonly("ndim", &Tensor::ndim)
-      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def_property_readonly(
+          "shape",
+          [](const Tensor& t) {
+            py::tuple out(t.ndim());
+            for (int i = 0; i < t.ndim(); ++i) out[i] = t.shape()[i];
+            return out;
+          },
+          "The extents, a tuple of ints.")
+      .def_property_readonly(
+          "dtype", [](const Tensor& t) { return DataTypeToString(t.dtype()); },
+          "The element type's name ('float32', 'bfloat16', ...).")
+      .def_property_readonly("device", &Tensor::device, "Where the memory is, a disco.Device.")
+      .def_property_readonly("ndim", &Tensor::ndim, "The number of dimensions.")
+      .def_property_readonly("nbytes", &Tensor::nbytes, "The size of the data in bytes.")
       .def(
           "__dlpack__",
           [](const Tensor& t, py::object stream) {
@@ -1007,11 +1094,15 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
             }
             return py::reinterpret_steal<py::object>(cap);
           },
-          py::arg("stream") = py::none())
-      .def("__dlpack_device__",
-           [](const Tensor& t) {
-             return py::make_tuple(int(t.device().device_type), t.device().device_id);
-           })
+          py::arg("stream") = py::none(),
+          "A DLPack capsule sharing this tensor's memory (the DLPack protocol; `stream` is "
+          "ignored).")
+      .def(
+          "__dlpack_device__",
+          [](const Tensor& t) {
+            return py::make_tuple(int(t.device().device_type), t.device().device_id);
+          },
+          "(device_type, device_id) of the DLPack protocol.")
       .def("numpy", &TensorToNumpy, "A numpy array sharing this host tensor's memory.")
       .def_static(
           "from_dlpack", [](py::handle obj) { return ToTensorOrThrow(obj, "Tensor.from_dlpack"); },
@@ -1039,11 +1130,14 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
           [](py::object shape, py::object dtype, py::object device) {
             return Tensor::Empty(ToShape(shape), ToDataType(dtype), ToDevice(device));
           },
-          py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none())
+          py::arg("shape"), py::arg("dtype"), py::arg("device") = py::none(),
+          "A new uninitialised tensor in this process (device None: the host).")
       .def("__repr__", [](const Tensor& t) { return "disco." + t.ToString(); });
 
   py::class_<PyDRef>(m, "DRef", "A register on every worker of a session.")
-      .def_property_readonly("reg_id", [](const PyDRef& r) { return r.ref.reg_id(); })
+      .def_property_readonly(
+          "reg_id", [](const PyDRef& r) { return r.ref.reg_id(); },
+          "The register's id (the same on every worker).")
       .def(
           "debug_get_from_remote",
           [](const PyDRef& r, int worker) {
@@ -1062,27 +1156,151 @@ Tensor.from_numpy(a, "bfloat16") makes a bfloat16 tensor of such bits, sharing a
           py::arg("worker_id"), py::arg("value"),
           "Stores `value` into the register on `worker_id` (a tensor is copied into the "
           "register's tensor).")
-      .def("__repr__",
-           [](const PyDRef& r) { return "disco.DRef(" + std::to_string(r.ref.reg_id()) + ")"; });
+      .def("__repr__", [](const PyDRef& r) {
+        return "disco.DRef(reg=" + std::to_string(r.ref.reg_id()) + ")";
+      });
 
   py::class_<PyFunc, PyDRef> func(m, "DPackedFunc",
                                   "A DRef holding a function; calling it is "
                                   "session.call_packed(self, *args).");
-  reinterpret_cast<PyTypeObject*>(func.ptr())->tp_call = &CallFunc;
-  PyType_Modified(reinterpret_cast<PyTypeObject*>(func.ptr()));
+  func.def_property_readonly(
+          "name", [](const PyFunc& f) { return f.name; },
+          "The global function's name, as given to get_global_func.")
+      .def("__repr__", [](const PyFunc& f) {
+        return "disco.DPackedFunc(" + std::string(py::repr(py::str(f.name))) +
+               ", reg=" + std::to_string(f.ref.reg_id()) + ")";
+      });
+  auto* func_type = reinterpret_cast<PyTypeObject*>(func.ptr());
+  func_type->tp_call = &CallFunc;
+  // DPackedFunc.__call__, for inspect.signature and help(): the same call through a method
+  // descriptor. It goes into the type's dict directly: setting the attribute would make tp_call
+  // the generic slot that looks __call__ up on every call, and f(*args) keeps CallFunc.
+  static PyMethodDef call_def = {
+      "__call__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&CallFunc)),
+      METH_VARARGS | METH_KEYWORDS,
+      "__call__($self, /, *args)\n--\n\n"
+      "Calls the function on every worker, as session.call_packed(self, *args); returns the DRef "
+      "of the result (positional arguments only)."};
+  py::object call = py::reinterpret_steal<py::object>(PyDescr_NewMethod(func_type, &call_def));
+  if (!call || PyDict_SetItemString(func_type->tp_dict, "__call__", call.ptr()) != 0) {
+    throw py::error_already_set();
+  }
+  PyType_Modified(func_type);
 
   py::class_<WorkerInfo>(m, "WorkerInfo", "Where a worker function runs.")
-      .def_readonly("worker_id", &WorkerInfo::worker_id)
-      .def_readonly("num_workers", &WorkerInfo::num_workers)
-      .def_readonly("num_groups", &WorkerInfo::num_groups)
-      .def_readonly("group_id", &WorkerInfo::group_id)
-      .def_readonly("local_rank", &WorkerInfo::local_rank)
-      .def_readonly("device", &WorkerInfo::device)
+      .def_readonly("worker_id", &WorkerInfo::worker_id, "This worker's id (its MPI rank).")
+      .def_readonly("num_workers", &WorkerInfo::num_workers, "Number of workers in the job.")
+      .def_readonly("num_groups", &WorkerInfo::num_groups, "Number of worker groups.")
+      .def_readonly("group_id", &WorkerInfo::group_id, "This worker's group.")
+      .def_readonly("local_rank", &WorkerInfo::local_rank, "This worker's rank on its node.")
+      .def_readonly("device", &WorkerInfo::device,
+                    "This worker's device: its collective library's after init_ccl (its GPU under "
+                    "NCCL), else the host.")
       .def("__repr__", [](const WorkerInfo& w) {
         return "disco.WorkerInfo(worker_id=" + std::to_string(w.worker_id) +
                ", num_workers=" + std::to_string(w.num_workers) +
-               ", group_id=" + std::to_string(w.group_id) + ")";
+               ", group_id=" + std::to_string(w.group_id) +
+               ", num_groups=" + std::to_string(w.num_groups) +
+               ", local_rank=" + std::to_string(w.local_rank) + ", device='" +
+               DeviceToString(w.device) + "')";
       });
+}
+
+// ---- Signatures for inspect.signature -----------------------------------------------------------
+
+// pybind11 (2.10) writes each function's annotated signature as the first line of its docstring,
+// which inspect.signature cannot read. CPython reads a builtin's signature (__text_signature__)
+// from a docstring that begins "name(params)\n--\n\n", and shows the rest as __doc__. This pass
+// prefixes the docstring of every pybind11 function of the module (module functions, methods,
+// static methods, property getters and setters) with such a line made from its function record:
+// the parameters' names, and their defaults where they are Python literals (`...` otherwise).
+// __doc__ stays what it was; the signature is added. Overloaded functions keep pybind11's
+// generic "(*args, **kwargs)" (there are none).
+
+// The default of an argument as a Python literal inspect can evaluate.
+std::string DefaultText(const py::detail::argument_record& a) {
+  py::handle v = a.value;
+  if (v.is_none() || PyBool_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr()) ||
+      PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr())) {
+    return py::repr(v);
+  }
+  return "...";
+}
+
+// "(self, shape, dtype, device=None, ...)" for a function record.
+std::string TextSignature(const py::detail::function_record& rec) {
+  std::vector<std::string> params;
+  const size_t named = rec.nargs - (rec.has_args ? 1 : 0) - (rec.has_kwargs ? 1 : 0);
+  bool starred = false;
+  for (size_t i = 0; i < named; ++i) {
+    if (i == rec.nargs_pos) {  // keyword-only parameters follow
+      params.push_back(rec.has_args ? "*args" : "*");
+      starred = true;
+    }
+    std::string p;
+    if (i < rec.args.size() && rec.args[i].name != nullptr && rec.args[i].name[0] != '\0') {
+      p = rec.args[i].name;
+    } else if (i == 0 && rec.is_method) {
+      p = "self";
+    } else {
+      p = "arg" + std::to_string(i - (rec.is_method ? 1 : 0));
+    }
+    if (i < rec.args.size() && rec.args[i].value) p += "=" + DefaultText(rec.args[i]);
+    params.push_back(std::move(p));
+    if (rec.nargs_pos_only > 0 && i + 1 == rec.nargs_pos_only) params.push_back("/");
+  }
+  if (rec.has_args && !starred) params.push_back("*args");
+  if (rec.has_kwargs) params.push_back("**kwargs");
+  std::string out = "(";
+  for (size_t i = 0; i < params.size(); ++i) out += (i ? ", " : "") + params[i];
+  return out + ")";
+}
+
+// Prefixes the docstring of `fn` (a pybind11 function, or an instancemethod, staticmethod or
+// property wrapping some) with its text signature; anything else is left alone.
+void AddTextSignature(py::handle fn, std::set<PyMethodDef*>* done) {
+  PyObject* f = fn.ptr();
+  if (PyObject_TypeCheck(f, &PyProperty_Type)) {
+    AddTextSignature(fn.attr("fget"), done);
+    AddTextSignature(fn.attr("fset"), done);
+    return;
+  }
+  if (PyObject_TypeCheck(f, &PyStaticMethod_Type)) {
+    AddTextSignature(fn.attr("__func__"), done);
+    return;
+  }
+  if (PyInstanceMethod_Check(f)) f = PyInstanceMethod_GET_FUNCTION(f);
+  if (!PyCFunction_Check(f)) return;
+  PyObject* self = PyCFunction_GET_SELF(f);
+  if (self == nullptr || !PyCapsule_CheckExact(self)) return;
+  auto cap = py::reinterpret_borrow<py::capsule>(self);
+  if (!py::detail::is_function_record_capsule(cap)) return;
+  auto* rec = cap.get_pointer<py::detail::function_record>();
+  PyMethodDef* def = reinterpret_cast<PyCFunctionObject*>(f)->m_ml;
+  if (rec == nullptr || rec->next != nullptr || def != rec->def || !done->insert(def).second) {
+    return;
+  }
+  std::string doc = std::string(def->ml_name) + TextSignature(*rec) + "\n--\n\n" +
+                    (def->ml_doc != nullptr ? def->ml_doc : "");
+  char* copy = strdup(doc.c_str());  // pybind11 frees ml_doc with std::free
+  if (copy == nullptr) throw std::bad_alloc();
+  std::free(const_cast<char*>(def->ml_doc));
+  def->ml_doc = copy;
+}
+
+void AddTextSignatures(py::module_& m) {
+  std::set<PyMethodDef*> done;
+  for (auto item : py::reinterpret_borrow<py::dict>(m.attr("__dict__"))) {
+    py::handle v = item.second;
+    if (PyType_Check(v.ptr())) {  // tp_dict: the dict behind the mappingproxy of __dict__
+      PyObject* members = reinterpret_cast<PyTypeObject*>(v.ptr())->tp_dict;
+      for (auto member : py::reinterpret_borrow<py::dict>(members)) {
+        AddTextSignature(member.second, &done);
+      }
+    } else {
+      AddTextSignature(v, &done);
+    }
+  }
 }
 
 }  // namespace
@@ -1108,10 +1326,12 @@ PYBIND11_MODULE(_core, m) {
   BindSession(m);
   BindGraph(m);
 
-  m.def("main", &Main, py::arg("controller"), py::arg("argv"));
+  m.def("main", &Main, py::arg("controller"), py::arg("argv"),
+        "disco.main's work: runs the job with `argv`; returns (exit code, whether rank 0 must "
+        "exit with it now).");
   m.def("connect", &Connect, py::arg("host"), py::arg("port"), py::arg("key") = "",
         py::arg("connect_timeout_ms") = 10000, py::arg("reply_timeout_ms") = -1,
-        py::arg("key_file") = "");
+        py::arg("key_file") = "", "A Session attached to the job served at host:port.");
   m.def(
       "shutdown_remote_job",
       [](PySession& s, int exit_code) {
@@ -1120,7 +1340,8 @@ PYBIND11_MODULE(_core, m) {
         Released([&] { disco::ShutdownRemoteJob(x, exit_code); });
         s.session = nullptr;
       },
-      py::arg("session"), py::arg("exit_code") = 0);
+      py::arg("session"), py::arg("exit_code") = 0,
+      "Ends the served job of `session` (from connect); every rank exits with `exit_code`.");
   m.def(
       "serve",
       [](PySession& s, const disco::ServeOptions& options) {
@@ -1128,18 +1349,43 @@ PYBIND11_MODULE(_core, m) {
         disco::Session& x = s.get(call);
         return Released([&] { return disco::Serve(x, options); });
       },
-      py::arg("session"), py::arg("options"));
-  py::class_<disco::ServeOptions>(m, "ServeOptions")
-      .def(py::init<>())
-      .def_readwrite("host", &disco::ServeOptions::host)
-      .def_readwrite("port", &disco::ServeOptions::port)
-      .def_readwrite("key", &disco::ServeOptions::key)
-      .def_readwrite("key_file", &disco::ServeOptions::key_file)
-      .def_readwrite("port_file", &disco::ServeOptions::port_file)
-      .def_readwrite("idle_timeout_s", &disco::ServeOptions::idle_timeout_s)
-      .def_readwrite("request_timeout_ms", &disco::ServeOptions::request_timeout_ms)
-      .def_readwrite("max_packet_bytes", &disco::ServeOptions::max_packet_bytes)
-      .def_readwrite("max_clients", &disco::ServeOptions::max_clients);
+      py::arg("session"), py::arg("options"),
+      "Serves the in-job `session` to remote clients (rank 0's controller) until one ends the "
+      "job (returns its exit code) or max_clients have come and gone (returns 0).");
+  py::class_<disco::ServeOptions>(m, "ServeOptions", "How disco.serve serves a session.")
+      .def(py::init<>(),
+           "The defaults: loopback, any free port, a key from DISCO_SERVE_KEY or "
+           "generated.")
+      .def_readwrite("host", &disco::ServeOptions::host,
+                     "Address to listen on (default 127.0.0.1; 0.0.0.0 for every interface).")
+      .def_readwrite("port", &disco::ServeOptions::port, "TCP port (0: any free port).")
+      .def_readwrite("key", &disco::ServeOptions::key,
+                     "The key clients must present, 16 characters or more (empty: "
+                     "DISCO_SERVE_KEY, else a generated key written to key_file).")
+      .def_readwrite("key_file", &disco::ServeOptions::key_file,
+                     "Where a generated key goes (empty: ~/.disco/serve-PORT.key).")
+      .def_readwrite("port_file", &disco::ServeOptions::port_file,
+                     "When set, the port is written here once the server listens.")
+      .def_readwrite("idle_timeout_s", &disco::ServeOptions::idle_timeout_s,
+                     "A client silent this many seconds between requests is dropped (0: never).")
+      .def_readwrite("request_timeout_ms", &disco::ServeOptions::request_timeout_ms,
+                     "A client whose begun request, answer or copy moves no byte for this long "
+                     "(plus a second per MiB still to move) is dropped.")
+      .def_readwrite("max_packet_bytes", &disco::ServeOptions::max_packet_bytes,
+                     "The largest request packet accepted.")
+      .def_readwrite("max_clients", &disco::ServeOptions::max_clients,
+                     "Stop after this many clients (0: until a client ends the job).")
+      .def("__repr__", [](const disco::ServeOptions& o) {
+        // The key itself stays out of reprs (logs, tracebacks).
+        return "disco._core.ServeOptions(host=" + std::string(py::repr(py::str(o.host))) +
+               ", port=" + std::to_string(o.port) + ", key=" + (o.key.empty() ? "''" : "<set>") +
+               ", key_file=" + std::string(py::repr(py::str(o.key_file))) +
+               ", port_file=" + std::string(py::repr(py::str(o.port_file))) +
+               ", idle_timeout_s=" + std::to_string(o.idle_timeout_s) +
+               ", request_timeout_ms=" + std::to_string(o.request_timeout_ms) +
+               ", max_packet_bytes=" + std::to_string(o.max_packet_bytes) +
+               ", max_clients=" + std::to_string(o.max_clients) + ")";
+      });
   // A C++ no-op, and the same calls issued from C++: the baselines of bench/python_call.py.
   disco::Registry::Register("disco.py.noop", true)
       .set_body_packed([](const disco::Args&, disco::Any*) {});
@@ -1182,10 +1428,15 @@ PYBIND11_MODULE(_core, m) {
       py::arg("graph"), py::arg("args"), py::arg("k"),
       "Seconds per Graph::Replay(*args) issued from C++ (benchmark baseline).");
   m.def("register_func", &RegisterFunc, py::arg("name"), py::arg("func"),
-        py::arg("override") = false, py::arg("tensors_as_numpy") = true);
-  m.def("list_global_funcs", &disco::Registry::ListNames);
-  m.def("this_worker", &disco::ThisWorker, py::return_value_policy::copy);
-  m.def("version", [] { return std::string(DISCO_VERSION); });
+        py::arg("override") = false, py::arg("tensors_as_numpy") = true,
+        "Registers the Python callable `func` as the global function `name` on this rank (its "
+        "host tensor arguments as numpy views, or disco.Tensor with tensors_as_numpy=False).");
+  m.def("list_global_funcs", &disco::Registry::ListNames,
+        "The names of every global function registered in this process, sorted.");
+  m.def("this_worker", &disco::ThisWorker, py::return_value_policy::copy,
+        "The calling worker function's disco.WorkerInfo.");
+  m.def(
+      "version", [] { return std::string(DISCO_VERSION); }, "disco's version string.");
 
   // disco.Session(host, port, key, ...) is disco.connect(...): the constructor a Python subclass
   // (disco.ProcessSession) calls. Added here, apart from BindSession, as the subclass's hook.
@@ -1208,4 +1459,5 @@ PYBIND11_MODULE(_core, m) {
         std::_Exit(code);
       },
       py::arg("code"), "Ends the MPI job (MPI_Abort) with `code`, or this process without MPI.");
+  AddTextSignatures(m);
 }

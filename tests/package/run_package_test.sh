@@ -38,6 +38,10 @@ done
 "$mpiexec" -n 2 "${flags[@]}" "$work/prefix/bin/disco-example" >/dev/null
 if [[ -n $python ]]; then
   site=$(sed -n 's/^DISCO_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+  # The type stubs and the PEP 561 marker are installed with the package.
+  for f in py.typed __init__.pyi _core.pyi serve.pyi; do
+    [[ -f $work/prefix/$site/disco/$f ]] || { echo "package test: disco/$f is not installed"; exit 1; }
+  done
   cat > "$work/app.py" <<'PY'
 import sys
 import disco

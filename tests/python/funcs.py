@@ -55,6 +55,11 @@ def worker():
     return (w.worker_id, w.num_workers, w.group_id, w.num_groups)
 
 
+@disco.register_func("test.py.worker_repr")
+def worker_repr():
+    return repr(disco.this_worker())
+
+
 @disco.register_func("test.py.fill_worker_id")
 def fill_worker_id(x):
     x[...] = disco.this_worker().worker_id
