@@ -2,7 +2,7 @@
 # (_core.pyi). tests/python/test_api_surface.py checks the names and parameter names against the
 # package both ways.
 
-from typing import Any, Callable, Sequence, TypeVar, overload
+from typing import Any, Callable, Literal, Sequence, TypeVar, overload
 
 from ._core import Device as Device
 from ._core import DPackedFunc as DPackedFunc
@@ -15,21 +15,26 @@ from ._core import Session as Session
 from ._core import Tensor as Tensor
 from ._core import WorkerInfo as WorkerInfo
 from ._core import list_global_funcs as list_global_funcs
+from .process import ProcessSession as ProcessSession
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __version__: str
 __all__ = [
-    "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProtocolError", "RemoteError", "Session",
+    "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProcessSession", "ProtocolError",
+    "RemoteError", "Session",
     "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
     "register_func", "shutdown_remote_job", "this_worker",
 ]
 
 def main(controller: Callable[[Session], int | None], argv: Sequence[str] | None = None) -> int: ...
+_Tensors = Literal["numpy", "torch", "dlpack"]
+
 @overload
-def register_func(name: str, func: None = None, override: bool = False) -> Callable[[_F], _F]: ...
+def register_func(name: str, func: None = None, override: bool = False,
+                  tensors: _Tensors = "numpy") -> Callable[[_F], _F]: ...
 @overload
-def register_func(name: str, func: _F, override: bool = False) -> _F: ...
+def register_func(name: str, func: _F, override: bool = False, tensors: _Tensors = "numpy") -> _F: ...
 def connect(host: str, port: int | str, key: str = "", connect_timeout_ms: int = 10000,
             reply_timeout_ms: int = -1, key_file: str = "") -> Session: ...
 def shutdown_remote_job(session: Session, exit_code: int = 0) -> None: ...

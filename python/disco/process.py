@@ -54,6 +54,7 @@ class ProcessSession(_core.Session):
     _proc = None
     _tmp = None
     _attached = False  # the C++ session exists (attached once; its shutdown is then safe)
+    _startup_seconds = None
 
     def __init__(self, num_workers, num_groups=1, entrypoint="disco.serve", *, modules=(),
                  env=None, startup_timeout_s=120.0, python=None):
@@ -98,9 +99,21 @@ class ProcessSession(_core.Session):
         except BaseException:
             self._end_job(grace_s=0.0)
             raise
-        self.startup_seconds = time.monotonic() - t0
+        self._startup_seconds = time.monotonic() - t0
         with _live_lock:
             _live.add(self)
+
+    def __repr__(self):
+        if not self._attached:
+            return "disco.ProcessSession(not started)"
+        code = self.exit_code
+        if code is not None:
+            return "disco.ProcessSession(ended, exit code %d)" % code
+        try:
+            return "disco.ProcessSession(num_workers=%d, num_groups=%d, job pid %d)" % (
+                self.num_workers, self.num_groups, self._proc.pid)
+        except RuntimeError:  # detached, its job still ending
+            return "disco.ProcessSession(ended)"
 
     def _wait_for_port(self, port_file, timeout_s, cmd):
         deadline = time.monotonic() + timeout_s
@@ -131,6 +144,7 @@ class ProcessSession(_core.Session):
             self._end_job(grace_s=timeout_s)
 
     def __exit__(self, *exc):
+        """Leaving a with-block shuts the session down (and ends its workers' job)."""
         self.shutdown()
         return False
 
@@ -139,6 +153,11 @@ class ProcessSession(_core.Session):
             self.shutdown(timeout_s=10.0)
         except Exception:  # noqa: BLE001 -- nothing may escape a finalizer
             pass
+
+    @property
+    def startup_seconds(self):
+        """Seconds the session took to start: the job launched, serving, this process attached."""
+        return self._startup_seconds
 
     @property
     def exit_code(self):

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 import disco
+import disco.process
 import disco.serve
 import session_env
 from disco import _core
@@ -42,6 +43,7 @@ class Stub:
             self.tree = ast.parse(f.read(), path)
         self.funcs, self.classes, self.names, self.reexports = {}, {}, set(), {}
         self.all = None  # its __all__
+        self.sources = {}  # re-exported name: the module it comes from
         for node in self.tree.body:
             if isinstance(node, ast.FunctionDef):
                 self.funcs.setdefault(node.name, []).append(node)
@@ -53,11 +55,13 @@ class Stub:
                 self.names.update(t.id for t in node.targets if isinstance(t, ast.Name))
                 if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
                     self.all = ast.literal_eval(node.value)
-            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "_core":
+            elif (isinstance(node, ast.ImportFrom) and node.level == 1
+                  and node.module in ("_core", "process") and name == "__init__.pyi"):
                 for alias in node.names:
                     # `from ._core import X as X` is the stub idiom for a re-export.
                     assert alias.asname == alias.name, "%s: %s as itself" % (name, alias.name)
                     self.reexports[alias.name] = alias.name
+                    self.sources[alias.name] = "disco." + node.module
 
     def public(self):
         return {n for n in set(self.funcs) | set(self.classes) | self.names | set(self.reexports)
@@ -65,11 +69,15 @@ class Stub:
 
 
 STUBS = {"disco": Stub("__init__.pyi"), "disco._core": Stub("_core.pyi"),
-         "disco.serve": Stub("serve.pyi")}
+         "disco.serve": Stub("serve.pyi"), "disco.process": Stub("process.pyi")}
+MODULES = [disco, _core, disco.serve, disco.process]
 
 
 def stub_class(name):
-    return STUBS["disco._core"].classes[name]
+    for stub in (STUBS["disco._core"], STUBS["disco.process"]):
+        if name in stub.classes:
+            return stub.classes[name]
+    raise KeyError(name)
 
 
 def is_property(node):
@@ -82,10 +90,12 @@ def stub_members(cls_node):
     for base in cls_node.bases:
         if isinstance(base, ast.Name) and base.id in STUBS["disco._core"].classes:
             members.update(stub_members(stub_class(base.id)))
+    own = set()  # names this class declares: they replace its bases' (overloads add up)
     for node in cls_node.body:
         if isinstance(node, ast.FunctionDef):
-            members.setdefault(node.name, [])
-            members[node.name] = [n for n in members[node.name] if isinstance(n, ast.FunctionDef)]
+            if node.name not in own:
+                members[node.name] = []
+                own.add(node.name)
             members[node.name].append(node)
         elif isinstance(node, ast.AnnAssign):
             members[node.target.id] = "attribute"
@@ -182,8 +192,9 @@ def runtime_public(module):
     for n, v in vars(module).items():
         if n.startswith("_") or inspect.ismodule(v):
             continue
-        if module is disco.serve and getattr(v, "__module__", None) != "disco.serve":
-            continue  # imported into disco.serve, not its own
+        if (module in (disco.serve, disco.process)
+                and getattr(v, "__module__", None) != module.__name__):
+            continue  # imported into the module, not its own
         names.add(n)
     return names
 
@@ -194,7 +205,7 @@ def test_all_is_the_public_surface_of_the_package():
     assert disco.__doc__ and disco.serve.__doc__
 
 
-@pytest.mark.parametrize("module", [disco, _core, disco.serve], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_the_stubs_declare_what_the_module_has_both_ways(module):
     stub = STUBS[module.__name__]
     have, declared = runtime_public(module), stub.public()
@@ -212,7 +223,7 @@ def test_the_package_stub_declares_all_and_version():
     assert isinstance(disco.__version__, str) and disco.__version__
 
 
-@pytest.mark.parametrize("module", [disco, _core, disco.serve], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_every_function_has_a_docstring_and_the_stubs_parameters(module):
     stub = STUBS[module.__name__]
     for name in sorted(runtime_public(module)):
@@ -236,7 +247,9 @@ def test_every_class_of_the_stubs_is_a_class_of_the_module():
     for name in disco.__all__:
         obj = getattr(disco, name)
         if inspect.isclass(obj):
-            assert name in STUBS["disco"].reexports and obj is getattr(_core, name), name
+            stub = STUBS["disco"]
+            assert name in stub.reexports, name
+            assert obj is getattr(sys.modules[stub.sources[name]], name), name
     for exc in EXCEPTIONS:
         assert issubclass(exc, RuntimeError) and exc.__doc__, exc
         assert [b.id for b in core.classes[exc.__name__].bases] == ["RuntimeError"]
@@ -254,12 +267,13 @@ def runtime_members(cls):
             out[name] = raw
         elif name in API_DUNDERS:
             owner = next(c for c in cls.__mro__ if name in vars(c))
-            if owner.__module__ == "disco._core" and type(raw).__name__ != "wrapper_descriptor":
+            if (owner.__module__ in ("disco._core", "disco.process")
+                    and type(raw).__name__ != "wrapper_descriptor"):
                 out[name] = raw
     return out
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CLASSES + [disco.ProcessSession], ids=lambda c: c.__name__)
 def test_every_class_member_has_a_docstring_and_the_stubs_parameters(cls):
     assert cls.__doc__ and cls.__doc__.strip(), cls
     have = runtime_members(cls)
@@ -313,7 +327,7 @@ def test_docstrings_keep_pybind11s_typed_signature_line():
 
 def test_py_typed_is_next_to_the_package():
     assert os.path.isfile(os.path.join(PKG, "py.typed"))
-    for stub in ("__init__.pyi", "_core.pyi", "serve.pyi"):
+    for stub in ("__init__.pyi", "_core.pyi", "serve.pyi", "process.pyi"):
         assert os.path.isfile(os.path.join(PKG, stub)), stub
 
 

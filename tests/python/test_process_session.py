@@ -50,6 +50,28 @@ def _marked(marker):
     return pids
 
 
+def _describe(pids):
+    out = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                out.append("%d %s" % (pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            out.append("%d (gone)" % pid)
+    return out
+
+
+def _wait_marked(marker, count, limit_s=60):
+    """Waits until `count` processes carry the marker (the launcher and the ranks); returns them."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        pids = _marked(marker)
+        if len(pids) >= count or time.monotonic() > deadline:
+            assert len(pids) >= count, "the job's processes: %s" % _describe(pids)
+            return pids
+        time.sleep(0.05)
+
+
 def _wait_gone(marker, limit_s):
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -65,6 +87,8 @@ def test_open_use_close_and_open_again_in_one_process():
     for round_ in range(2):
         with disco.ProcessSession(2, modules=["funcs"]) as sess:
             assert sess.num_workers == 2 and sess.is_remote
+            assert repr(sess) == "disco.ProcessSession(num_workers=2, num_groups=1, job pid %d)" \
+                % sess._proc.pid
             f = sess.get_global_func("test.py.scale")
             x = sess.empty((4,), "float32")
             sess.copy_to_worker_0(np.arange(4, dtype="float32"), x)
@@ -75,6 +99,7 @@ def test_open_use_close_and_open_again_in_one_process():
                 assert other.num_workers == 1
             assert other.exit_code == 0
         assert sess.exit_code == 0
+        assert repr(sess) == "disco.ProcessSession(ended, exit code 0)"
 
 
 def test_collectives_and_import_python_module():
@@ -117,7 +142,7 @@ def test_an_entrypoint_that_fails_is_an_error_naming_the_job_and_nothing_is_left
 def test_a_session_that_is_garbage_collected_ends_its_job():
     marker = uuid.uuid4().hex
     sess = disco.ProcessSession(2, env={"DISCO_TEST_MARK": marker})
-    assert len(_marked(marker)) >= 3  # the launcher and two ranks
+    _wait_marked(marker, 3)  # the launcher and two ranks
     proc = sess._proc
     del sess
     gc.collect()
@@ -155,16 +180,11 @@ def test_no_process_is_left_when_the_controller_is_killed(tmp_path, when):
                     break
             else:
                 pytest.fail("the controller never attached")
-            time.sleep(0.5)
-        else:
-            deadline = time.monotonic() + 60
-            while len(_marked(marker)) < 3 and time.monotonic() < deadline:
-                time.sleep(0.05)  # the launcher and both ranks run, nobody attached yet
-        assert len(_marked(marker)) >= 3
+        _wait_marked(marker, 3)  # the launcher and both ranks run (attached, or starting)
         ctl.kill()
         ctl.wait()
         left = _wait_gone(marker, 60)
-        assert left == [], "processes left after the controller was killed: %s" % left
+        assert left == [], "processes left after the controller was killed: %s" % _describe(left)
     finally:
         if ctl.poll() is None:
             ctl.kill()
