@@ -31,6 +31,7 @@ worker's failure, ValueError / TypeError / RuntimeError for the C++ errors of th
 disco.ProtocolError for a malformed message.
 """
 
+import os as _os
 import sys as _sys
 
 from . import _build_info
@@ -41,6 +42,13 @@ if _sys.version_info[:2] != _build_info.PYTHON_VERSION:
         "or build disco for this one (cmake -DPython3_EXECUTABLE=%s)"
         % (_build_info.PYTHON_VERSION + (_build_info.PYTHON_EXECUTABLE,)
            + tuple(_sys.version_info[:2]) + (_sys.executable, _sys.executable)))
+
+# Installed by pip, libdisco sits next to the extension (setup.py): loaded first, under its soname,
+# so that the extension and libdisco_llama find it whatever their RPATH says.
+_here = _os.path.dirname(_os.path.abspath(__file__))
+for _lib in sorted(_f for _f in _os.listdir(_here) if _f.startswith("libdisco.so.")):
+    import ctypes as _ctypes
+    _ctypes.CDLL(_os.path.join(_here, _lib))
 
 from . import _core  # noqa: E402
 from ._core import (  # noqa: E402
