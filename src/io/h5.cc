@@ -30,6 +30,7 @@
 #include "core/device_memory.h"
 #include "core/env.h"
 #include "core/process_info.h"
+#include "io/progress.h"
 #include "mpi/mpi_util.h"
 
 #if DISCO_HAVE_HDF5
@@ -1121,7 +1122,10 @@ void RegisterAll() {
       .set_body_typed(
           [](std::string path, std::string dataset, int64_t shard_axis, bool in_group) -> Tensor {
 #if DISCO_HAVE_HDF5
-            return Load(path, dataset, shard_axis, in_group);
+            progress::Begin("loading", path);
+            Tensor t = Load(path, dataset, shard_axis, in_group);
+            progress::Done(static_cast<int64_t>(t.nbytes()));
+            return t;
 #else
             DISCO_THROW(ValueError) << "disco.h5.load: this build of disco has no HDF5";
             return Tensor();
@@ -1135,7 +1139,10 @@ void RegisterAll() {
             [in_place](std::string path, std::string dataset, Any shard, int64_t shard_axis,
                        bool in_group) {
 #if DISCO_HAVE_HDF5
+              progress::Begin("saving", path);
               Save(path, dataset, shard, shard_axis, in_group, in_place);
+              const Tensor* t = std::get_if<Tensor>(&shard.storage());
+              progress::Done(t != nullptr ? static_cast<int64_t>(t->nbytes()) : 0);
 #else
               DISCO_THROW(ValueError) << "disco.h5.save: this build of disco has no HDF5";
 #endif
@@ -1160,8 +1167,12 @@ void RegisterAll() {
             DISCO_CHECK(std::rename(from.c_str(), real.c_str()) == 0, RuntimeError)
                 << "disco.h5.finish: cannot rename '" << from << "' to '" << real
                 << "': " << std::strerror(errno);
+            progress::End(from, to);
           },
           {"from", "to"});
+  // Appended by h5::LoadTensors after its loads: worker 0's closing progress line (io/progress.h).
+  Registry::Register("disco.h5.load_done", true)
+      .set_body_typed([](std::string path) { progress::End(path); }, {"path"});
 }
 
 }  // namespace

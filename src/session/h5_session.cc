@@ -33,6 +33,7 @@ std::map<std::string, DRef> LoadTensors(Session& session, const std::string& pat
     DRef shard = session.CallPacked(load, path, e.name, e.shard_axis, in_group);
     out[e.name] = move ? session.CallPacked(copy_to, shard, device) : shard;
   }
+  if (!plan.empty()) session.CallPacked(session.GetGlobalFunc("disco.h5.load_done"), path);
   return out;
 }
 

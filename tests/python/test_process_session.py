@@ -7,6 +7,7 @@ test can say that none is left after its controller was killed.
 
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,6 +191,38 @@ def test_no_process_is_left_when_the_controller_is_killed(tmp_path, when):
             ctl.kill()
         for pid in _marked(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_long_loads_and_saves_print_progress_on_rank_0(tmp_path, capfd):
+    # DISCO_PROGRESS_MS=1: every load and save is "long"; the lines go to the job's stderr (ours).
+    path = str(tmp_path / "ckpt.h5")
+    with disco.ProcessSession(2, env={"DISCO_PROGRESS_MS": "1"}) as sess:
+        refs = {}
+        for i in range(3):
+            x = sess.empty((256, 1024), "float32")
+            refs["t%d" % i] = (x, 0)
+        sess.save_tensors(path, refs)
+        loaded = sess.load_tensors(path, {"t0": 0, "t1": 0, "t2": -1})
+        sess.sync_all()
+        assert set(loaded) == {"t0", "t1", "t2"}
+    err = capfd.readouterr().err
+    assert re.search(r"disco: saved %s: 3 datasets, 3\.0 MiB on worker 0 in [0-9.]+ s "
+                     r"\([0-9]+ MiB/s\)" % re.escape(path), err), err
+    assert "partial" not in err  # a save's lines name the file it makes
+    assert re.search(r"disco: loaded %s: 3 datasets, 4\.0 MiB on worker 0 in " % re.escape(path),
+                     err), err
+    assert err.count("disco: loaded ") == 1  # rank 0 only
+    # Off, and the default (3 s) for loads this small: no line.
+    for env in ({"DISCO_PROGRESS_MS": "0"}, {}):
+        with disco.ProcessSession(2, env=env) as sess:
+            sess.load_tensors(path, {"t0": 0})
+            sess.sync_all()
+        assert "disco: load" not in capfd.readouterr().err
+    # A bad value is a warning naming the variable; the load goes on.
+    with disco.ProcessSession(2, env={"DISCO_PROGRESS_MS": "soon"}) as sess:
+        sess.load_tensors(path, {"t0": 0})
+        sess.sync_all()
+    assert "DISCO_PROGRESS_MS='soon' is not an integer" in capfd.readouterr().err
 
 
 def test_startup_time_is_recorded():
