@@ -12,8 +12,9 @@ allocation, else DISCO_NP, else 1.
 
 Every rank runs the program with this interpreter. An exception that no code catches, on any
 rank, prints its traceback and ends the whole job (MPI_Abort), so no rank waits for one that is
-gone; the job's exit code is the program's (sys.exit, disco.main's code; 1 after an uncaught
-exception). Programs that use disco run their controller with disco.main (see help(disco)).
+gone; the job's exit code is the program's (sys.exit, disco.main's code; non-zero after an
+uncaught exception: MPI_Abort's 1, or the launcher's code for a rank ended by SIGTERM when the
+exception came before MPI started). Programs that use disco run their controller with disco.main (see help(disco)).
 """
 
 import os

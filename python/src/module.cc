@@ -1446,7 +1446,9 @@ PYBIND11_MODULE(_core, m) {
                     py::arg("key_file") = "",
                     "Attaches to a served job, as disco.connect(host, port, key, ...) does.");
   // Ends the whole MPI job from any rank (python3 -m disco: an exception no code caught): as the
-  // C++ runtime's fatal path does, MPI_Abort when MPI runs, else the process alone.
+  // C++ runtime's fatal path does, MPI_Abort when MPI runs. Before MPI has started, the process
+  // ends by SIGTERM: every launcher ends a job whose rank dies of a signal, while MPICH's hydra
+  // lets the others wait in MPI_Init for a rank that merely exited non-zero.
   m.def(
       "_abort_job",
       [](int code) {
@@ -1456,8 +1458,14 @@ PYBIND11_MODULE(_core, m) {
         MPI_Initialized(&initialized);
         MPI_Finalized(&finalized);
         if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+        if (!initialized) {
+          std::signal(SIGTERM, SIG_DFL);
+          std::raise(SIGTERM);
+        }
         std::_Exit(code);
       },
-      py::arg("code"), "Ends the MPI job (MPI_Abort) with `code`, or this process without MPI.");
+      py::arg("code"),
+      "Ends the MPI job: MPI_Abort with `code`, or before MPI has started this process by "
+      "SIGTERM (which makes the launcher end the job).");
   AddTextSignatures(m);
 }

@@ -40,7 +40,7 @@ tests='^(mpi\.session\.(np[12]|small_frames\.np2)|mpi\.ccl\.(sync_send\.np2|np2\
 tests+='|mpi\.fault\..*\.np[12]|mpi\.fault\.(silent_rank_ends_launcher\.np3|launcher_mismatch.*'
 tests+='|no_shm_left)|mpi\.h5_fault\..*|mpi\.bench_smoke'
 tests+='|remote\.(session\.np2|keyless|keyfile|refusal_flood)'
-tests+='|python\.((injob|served)\.np[12]|jobs|interrupt|examples)|demo\.np2\..*)$'
+tests+='|python\.((injob|served)\.np[12]|jobs|interrupt|examples|process|api)|demo\.np2\..*)$'
 
 make_root() {
   rm -f "$work/skipped" "$work/built"
