@@ -43,6 +43,14 @@ if _sys.version_info[:2] != _build_info.PYTHON_VERSION:
         % (_build_info.PYTHON_VERSION + (_build_info.PYTHON_EXECUTABLE,)
            + tuple(_sys.version_info[:2]) + (_sys.executable, _sys.executable)))
 
+try:  # worker functions get numpy arrays: an interpreter without numpy is the wrong one
+    import numpy as _np  # noqa: F401
+except ImportError as _e:
+    raise ImportError(
+        "disco needs numpy, which this interpreter (%s) cannot import (%s); disco was built for %s: "
+        "run your program with that one (e.g. %s -m disco -n 4 app.py)"
+        % (_sys.executable, _e, _build_info.PYTHON_EXECUTABLE, _build_info.PYTHON_EXECUTABLE)) from None
+
 # Installed by pip, libdisco sits next to the extension (setup.py): loaded first, under its soname,
 # so that the extension and libdisco_llama find it whatever their RPATH says.
 _here = _os.path.dirname(_os.path.abspath(__file__))
