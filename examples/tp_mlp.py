@@ -11,7 +11,7 @@ A stack of L Megatron-style MLP blocks over T tokens of width H, as in disco-dem
 
 Each worker loads only its shards of the checkpoint (session.load_tensors). With --checkpoint,
 any checkpoint disco-demo wrote works (same dataset names and layout, e.g.
-/tmp/disco-demo-float32-h1024-f4096-l4-s1234.h5); without one, the workers write one from the seed
+/tmp/disco-demo-u0-float32-h1024-f4096-l4-s1234.h5 for root); without one, the workers write one from the seed
 first (session.save_tensors). The controller then recomputes the whole stack alone with numpy
 from the checkpoint (loaded whole through disco) and compares, like disco-demo.
 

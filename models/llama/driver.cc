@@ -77,9 +77,10 @@ std::string DefaultCheckpointDir(const Options& o) {
   const Config& c = o.config;
   const char* base = std::getenv("TMPDIR");
   std::string dir = base != nullptr && base[0] != '\0' ? base : "/tmp";
-  dir += "/disco-demo-llama-h" + std::to_string(c.hidden_size) + "-l" +
-         std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) + "-k" +
-         std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
+  // The user's id in the name: users of one machine do not share (or plant) default checkpoints.
+  dir += "/disco-demo-llama-u" + std::to_string(geteuid()) + "-h" + std::to_string(c.hidden_size) +
+         "-l" + std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) +
+         "-k" + std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
          std::to_string(c.intermediate_size) + "-v" + std::to_string(c.vocab_size) +
          (c.tie_word_embeddings ? "-tied" : "") + "-s" + std::to_string(o.seed);
   return dir;
@@ -355,7 +356,16 @@ int RunChecked(Session& s, Options& o) {
   std::string path = o.model;
   if (path.empty()) {
     path = DefaultCheckpointDir(o);
-    if (!IsDirectory(path)) {
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0) {
+      // Made by this user's earlier run, or planted: a shared temporary directory is anyone's.
+      DISCO_CHECK(S_ISDIR(st.st_mode) && st.st_uid == geteuid(), ValueError)
+          << "the default checkpoint " << path << " is "
+          << (S_ISDIR(st.st_mode) ? "owned by uid " + std::to_string(st.st_uid)
+                                  : std::string("not a directory"))
+          << ", not a directory of yours (uid " << geteuid()
+          << "): remove it, set TMPDIR elsewhere, or pass --model DIR";
+    } else {
       const double t0 = NowS();
       WriteDefaultCheckpoint(path, o.config, o.seed);
       std::printf("[checkpoint] wrote %s (seed %" PRIu64 ", %s) in %.0f ms\n", path.c_str(), o.seed,

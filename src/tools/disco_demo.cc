@@ -18,6 +18,7 @@
 // OpenBLAS (one thread per rank); bfloat16 runs keep weights, activations and the allreduce in
 // bfloat16 and multiply in float32.
 #include <disco/disco.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,6 +66,13 @@ int RunChecked(Session& s, const Config& c) {
   s.InitCCL(cuda ? "nccl" : "mpi");
 
   std::string path = c.checkpoint.empty() ? DefaultCheckpoint(c) : c.checkpoint;
+  struct stat st;
+  if (c.checkpoint.empty() && lstat(path.c_str(), &st) == 0) {
+    // Made by this user's earlier run, or planted: /tmp is anyone's.
+    DISCO_CHECK(S_ISREG(st.st_mode) && st.st_uid == geteuid(), ValueError)
+        << "disco-demo: the default checkpoint " << path << " is not a file of yours (uid "
+        << geteuid() << "): remove it or pass --checkpoint FILE.h5";
+  }
   if (access(path.c_str(), F_OK) != 0) {
     double t0 = NowMs();
     WriteCheckpoint(s, c, path);
