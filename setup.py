@@ -6,7 +6,9 @@ build/pip; an existing configured build dir is reused as it is, e.g. build/), in
 staging prefix, and copies the installed `disco` package (extension, .py, stubs, py.typed,
 disco-run) and the libraries libdisco and libdisco_llama into the wheel's `disco/`, where
 disco/__init__.py loads libdisco from. DISCO_CMAKE_ARGS adds configure arguments (e.g.
-"-DDISCO_ENABLE_CUDA=OFF"), DISCO_BUILD_JOBS the build's parallelism (default 2).
+"-DDISCO_ENABLE_CUDA=OFF"; given with an existing build dir, it is configured again with them),
+DISCO_BUILD_JOBS the build's parallelism (default 2). setuptools' own files go into the build dir
+too, so that a read-only checkout builds with DISCO_CMAKE_BUILD_DIR elsewhere.
 """
 
 import glob
@@ -37,17 +39,30 @@ def run(cmd):
     subprocess.run(cmd, check=True)
 
 
+BUILD_DIR = os.path.abspath(os.environ.get("DISCO_CMAKE_BUILD_DIR")
+                            or os.path.join(ROOT, "build", "pip"))
+if not os.environ.get("DISCO_CMAKE_BUILD_DIR") and not os.access(ROOT, os.W_OK):
+    sys.exit("setup.py: the checkout %s is read-only: set DISCO_CMAKE_BUILD_DIR to a writable "
+             "directory for the build" % ROOT)
+try:
+    CMAKE_ARGS = shlex.split(os.environ.get("DISCO_CMAKE_ARGS", ""))
+except ValueError as e:
+    sys.exit("setup.py: DISCO_CMAKE_ARGS is not a list of arguments a shell would read (%s): %r"
+             % (e, os.environ["DISCO_CMAKE_ARGS"]))
+
+
 class CMakeBuildPy(build_py):
     """Builds and stages the CMake project, then copies its Python package into build_lib."""
 
     def run(self):
-        build_dir = os.path.abspath(os.environ.get("DISCO_CMAKE_BUILD_DIR")
-                                    or os.path.join(ROOT, "build", "pip"))
+        build_dir = BUILD_DIR
+        # A new build dir is configured; an existing one again only when DISCO_CMAKE_ARGS says more.
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                  "-DDISCO_BUILD_TESTS=OFF", "-DDISCO_BUILD_BENCHMARKS=OFF",
-                 "-DPython3_EXECUTABLE=" + sys.executable]
-                + shlex.split(os.environ.get("DISCO_CMAKE_ARGS", "")))
+                 "-DPython3_EXECUTABLE=" + sys.executable] + CMAKE_ARGS)
+        elif CMAKE_ARGS:
+            run(["cmake", "-S", ROOT, "-B", build_dir] + CMAKE_ARGS)
         run(["cmake", "--build", build_dir, "-j", os.environ.get("DISCO_BUILD_JOBS", "2")])
         with tempfile.TemporaryDirectory(prefix="disco-stage-") as stage:
             run(["cmake", "--install", build_dir, "--prefix", stage])
@@ -75,7 +90,8 @@ class BinaryDistribution(Distribution):
         return True  # a wheel for this interpreter and platform (the extension inside)
 
 
-os.makedirs(os.path.join(ROOT, "build", "pip-setuptools"), exist_ok=True)
+SETUPTOOLS_DIR = os.path.join(BUILD_DIR, "setuptools")  # setuptools' own files: out of the checkout
+os.makedirs(SETUPTOOLS_DIR, exist_ok=True)
 setup(
     version=project_version(),
     packages=["disco"],
@@ -83,6 +99,5 @@ setup(
     cmdclass={"build_py": CMakeBuildPy},
     distclass=BinaryDistribution,
     zip_safe=False,
-    options={"build": {"build_base": "build/pip-setuptools"},
-             "egg_info": {"egg_base": "build/pip-setuptools"}},
+    options={"build": {"build_base": SETUPTOOLS_DIR}, "egg_info": {"egg_base": SETUPTOOLS_DIR}},
 )

@@ -150,11 +150,18 @@ def _torch_adapter(name, f):
             return {k: convert(x) for k, x in v.items()}
         return v
 
+    def detached(v):  # a result that requires grad cannot be exported: its data can
+        if getattr(v, "requires_grad", False) and hasattr(v, "detach"):
+            return v.detach()
+        if isinstance(v, tuple):
+            return tuple(detached(x) for x in v)
+        return v
+
     def call(*args):
         if not state:
             import torch.utils.dlpack
             state["from_dlpack"] = torch.utils.dlpack.from_dlpack
-        return f(*(convert(a) for a in args))
+        return detached(f(*(convert(a) for a in args)))
     call.__name__ = getattr(f, "__name__", "call")
     call.__doc__ = f.__doc__
     call.__wrapped__ = f

@@ -21,7 +21,9 @@ it closes.
 
 import atexit
 import os
+import re
 import secrets
+import socket
 import shutil
 import signal
 import subprocess
@@ -35,6 +37,7 @@ from . import _core, _launcher
 
 _live = weakref.WeakSet()
 _live_lock = threading.Lock()
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class ProcessSession(_core.Session):
@@ -55,6 +58,12 @@ class ProcessSession(_core.Session):
     _tmp = None
     _attached = False  # the C++ session exists (attached once; its shutdown is then safe)
     _startup_seconds = None
+    _sockets = ()  # the descriptors of the connection to the job (a forked child closes its copies)
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._owner = os.getpid()  # the process that started the job; a forked child is not it
+        return self
 
     def __init__(self, num_workers, num_groups=1, entrypoint="disco.serve", *, modules=(),
                  env=None, startup_timeout_s=120.0, python=None):
@@ -70,6 +79,22 @@ class ProcessSession(_core.Session):
                              % (entrypoint,))
         if isinstance(modules, str):
             modules = [modules]
+        try:
+            modules = list(modules)
+        except TypeError:
+            raise ValueError("disco.ProcessSession: modules must be module names, got %r"
+                             % (modules,)) from None
+        for name in [entrypoint] + modules:
+            if not isinstance(name, str) or not _MODULE_NAME.match(name):
+                raise ValueError("disco.ProcessSession: %r is not a module name (entrypoint and "
+                                 "modules are dotted Python names)" % (name,))
+        if (isinstance(startup_timeout_s, bool) or not isinstance(startup_timeout_s, (int, float))
+                or not 0 < startup_timeout_s <= 86400):
+            raise ValueError("disco.ProcessSession: startup_timeout_s must be a number of seconds "
+                             "in (0, 86400], got %r" % (startup_timeout_s,))
+        if python is not None and not (isinstance(python, str) and shutil.which(python)):
+            raise ValueError("disco.ProcessSession: python=%r is not an interpreter found here"
+                             % (python,))
         self._tmp = tempfile.mkdtemp(prefix="disco-session-")  # 0700: the port file
         port_file = os.path.join(self._tmp, "port")
         key = secrets.token_hex(24)
@@ -94,8 +119,10 @@ class ProcessSession(_core.Session):
                                           start_new_session=True)
             port = self._wait_for_port(port_file, startup_timeout_s, cmd)
             remaining_ms = max(1000, int((startup_timeout_s - (time.monotonic() - t0)) * 1000))
+            before = set(_open_fds())
             super().__init__("127.0.0.1", port, key, connect_timeout_ms=remaining_ms)
             self._attached = True
+            self._sockets = _sockets_to(port, set(_open_fds()) - before)
         except BaseException:
             self._end_job(grace_s=0.0)
             raise
@@ -137,6 +164,10 @@ class ProcessSession(_core.Session):
     def shutdown(self, timeout_s=60.0):
         """Ends the session and its workers' job; waits up to `timeout_s` for the job to end
         (then ends it by force). The job's exit code is `exit_code` afterwards."""
+        if getattr(self, "_owner", None) != os.getpid():
+            raise RuntimeError("disco.ProcessSession: this session belongs to process %s, not to "
+                               "this forked one (a child cannot use or end its parent's session)"
+                               % getattr(self, "_owner", "?"))
         try:
             if self._attached:
                 _core.Session.shutdown(self)  # detaches: the server, one client only, stops
@@ -149,6 +180,8 @@ class ProcessSession(_core.Session):
         return False
 
     def __del__(self):
+        if getattr(self, "_owner", None) != os.getpid():
+            return
         try:
             self.shutdown(timeout_s=10.0)
         except Exception:  # noqa: BLE001 -- nothing may escape a finalizer
@@ -200,10 +233,59 @@ class ProcessSession(_core.Session):
                 pass
 
 
+def _open_fds():
+    try:
+        return [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        return []
+
+
+def _sockets_to(port, fds):
+    """Of the descriptors `fds`, those of TCP sockets connected to 127.0.0.1:port."""
+    out = []
+    for fd in fds:
+        try:
+            if not os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+                continue
+            s = socket.socket(fileno=fd)
+            try:
+                if s.getpeername()[1:2] == (port,):
+                    out.append(fd)
+            finally:
+                s.detach()  # the descriptor stays the session's
+        except OSError:
+            pass
+    return tuple(out)
+
+
+def _after_fork_in_child():
+    # A forked child must neither use nor end its parent's sessions, nor keep their job alive
+    # once the parent is gone: it closes its copies of the connection and of rank 0's stdin, and
+    # its copies of the session objects are never finalised (their destructors would talk to
+    # the job over the closed connection).
+    import ctypes
+    for s in list(_live):
+        for fd in s._sockets:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if s._proc is not None and s._proc.stdin is not None:
+            try:
+                os.close(s._proc.stdin.fileno())
+            except (OSError, ValueError):
+                pass
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(s))
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @atexit.register
 def _shutdown_all():
     with _live_lock:
-        sessions = list(_live)
+        sessions = [s for s in _live if getattr(s, "_owner", None) == os.getpid()]
     for s in sessions:
         try:
             s.shutdown(timeout_s=10.0)

@@ -38,8 +38,10 @@ int64_t AfterMs() {
   static const int64_t ms = [] {
     try {
       return env::GetInt("DISCO_PROGRESS_MS", 0, int64_t{1} << 40);
-    } catch (const Error& e) {
-      DISCO_LOG(WARN) << e.what() << "; progress lines of loads and saves use 3000 ms";
+    } catch (const Error&) {
+      DISCO_LOG(WARN) << "DISCO_PROGRESS_MS='" << env::GetString("DISCO_PROGRESS_MS")
+                      << "' is not a whole number of milliseconds from 0 to 2^40; progress lines "
+                         "of loads and saves use 3000 ms";
       return int64_t{3000};
     }
   }();

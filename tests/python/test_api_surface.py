@@ -352,7 +352,12 @@ def test_reprs_of_a_session_and_its_objects(sess):
     where = "in_job"
     if session_env.MODE == "remote":
         where = "remote " + os.environ.get("DISCO_TEST_SERVER", "")
-    assert repr(sess) == "disco.Session(num_workers=%d, num_groups=%d, %s)" % (n, groups, where)
+    if session_env.MODE == "process":
+        assert repr(sess) == "disco.ProcessSession(num_workers=%d, num_groups=%d, job pid %d)" % (
+            n, groups, sess._proc.pid)
+    else:
+        assert repr(sess) == "disco.Session(num_workers=%d, num_groups=%d, %s)" % (n, groups,
+                                                                                  where)
     f = sess.get_global_func("test.py.scale")
     assert f.name == "test.py.scale"
     assert repr(f) == "disco.DPackedFunc('test.py.scale', reg=%d)" % f.reg_id

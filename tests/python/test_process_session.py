@@ -222,7 +222,88 @@ def test_long_loads_and_saves_print_progress_on_rank_0(tmp_path, capfd):
     with disco.ProcessSession(2, env={"DISCO_PROGRESS_MS": "soon"}) as sess:
         sess.load_tensors(path, {"t0": 0})
         sess.sync_all()
-    assert "DISCO_PROGRESS_MS='soon' is not an integer" in capfd.readouterr().err
+    assert "DISCO_PROGRESS_MS='soon' is not a whole number of milliseconds" in \
+        capfd.readouterr().err
+
+
+_FORKER = textwrap.dedent("""
+    import os, sys, time, disco
+    sess = disco.ProcessSession(2, env={"DISCO_TEST_MARK": sys.argv[1]})
+    pid = os.fork()
+    if pid == 0:  # the child: cannot end its parent's session, and leaves it alone when it exits
+        try:
+            sess.shutdown()
+        except RuntimeError as e:
+            print("child:", e, flush=True)
+        if sys.argv[2] == "exit":
+            sys.exit(0)
+        time.sleep(3600)
+    if sys.argv[2] == "exit":
+        os.waitpid(pid, 0)
+        sess.sync_all()
+        print("parent:", repr(sess), flush=True)
+        sess.shutdown()
+        print("exit code", sess.exit_code, flush=True)
+    else:
+        print("child", pid, flush=True)
+        time.sleep(3600)
+""")
+
+
+def test_a_forked_child_leaves_the_session_to_its_parent():
+    marker = uuid.uuid4().hex
+    r = subprocess.run([sys.executable, "-c", _FORKER, marker, "exit"], capture_output=True,
+                       text=True, timeout=120, env=_env_with_path())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "child: disco.ProcessSession: this session belongs to process" in r.stdout
+    assert "parent: disco.ProcessSession(num_workers=2, num_groups=1, job pid" in r.stdout
+    assert "exit code 0" in r.stdout
+    assert _wait_gone(marker, 30) == []
+
+
+def test_the_job_ends_with_its_controller_even_while_a_forked_child_lives():
+    # The child's copies of the connection and of rank 0's stdin are closed at the fork.
+    marker = uuid.uuid4().hex
+    ctl = subprocess.Popen([sys.executable, "-c", _FORKER, marker, "hold"],
+                           stdout=subprocess.PIPE, text=True, env=_env_with_path())
+    child = None
+    try:
+        for line in ctl.stdout:
+            if line.startswith("child "):
+                child = int(line.split()[1])
+                break
+        assert child is not None
+        job = [p for p in _wait_marked(marker, 3) if p != child]
+        ctl.kill()
+        ctl.wait()
+        deadline = time.monotonic() + 60
+        while any(os.path.exists("/proc/%d" % p) and p in _marked(marker) for p in job):
+            assert time.monotonic() < deadline, "left: %s" % _describe(_marked(marker))
+            time.sleep(0.1)
+        assert os.path.exists("/proc/%d" % child)  # the child lives on; the job has ended
+    finally:
+        for pid in [child] + _marked(marker):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if ctl.poll() is None:
+            ctl.kill()
+
+
+def test_arguments_checked_before_anything_starts():
+    for kw, what in [({"startup_timeout_s": float("nan")}, "startup_timeout_s"),
+                     ({"startup_timeout_s": float("inf")}, "startup_timeout_s"),
+                     ({"startup_timeout_s": "5"}, "startup_timeout_s"),
+                     ({"startup_timeout_s": 0}, "startup_timeout_s"),
+                     ({"modules": 5}, "modules"),
+                     ({"modules": ["ok", "-x"]}, "not a module name"),
+                     ({"entrypoint": "disco serve"}, "not a module name"),
+                     ({"entrypoint": "disco.serve; rm -rf /"}, "not a module name"),
+                     ({"python": "/nonexistent/python"}, "not an interpreter")]:
+        with pytest.raises(ValueError, match=what):
+            disco.ProcessSession(2, **kw)
 
 
 def test_startup_time_is_recorded():
