@@ -60,13 +60,9 @@ class ProcessSession(_core.Session):
     _startup_seconds = None
     _sockets = ()  # the descriptors of the connection to the job (a forked child closes its copies)
 
-    def __new__(cls, *args, **kwargs):
-        self = super().__new__(cls)
-        self._owner = os.getpid()  # the process that started the job; a forked child is not it
-        return self
-
     def __init__(self, num_workers, num_groups=1, entrypoint="disco.serve", *, modules=(),
                  env=None, startup_timeout_s=120.0, python=None):
+        self._owner = os.getpid()  # the process that started the job; a forked child is not it
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("disco.ProcessSession: num_workers must be an int >= 1, got %r"
                              % (num_workers,))

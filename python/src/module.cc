@@ -702,6 +702,12 @@ void BindSession(py::module_& m) {
 In a job: the argument of the controller that disco.main runs on rank 0. Remote: disco.connect.
 Calls are asynchronous and ordered; errors of workers surface at the next sync or debug read as
 disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
+      // disco.Session(host, port, key, ...) is disco.connect(...): the constructor a Python
+      // subclass (disco.ProcessSession) calls.
+      .def(py::init(&Connect), py::arg("host"), py::arg("port"), py::arg("key") = "",
+           py::arg("connect_timeout_ms") = 10000, py::arg("reply_timeout_ms") = -1,
+           py::arg("key_file") = "",
+           "Attaches to a served job, as disco.connect(host, port, key, ...) does.")
       .def_property_readonly(
           "num_workers",
           [](PySession& s) {
@@ -1438,13 +1444,6 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "version", [] { return std::string(DISCO_VERSION); }, "disco's version string.");
 
-  // disco.Session(host, port, key, ...) is disco.connect(...): the constructor a Python subclass
-  // (disco.ProcessSession) calls. Added here, apart from BindSession, as the subclass's hook.
-  auto session_class = py::reinterpret_borrow<py::class_<PySession, SessionPtr>>(m.attr("Session"));
-  session_class.def(py::init(&Connect), py::arg("host"), py::arg("port"), py::arg("key") = "",
-                    py::arg("connect_timeout_ms") = 10000, py::arg("reply_timeout_ms") = -1,
-                    py::arg("key_file") = "",
-                    "Attaches to a served job, as disco.connect(host, port, key, ...) does.");
   // Ends the whole MPI job from any rank (python3 -m disco: an exception no code caught): as the
   // C++ runtime's fatal path does, MPI_Abort when MPI runs. Before MPI has started, the process
   // ends by SIGTERM: every launcher ends a job whose rank dies of a signal, while MPICH's hydra

@@ -9,7 +9,6 @@
 #include <mutex>
 
 #include "core/env.h"
-#include "core/process_info.h"
 
 namespace disco {
 namespace io {
@@ -49,10 +48,10 @@ int64_t AfterMs() {
 }
 
 bool Reports() {
-  return AfterMs() > 0 && GetProcessInfo().rank == 0 && ThisWorker().worker_id == 0;
+  return AfterMs() > 0 && ThisWorker().worker_id == 0;  // worker 0 is rank 0's process
 }
 
-std::string Bytes(int64_t b) {
+std::string SizeText(int64_t b) {
   char buf[32];
   if (b >= (int64_t{1} << 30)) {
     std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
@@ -81,7 +80,7 @@ void Line(const Run& r, const char* verb, double seconds) {
   const double rate = seconds > 0 ? static_cast<double>(r.bytes) / (1 << 20) / seconds : 0.0;
   std::fprintf(stderr, "disco: %s %s: %lld dataset%s, %s on worker 0 in %.1f s (%.0f MiB/s)\n",
                verb, r.shown.c_str(), static_cast<long long>(r.datasets),
-               r.datasets == 1 ? "" : "s", Bytes(r.bytes).c_str(), seconds, rate);
+               r.datasets == 1 ? "" : "s", SizeText(r.bytes).c_str(), seconds, rate);
   std::fflush(stderr);
 }
 
