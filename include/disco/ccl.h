@@ -69,6 +69,12 @@ bool ReduceOpSupports(ReduceOp op, DLDataType dtype);
 /// anything moves. Metadata that differs between workers is not detected: the job then hangs
 /// until the watchdog (DISCO_TIMEOUT) ends it, or moves the wrong bytes.
 ///
+/// Host tensors (mpi) are reduced when it returns. CUDA tensors (nccl) are reduced in order on the
+/// worker's compute stream (ThisWorkerStream(), disco/worker.h), after the kernels queued there
+/// before the call and before those queued after it; it returns without waiting for the GPU (read
+/// the result on the host through a copy, which synchronizes, or a stream synchronization). An
+/// error NCCL reports later shows at the next collective or synchronization.
+///
 /// Register the function that calls it with Registry::mark_collective(): worker 0 then runs it
 /// once the controller's next frame is out (the other workers need not wait for it), a worker on
 /// which an argument register failed ends the job instead of leaving the others in the

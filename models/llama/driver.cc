@@ -39,6 +39,7 @@ struct Options {
   std::vector<std::vector<int64_t>> prompts;
   int64_t max_new_tokens = 16;
   std::string dtype = "float32";
+  std::string device = "cpu";  // cuda: each rank's model on its GPU, allreduces by NCCL
   std::string dump_logits;
   std::string convert;
   bool calls = false;
@@ -243,11 +244,20 @@ class Generator {
     const int n = s_.num_workers();
     const int64_t t = o_.max_new_tokens, b = batch_, vl = c_.vocab_size / n;
     DRef local = s_.CallPacked(f_["llama.logits"], state_);
-    DRef all = s_.Empty(Shape{n, t, b, vl}, disco::DataType("float32"), disco::CPU(),
-                        /*worker0_only=*/true);
-    s_.Gather(local, false, all);
     Tensor host = Tensor::Empty(Shape{n, t, b, vl}, disco::DataType("float32"));
-    s_.CopyFromWorker0(host, all);
+    if (o_.device == "cpu") {
+      DRef all = s_.Empty(Shape{n, t, b, vl}, disco::DataType("float32"), disco::CPU(),
+                          /*worker0_only=*/true);
+      s_.Gather(local, false, all);
+      s_.CopyFromWorker0(host, all);
+    } else {
+      // Under NCCL the collectives move GPU tensors; llama.logits' are host tensors: one by one.
+      const size_t block = static_cast<size_t>(t * b * vl) * sizeof(float);
+      for (int r = 0; r < n; ++r) {
+        Tensor part = local.DebugGetFromRemote(r).cast<Tensor>();
+        std::memcpy(host.data_as<char>() + r * block, part.data(), block);
+      }
+    }
     const float* src = host.data_as<float>();
     std::vector<float> out(static_cast<size_t>(b * t * c_.vocab_size));
     for (int r = 0; r < n; ++r) {
@@ -352,7 +362,9 @@ std::string Mib(double bytes) {
 int RunChecked(Session& s, Options& o) {
   const int n = s.num_workers();
   for (const std::string& name : WorkerFunctionNames()) s.GetGlobalFunc(name);
-  s.InitCCL("mpi");
+  // On GPUs, InitCCL("nccl") binds each worker to its own GPU, where llama.open and
+  // llama.new_model then put the model.
+  s.InitCCL(o.device == "cuda" ? "nccl" : "mpi");
   std::string path = o.model;
   if (path.empty()) {
     path = DefaultCheckpointDir(o);
@@ -377,11 +389,13 @@ int RunChecked(Session& s, Options& o) {
   DRef model = LoadModel(s, path, o.dtype, &c);
   s.SyncAll();
   std::printf(
-      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s, from %s, loaded in "
+      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s%s, from %s, loaded in "
       "%.0f ms\n",
       n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
-      path.c_str(), (NowS() - t0) * 1e3);
+      o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(), (NowS() - t0) * 1e3);
   if (!o.convert.empty()) {
+    DISCO_CHECK(o.device == "cpu", ValueError)
+        << "--convert reads and writes on the host: leave out --device " << o.device;
     t0 = NowS();
     Convert(s, model, c, o.convert);
     std::printf("converted %s to %s (%s) in %.0f ms\n", path.c_str(), o.convert.c_str(),
@@ -500,7 +514,8 @@ void Usage() {
   std::printf(
       "usage: mpirun -n N disco-demo [--model DIR|FILE.h5] [--prompt 1,5,9]... "
       "[--max-new-tokens T]\n"
-      "         [--dtype float32|bfloat16] [--calls] [--warmup W] [--repeat R]\n"
+      "         [--dtype float32|bfloat16] [--device cpu|cuda] [--calls] [--warmup W] [--repeat "
+      "R]\n"
       "         [--dump-logits FILE.npy] [--convert OUT.h5]\n"
       "         [--hidden H] [--layers L] [--heads A] [--kv-heads K] [--head-dim D] [--ffn F]\n"
       "         [--vocab V] [--tie-embeddings] [--seed S]\n"
@@ -511,7 +526,8 @@ void Usage() {
       "Without --model, a checkpoint of random weights (--hidden ... --seed) is written once to\n"
       "$TMPDIR or /tmp as disco-demo-llama-<sizes>-s<seed>/. Prints one 'generated:' line per\n"
       "prompt. Decode steps are captured graphs replayed as one frame (--calls: call by call).\n"
-      "--convert writes the model (in --dtype) to an HDF5 file and exits.\n");
+      "--convert writes the model (in --dtype) to an HDF5 file and exits. --device cuda puts each\n"
+      "rank's shards on its own GPU (cuBLAS, CUDA kernels, NCCL allreduces; one GPU per rank).\n");
 }
 
 bool ParseInt(const std::string& s, int64_t* out) {
@@ -588,6 +604,12 @@ int DemoMain(int argc, char** argv) {
       if (o.dtype != "float32" && o.dtype != "bfloat16") {
         std::fprintf(stderr, "disco-demo: --dtype is float32 or bfloat16, not %s\n",
                      o.dtype.c_str());
+        return 2;
+      }
+    } else if (a == "--device") {
+      o.device = value();
+      if (o.device != "cpu" && o.device != "cuda") {
+        std::fprintf(stderr, "disco-demo: --device is cpu or cuda, not %s\n", o.device.c_str());
         return 2;
       }
     } else if (a == "--dump-logits") {

@@ -25,6 +25,12 @@
 //
 // Allreduces go through disco::AllReduceInFunction (no agreement round): every rank's tensors
 // follow from the config and the command's arguments.
+//
+// On a GPU (a worker whose device is CUDA when the model is made: after InitCCL("nccl")) the
+// weights, the KV cache and every buffer live on the worker's GPU and every step is queued on its
+// compute stream (disco::ThisWorkerStream()), allreduces included: a worker function returns
+// before the GPU has run it, so the controller's next calls overlap the GPU's work. The kernels
+// and cuBLAS products are in libdisco_llama_cuda.so (cuda_kernels.h), loaded on first use.
 #include "llama/model.h"
 
 #include <cblas.h>
@@ -34,6 +40,7 @@
 #include <disco/function.h>
 #include <disco/tensor.h>
 #include <disco/worker.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +56,7 @@
 #include <vector>
 
 #include "llama/config.h"
+#include "llama/cuda_kernels.h"
 #include "llama/kernels.h"
 #include "llama/safetensors.h"
 
@@ -95,6 +103,57 @@ int64_t PeakRssKib() {
   return 0;
 }
 
+// The GPU path's functions: libdisco_llama_cuda.so, next to this library (or on the library
+// path), loaded on first use.
+const cuda::Ops& CudaOps() {
+  static const cuda::Ops* ops = [] {
+    std::vector<std::string> tried;
+    Dl_info self{};
+    std::string beside;
+    if (dladdr(reinterpret_cast<void*>(&WorkerFunctionNames), &self) != 0 &&
+        self.dli_fname != nullptr) {
+      std::string me = self.dli_fname;
+      beside = me.substr(0, me.find_last_of('/') + 1) + "libdisco_llama_cuda.so";
+    }
+    std::string errors;
+    for (const std::string& path : {beside, std::string("libdisco_llama_cuda.so")}) {
+      if (path.empty()) continue;
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (h == nullptr) {
+        const char* e = dlerror();
+        errors += std::string(errors.empty() ? "" : "; ") + (e != nullptr ? e : path);
+        continue;
+      }
+      using Entry = const cuda::Ops* (*)();
+      auto entry = reinterpret_cast<Entry>(dlsym(h, "disco_llama_cuda_ops"));
+      DISCO_CHECK(entry != nullptr && entry()->version == cuda::kVersion, RuntimeError)
+          << path << " is not the CUDA module of this libdisco_llama (version "
+          << (entry != nullptr ? entry()->version : -1) << ", this library's " << cuda::kVersion
+          << "): rebuild and reinstall both";
+      return entry();
+    }
+    DISCO_THROW(RuntimeError)
+        << "a llama model on a GPU needs libdisco_llama_cuda.so (built with disco when CUDA, "
+        << "cuBLAS and nvcc are found), which could not be loaded: " << errors;
+  }();
+  return *ops;
+}
+
+// A host copy of a (host or device) tensor.
+Tensor OnHost(const Tensor& t) {
+  if (t.device().device_type == kDLCPU) return t;
+  Tensor h = Tensor::Empty(t.shape(), t.dtype());
+  h.CopyFrom(t);
+  return h;
+}
+// A copy of host tensor `t` on `device` (itself on the host).
+Tensor OnDevice(const Tensor& t, DLDevice device) {
+  if (device.device_type == kDLCPU) return t;
+  Tensor d = Tensor::Empty(t.shape(), t.dtype(), device);
+  d.CopyFrom(t);
+  return d;
+}
+
 // ---- The model: this rank's shards -----------------------------------------------------------
 
 struct LayerWeights {
@@ -106,12 +165,15 @@ struct LayerWeights {
   const void* up = nullptr;
   const void* down = nullptr;
   std::vector<float> input_norm, post_norm;  // float32 copies of the (tiny) norm weights
+  Tensor input_norm_gpu, post_norm_gpu;      // and on a GPU, there
 };
 
 class Model {
  public:
-  Model(const Config& c, DType dtype, int rank, int ranks)
-      : config(c), dtype(dtype), rank(rank), ranks(ranks) {
+  Model(const Config& c, DType dtype, int rank, int ranks, DLDevice device)
+      : config(c), dtype(dtype), rank(rank), ranks(ranks), device(device) {
+    gpu = device.device_type == kDLCUDA;
+    if (gpu) CudaOps();  // a GPU model without the CUDA module fails here, not at its first step
     c.CheckSplit(ranks);
     heads = c.num_attention_heads / ranks;
     kv_heads = c.num_key_value_heads / ranks;
@@ -145,15 +207,20 @@ class Model {
         << ShapeString(got) << "; with " << ranks << " ranks it needs " << ShapeString(want)
         << " (full shape " << ShapeString(w.shape) << ": " << w.why << ")";
     const DType from = FromDL(shard.dtype());
-    DISCO_CHECK(from != DType::kOther && shard.device().device_type == kDLCPU, TypeError)
+    const bool here = shard.device().device_type == device.device_type &&
+                      shard.device().device_id == device.device_id;
+    DISCO_CHECK(
+        from != DType::kOther && (shard.device().device_type == kDLCPU || (here && from == dtype)),
+        TypeError)
         << "weight '" << name << "': a " << shard.ToString()
-        << " (float32, float16 or bfloat16 host tensors only)";
+        << " (float32, float16 or bfloat16 host tensors, or tensors of the model's dtype on its "
+        << "device, " << disco::DeviceToString(device) << ")";
     if (from == dtype) {
-      weights[name] = shard;  // shares the buffer: no copy
+      weights[name] = here ? shard : OnDevice(shard, device);  // on the host: no copy
     } else {
       Tensor t = Tensor::Empty(shard.shape(), ToDL(dtype));
       ConvertElements(from, shard.data(), shard.numel(), dtype, t.data());
-      weights[name] = t;
+      weights[name] = OnDevice(t, device);
     }
   }
 
@@ -166,7 +233,7 @@ class Model {
       int64_t r0, r1, c0, c1;
       Range(w, &r0, &r1, &c0, &c1);
       ck.ReadSlice(*info, r0, r1, c0, c1, dtype, t.data());
-      weights[w.name] = t;
+      weights[w.name] = OnDevice(t, device);
     }
   }
 
@@ -179,9 +246,18 @@ class Model {
       return it->second.data();
     };
     auto norm = [&](const std::string& name) {
+      get(name);
+      Tensor host = OnHost(weights[name]);
       std::vector<float> v(static_cast<size_t>(config.hidden_size));
-      ConvertElements(dtype, get(name), config.hidden_size, DType::kF32, v.data());
+      ConvertElements(dtype, host.data(), config.hidden_size, DType::kF32, v.data());
       return v;
+    };
+    // A float32 copy of a norm's weights on the GPU (undefined on the host).
+    auto on_gpu = [&](const std::vector<float>& v) {
+      if (!gpu) return Tensor();
+      Tensor t = Tensor::Empty(Shape{static_cast<int64_t>(v.size())}, disco::DataType("float32"));
+      std::memcpy(t.data(), v.data(), t.nbytes());
+      return OnDevice(t, device);
     };
     layers.assign(static_cast<size_t>(config.num_hidden_layers), LayerWeights());
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -196,10 +272,13 @@ class Model {
       lw.down = get(p + "mlp.down_proj.weight");
       lw.input_norm = norm(p + "input_layernorm.weight");
       lw.post_norm = norm(p + "post_attention_layernorm.weight");
+      lw.input_norm_gpu = on_gpu(lw.input_norm);
+      lw.post_norm_gpu = on_gpu(lw.post_norm);
     }
     embed = get("model.embed_tokens.weight");
     lm_head = config.tie_word_embeddings ? embed : get("lm_head.weight");
     final_norm = norm("model.norm.weight");
+    final_norm_gpu = on_gpu(final_norm);
     finalized = true;
   }
 
@@ -212,6 +291,8 @@ class Model {
   Config config;
   DType dtype;
   int rank, ranks;
+  DLDevice device;  // the worker's device when the model was made: CPU or its GPU
+  bool gpu = false;
   int64_t heads = 0, kv_heads = 0, ffn = 0, vocab = 0, vocab_start = 0;
   std::map<std::string, WeightSpec> specs;
   std::map<std::string, Tensor> weights;  // this rank's shards, by Hugging Face name
@@ -219,6 +300,7 @@ class Model {
   const void* embed = nullptr;
   const void* lm_head = nullptr;
   std::vector<float> final_norm;
+  Tensor final_norm_gpu;
   bool finalized = false;
 };
 
@@ -232,7 +314,7 @@ Tensor RowsView(const Tensor& master, int64_t rows) {
   auto* ctx = new Ctx{master, {rows, master.shape()[1]}};
   auto* mt = new DLManagedTensor{};
   mt->dl_tensor.data = master.data();
-  mt->dl_tensor.device = DLDevice{kDLCPU, 0};
+  mt->dl_tensor.device = master.device();
   mt->dl_tensor.ndim = 2;
   mt->dl_tensor.dtype = master.dtype();
   mt->dl_tensor.shape = ctx->shape;
@@ -246,12 +328,18 @@ Tensor RowsView(const Tensor& master, int64_t rows) {
   return Tensor::FromDLPack(mt);
 }
 
-// A float32 buffer of [max_rows, cols] that allreduces its first rows.
+// A float32 buffer of [max_rows, cols] (on the host, or on a GPU with its stream) that allreduces
+// its first rows.
 class RowBuffer {
  public:
-  void Allocate(int64_t max_rows, int64_t cols) {
-    master_ = Tensor::Empty(Shape{max_rows, cols}, disco::DataType("float32"));
-    std::memset(master_.data(), 0, master_.nbytes());
+  void Allocate(int64_t max_rows, int64_t cols, DLDevice device = disco::CPU(),
+                void* stream = nullptr) {
+    master_ = Tensor::Empty(Shape{max_rows, cols}, disco::DataType("float32"), device);
+    if (device.device_type == kDLCPU) {
+      std::memset(master_.data(), 0, master_.nbytes());
+    } else {
+      CudaOps().memset_async(master_.data(), 0, master_.nbytes(), stream);
+    }
     views_.clear();
   }
   float* data() const { return master_.data_as<float>(); }
@@ -273,6 +361,61 @@ class RowBuffer {
 
 // ---- The state of a generation: KV cache, batch, buffers -----------------------------------
 
+// What a generation holds on a GPU: buffers, the KV cache, the batch's rows, the tokens (they
+// stay there: a decode step's batch is made from them on the GPU), the cuBLAS handle, and timing
+// events (see Timer).
+struct GpuState {
+  explicit GpuState(void* stream) : ops(CudaOps()), stream(stream) {}
+  ~GpuState() {
+    for (void* e : events) ops.delete_event(e);
+    ops.delete_blas(blas);
+  }
+  GpuState(const GpuState&) = delete;
+  GpuState& operator=(const GpuState&) = delete;
+
+  // Records the next timing event on the stream.
+  void* Mark() {
+    if (next_event == events.size()) events.push_back(ops.new_event());
+    void* e = events[next_event++];
+    ops.record(e, stream);
+    return e;
+  }
+  // Adds the time of the recorded segments to the totals (waits for the GPU) and frees their
+  // events for reuse.
+  void Fold(double* compute_s, double* allreduce_s) {
+    if (segments.empty()) return;
+    ops.synchronize(stream);
+    for (const Segment& seg : segments) {
+      const double t = ops.elapsed_ms(seg.from, seg.to) * 1e-3;
+      (seg.allreduce ? *allreduce_s : *compute_s) += t;
+    }
+    segments.clear();
+    next_event = 0;
+  }
+
+  const cuda::Ops& ops;
+  void* stream;
+  void* blas = nullptr;
+  // Float32 buffers (and bfloat16 copies of the products' inputs with bfloat16 weights).
+  Tensor hbuf, hbuf16, q, k, v, attn, attn16, gate, gate16, up, scores, hsel, hsel16, logits;
+  Tensor kcache, vcache, cos, sin, kept;
+  // int64: the batch's rows, each sequence's output row and prompt length, the tokens.
+  Tensor row_seq, row_pos, row_tok, last_row, seq_len, tokens;
+  struct Segment {
+    void* from;
+    void* to;
+    bool allreduce;
+  };
+  std::vector<void*> events;
+  size_t next_event = 0;
+  std::vector<Segment> segments;
+};
+
+template <typename T = float>
+T* Ptr(const Tensor& t) {
+  return t.defined() ? t.data_as<T>() : nullptr;
+}
+
 class State {
  public:
   State(std::shared_ptr<Model> model, int64_t batch, int64_t max_len, int64_t max_rows,
@@ -292,8 +435,10 @@ class State {
     cache_stride = max_len * hd;
     const size_t cache = static_cast<size_t>(c.num_hidden_layers * batch * m->kv_heads) *
                          static_cast<size_t>(cache_stride);
-    kcache.assign(cache, 0.0f);
-    vcache.assign(cache, 0.0f);
+    if (!m->gpu) {
+      kcache.assign(cache, 0.0f);
+      vcache.assign(cache, 0.0f);
+    }
     // Rotary tables, as Hugging Face computes them in float32: inv_freq[i] = 1 /
     // theta^(2i / dim), angle = position * inv_freq.
     const int64_t half = hd / 2;
@@ -314,6 +459,10 @@ class State {
     row_seq.assign(static_cast<size_t>(max_rows), 0);
     row_pos.assign(static_cast<size_t>(max_rows), 0);
     row_tok.assign(static_cast<size_t>(max_rows), 0);
+    if (m->gpu) {
+      AllocateOnGpu(static_cast<int64_t>(cache));
+      return;
+    }
     x.Allocate(max_rows, h);
     part.Allocate(max_rows, h);
     hbuf.resize(static_cast<size_t>(max_rows * h));
@@ -330,7 +479,66 @@ class State {
     if (keep_logits) kept.assign(static_cast<size_t>(max_new * batch * m->vocab), 0.0f);
   }
 
+  // The GPU's buffers; the host keeps the rotary tables' source and the batch's rows.
+  void AllocateOnGpu(int64_t cache) {
+    void* stream = disco::ThisWorkerStream();
+    DISCO_CHECK(stream != nullptr, ValueError)
+        << "llama.new_state: the model is on " << disco::DeviceToString(m->device)
+        << ", but this worker has no GPU now (" << disco::DeviceToString(disco::ThisWorker().device)
+        << ")";
+    g = std::make_unique<GpuState>(stream);
+    const Config& c = m->config;
+    const DLDevice dev = m->device;
+    const bool bf16 = m->dtype == DType::kBF16;
+    const int64_t h = c.hidden_size, hd = c.head_dim, qw = m->heads * hd, kvw = m->kv_heads * hd;
+    auto make = [&](int64_t n, const char* dtype) {
+      return Tensor::Empty(Shape{n}, disco::DataType(dtype), dev);
+    };
+    auto f32 = [&](int64_t n) { return make(n, "float32"); };
+    auto half = [&](int64_t n) { return bf16 ? make(n, "bfloat16") : Tensor(); };
+    auto i64 = [&](int64_t n) { return make(n, "int64"); };
+    g->blas = g->ops.new_blas(stream);
+    g->hbuf = f32(max_rows * h);
+    g->hbuf16 = half(max_rows * h);
+    g->q = f32(max_rows * qw);
+    g->attn = f32(max_rows * qw);
+    g->attn16 = half(max_rows * qw);
+    g->k = f32(max_rows * kvw);
+    g->v = f32(max_rows * kvw);
+    g->gate = f32(max_rows * m->ffn);
+    g->gate16 = half(max_rows * m->ffn);
+    g->up = f32(max_rows * m->ffn);
+    g->scores = f32(max_rows * m->heads * max_len);
+    g->hsel = f32(batch * h);
+    g->hsel16 = half(batch * h);
+    g->logits = f32(batch * m->vocab);
+    g->kcache = f32(cache);
+    g->vcache = f32(cache);
+    g->ops.memset_async(g->kcache.data(), 0, g->kcache.nbytes(), stream);
+    g->ops.memset_async(g->vcache.data(), 0, g->vcache.nbytes(), stream);
+    g->cos = f32(static_cast<int64_t>(cos.size()));
+    g->sin = f32(static_cast<int64_t>(sin.size()));
+    g->ops.copy_async(g->cos.data(), cos.data(), g->cos.nbytes(), stream);
+    g->ops.copy_async(g->sin.data(), sin.data(), g->sin.nbytes(), stream);
+    g->row_seq = i64(max_rows);
+    g->row_pos = i64(max_rows);
+    g->row_tok = i64(max_rows);
+    g->last_row = i64(batch);
+    g->seq_len = i64(batch);
+    g->tokens = i64(batch * max_new);
+    g->ops.memset_async(g->tokens.data(), 0xFF, g->tokens.nbytes(), stream);  // -1: none yet
+    if (keep_logits) {
+      g->kept = f32(max_new * batch * m->vocab);
+      g->ops.memset_async(g->kept.data(), 0, g->kept.nbytes(), stream);
+    }
+    best = Tensor::Empty(Shape{batch}, disco::DataType("int64"), dev);
+    x.Allocate(max_rows, h, dev, stream);
+    part.Allocate(max_rows, h, dev, stream);
+    g->ops.synchronize(stream);  // the host tables above are copied before they may change
+  }
+
   int64_t KvBytes() const {
+    if (g != nullptr) return static_cast<int64_t>(g->kcache.nbytes() + g->vcache.nbytes());
     return static_cast<int64_t>((kcache.size() + vcache.size()) * sizeof(float));
   }
   float* KCache(int64_t layer, int64_t seq, int64_t kv_head) {
@@ -362,7 +570,9 @@ class State {
   // Buffers.
   RowBuffer x, part;  // the residual stream, and the partial sums each allreduce adds to it
   std::vector<float> hbuf, q, k, v, attn, gate, up, scores, hsel, logits, kept, scratch;
-  Tensor best;  // packed (value, index) of each sequence's best token
+  Tensor best;                  // packed (value, index) of each sequence's best token
+  std::unique_ptr<GpuState> g;  // on a GPU: everything there
+  int64_t head_step = -1;       // the step whose tokens llama.head made last (-1: none)
   // Time spent in the worker functions since the last llama.reset_stats.
   double compute_s = 0, allreduce_s = 0;
   int64_t calls = 0;
@@ -382,31 +592,140 @@ State& StateOf(const Object& o, const char* fn) {
   return *s;
 }
 
-// Times a worker function's compute and allreduce parts.
+// Times a worker function's compute and allreduce parts: on the host, the time spent in them; on
+// a GPU, where the functions only queue work, the GPU's time between events recorded on the
+// stream at the same points (read by llama.stats, which waits for the GPU).
 class Timer {
  public:
-  explicit Timer(State* s) : s_(s), t_(Now()) { ++s->calls; }
+  explicit Timer(State* s) : s_(s), t_(Now()) {
+    ++s->calls;
+    if (s->g != nullptr) {
+      // Long runs without llama.stats or llama.reset_stats: fold, so the events stay few.
+      if (s->g->segments.size() > 60000) s->g->Fold(&s->compute_s, &s->allreduce_s);
+      last_ = s->g->Mark();
+    }
+  }
   // Everything since the last mark was compute; what follows until the next mark, allreduce.
-  void StartAllReduce() {
-    const double t = Now();
-    s_->compute_s += t - t_;
-    t_ = t;
+  void StartAllReduce() { Segment(false); }
+  void EndAllReduce() { Segment(true); }
+  ~Timer() {
+    try {
+      Segment(false);
+    } catch (const std::exception&) {  // a CUDA error: the function's own error says more
+    }
   }
-  void EndAllReduce() {
-    const double t = Now();
-    s_->allreduce_s += t - t_;
-    t_ = t;
-  }
-  ~Timer() { s_->compute_s += Now() - t_; }
 
  private:
+  void Segment(bool allreduce) {
+    if (s_->g != nullptr) {
+      void* e = s_->g->Mark();
+      s_->g->segments.push_back({last_, e, allreduce});
+      last_ = e;
+      return;
+    }
+    const double t = Now();
+    (allreduce ? s_->allreduce_s : s_->compute_s) += t - t_;
+    t_ = t;
+  }
+
   State* s_;
   double t_;
+  void* last_ = nullptr;
 };
+
+// ---- The layers on a GPU: the same steps, queued on the worker's stream ------------------------
+
+void GpuEmbed(State& s) {
+  Timer timer(&s);
+  const Model& m = *s.m;
+  GpuState& g = *s.g;
+  g.ops.embed(Ptr<int64_t>(g.row_tok), s.rows, m.embed, m.dtype == DType::kBF16, m.vocab_start,
+              m.vocab, m.config.hidden_size, s.x.data(), g.stream);
+  timer.StartAllReduce();
+  s.x.AllReduce(s.rows);
+  timer.EndAllReduce();
+}
+
+void GpuAttention(State& s, int64_t layer) {
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  const LayerWeights& w = m.layers[layer];
+  GpuState& g = *s.g;
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t h = c.hidden_size, hd = c.head_dim, rows = s.rows;
+  const int64_t qw = m.heads * hd, kvw = m.kv_heads * hd;
+  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.input_norm_gpu), h,
+                 static_cast<float>(c.rms_norm_eps), Ptr(g.hbuf), Ptr<void>(g.hbuf16), g.stream);
+  const void* in = bf16 ? g.hbuf16.data() : g.hbuf.data();
+  g.ops.linear(g.blas, in, rows, h, w.q, bf16, qw, Ptr(g.q), qw);
+  g.ops.linear(g.blas, in, rows, h, w.k, bf16, kvw, Ptr(g.k), kvw);
+  g.ops.linear(g.blas, in, rows, h, w.v, bf16, kvw, Ptr(g.v), kvw);
+  const int64_t layer_cache = layer * s.batch * m.kv_heads * s.cache_stride;
+  float* kc = Ptr(g.kcache) + layer_cache;
+  float* vc = Ptr(g.vcache) + layer_cache;
+  g.ops.rope_and_cache(Ptr(g.q), Ptr(g.k), Ptr(g.v), rows, Ptr<int64_t>(g.row_seq),
+                       Ptr<int64_t>(g.row_pos), m.heads, m.kv_heads, hd, Ptr(g.cos), Ptr(g.sin), kc,
+                       vc, s.max_len, g.stream);
+  g.ops.attend(Ptr(g.q), rows, Ptr<int64_t>(g.row_seq), Ptr<int64_t>(g.row_pos), m.heads,
+               m.kv_heads, hd, kc, vc, s.max_len, 1.0f / std::sqrt(static_cast<float>(hd)),
+               Ptr(g.scores), Ptr(g.attn), Ptr<void>(g.attn16), g.stream);
+  g.ops.linear(g.blas, bf16 ? g.attn16.data() : g.attn.data(), rows, qw, w.o, bf16, h,
+               s.part.data(), h);
+  timer.StartAllReduce();
+  s.part.AllReduce(rows);
+  timer.EndAllReduce();
+  g.ops.add(s.part.data(), s.x.data(), rows * h, g.stream);
+}
+
+void GpuMlp(State& s, int64_t layer) {
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  const LayerWeights& w = m.layers[layer];
+  GpuState& g = *s.g;
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t h = c.hidden_size, f = m.ffn, rows = s.rows;
+  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.post_norm_gpu), h,
+                 static_cast<float>(c.rms_norm_eps), Ptr(g.hbuf), Ptr<void>(g.hbuf16), g.stream);
+  const void* in = bf16 ? g.hbuf16.data() : g.hbuf.data();
+  g.ops.linear(g.blas, in, rows, h, w.gate, bf16, f, Ptr(g.gate), f);
+  g.ops.linear(g.blas, in, rows, h, w.up, bf16, f, Ptr(g.up), f);
+  g.ops.silu_mul(Ptr(g.gate), Ptr(g.up), Ptr(g.gate), Ptr<void>(g.gate16), rows * f, g.stream);
+  g.ops.linear(g.blas, bf16 ? g.gate16.data() : g.gate.data(), rows, f, w.down, bf16, h,
+               s.part.data(), h);
+  timer.StartAllReduce();
+  s.part.AllReduce(rows);
+  timer.EndAllReduce();
+  g.ops.add(s.part.data(), s.x.data(), rows * h, g.stream);
+}
+
+void GpuHead(State& s) {
+  Timer timer(&s);
+  const Model& m = *s.m;
+  const Config& c = m.config;
+  GpuState& g = *s.g;
+  const bool bf16 = m.dtype == DType::kBF16;
+  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  g.ops.rms_norm(s.x.data(), Ptr<int64_t>(g.last_row), b, Ptr(m.final_norm_gpu), h,
+                 static_cast<float>(c.rms_norm_eps), Ptr(g.hsel), Ptr<void>(g.hsel16), g.stream);
+  g.ops.linear(g.blas, bf16 ? g.hsel16.data() : g.hsel.data(), b, h, m.lm_head, bf16, vl,
+               Ptr(g.logits), vl);
+  g.ops.argmax_packed(Ptr(g.logits), b, vl, m.vocab_start, Ptr<int64_t>(s.best), g.stream);
+  if (s.keep_logits) {
+    g.ops.copy_async(Ptr(g.kept) + s.step * b * vl, Ptr(g.logits),
+                     static_cast<size_t>(b * vl) * sizeof(float), g.stream);
+  }
+  timer.StartAllReduce();
+  disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
+  timer.EndAllReduce();
+  g.ops.store_tokens(Ptr<int64_t>(s.best), b, s.max_new, s.step, Ptr<int64_t>(g.tokens), g.stream);
+}
 
 // ---- The layers ---------------------------------------------------------------------------------
 
 void Embed(State& s) {
+  if (s.g != nullptr) return GpuEmbed(s);
   Timer timer(&s);
   const Model& m = *s.m;
   const int64_t h = m.config.hidden_size;
@@ -436,6 +755,7 @@ void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const flo
 
 void Attention(State& s, int64_t layer) {
   s.CheckLayer(layer, "llama.attention");
+  if (s.g != nullptr) return GpuAttention(s, layer);
   Timer timer(&s);
   const Model& m = *s.m;
   const Config& c = m.config;
@@ -481,6 +801,7 @@ void Attention(State& s, int64_t layer) {
 
 void Mlp(State& s, int64_t layer) {
   s.CheckLayer(layer, "llama.mlp");
+  if (s.g != nullptr) return GpuMlp(s, layer);
   Timer timer(&s);
   const Model& m = *s.m;
   const Config& c = m.config;
@@ -519,6 +840,8 @@ int64_t UnpackIndex(int64_t key) {
 
 void Head(State& s) {
   DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
+  s.head_step = s.step;
+  if (s.g != nullptr) return GpuHead(s);
   Timer timer(&s);
   const Model& m = *s.m;
   const Config& c = m.config;
@@ -602,15 +925,37 @@ void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
   }
   s.rows = total;
   s.step = 0;
+  s.head_step = -1;
   std::fill(s.tokens.begin(), s.tokens.end(), -1);
+  if (s.g != nullptr) {
+    GpuState& g = *s.g;
+    auto up = [&](const Tensor& dst, const std::vector<int64_t>& src, int64_t n) {
+      g.ops.copy_async(dst.data(), src.data(), static_cast<size_t>(n) * sizeof(int64_t), g.stream);
+    };
+    up(g.row_seq, s.row_seq, total);
+    up(g.row_pos, s.row_pos, total);
+    up(g.row_tok, s.row_tok, total);
+    up(g.last_row, s.last_row, s.batch);
+    up(g.seq_len, s.seq_len, s.batch);
+    g.ops.memset_async(g.tokens.data(), 0xFF, g.tokens.nbytes(), g.stream);
+  }
 }
 
 void BeginDecode(State& s, int64_t step) {
   DISCO_CHECK(step >= 1 && step < s.max_new, ValueError)
       << "llama.begin_decode: step " << step << " is outside [1, " << s.max_new << ")";
-  DISCO_CHECK(s.tokens[step - 1] >= 0, ValueError)
+  DISCO_CHECK(s.head_step == step - 1 || (s.g == nullptr && s.tokens[step - 1] >= 0), ValueError)
       << "llama.begin_decode: step " << step << " needs the token of step " << step - 1
       << " (llama.head) first";
+  if (s.g != nullptr) {
+    GpuState& g = *s.g;
+    g.ops.decode_rows(Ptr<int64_t>(g.tokens), Ptr<int64_t>(g.seq_len), s.batch, s.max_new, step,
+                      Ptr<int64_t>(g.row_seq), Ptr<int64_t>(g.row_pos), Ptr<int64_t>(g.row_tok),
+                      Ptr<int64_t>(g.last_row), g.stream);
+    s.rows = s.batch;
+    s.step = step;
+    return;
+  }
   for (int64_t b = 0; b < s.batch; ++b) {
     s.row_seq[b] = b;
     s.row_pos[b] = s.seq_len[b] + step - 1;
@@ -637,7 +982,7 @@ DISCO_REGISTER_GLOBAL("llama.open")
           Checkpoint ck = Checkpoint::Open(path);
           ck.config().CheckSplit(w.num_workers);
           ck.CheckWeights();
-          auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers);
+          auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers, w.device);
           m->LoadFrom(ck);
           m->Finalize();
           return Object::Make(m, "llama.Model");
@@ -650,7 +995,7 @@ DISCO_REGISTER_GLOBAL("llama.new_model")
           const disco::WorkerInfo& w = disco::ThisWorker();
           const DType dt = ParseRunDType(dtype);
           Config c = Config::FromText(config_json, "llama.new_model: the config");
-          return Object::Make(std::make_shared<Model>(c, dt, w.worker_id, w.num_workers),
+          return Object::Make(std::make_shared<Model>(c, dt, w.worker_id, w.num_workers, w.device),
                               "llama.Model");
         },
         {"config_json", "dtype"});
@@ -731,7 +1076,11 @@ DISCO_REGISTER_GLOBAL("llama.tokens")
         [](Object state) {
           State& s = StateOf(state, "llama.tokens");
           Tensor t = Tensor::Empty(Shape{s.batch, s.max_new}, disco::DataType("int64"));
-          std::memcpy(t.data(), s.tokens.data(), t.nbytes());
+          if (s.g != nullptr) {
+            t.CopyFrom(s.g->tokens);
+          } else {
+            std::memcpy(t.data(), s.tokens.data(), t.nbytes());
+          }
           return t;
         },
         {"state"});
@@ -744,7 +1093,11 @@ DISCO_REGISTER_GLOBAL("llama.logits")
               << "llama.logits: the state keeps no logits (llama.new_state with keep_logits)";
           Tensor t =
               Tensor::Empty(Shape{s.max_new, s.batch, s.m->vocab}, disco::DataType("float32"));
-          std::memcpy(t.data(), s.kept.data(), t.nbytes());
+          if (s.g != nullptr) {
+            t.CopyFrom(s.g->kept);
+          } else {
+            std::memcpy(t.data(), s.kept.data(), t.nbytes());
+          }
           return t;
         },
         {"state"});
@@ -753,6 +1106,10 @@ DISCO_REGISTER_GLOBAL("llama.reset_stats")
     .set_body_typed(
         [](Object state) {
           State& s = StateOf(state, "llama.reset_stats");
+          if (s.g != nullptr) {
+            s.g->segments.clear();
+            s.g->next_event = 0;
+          }
           s.compute_s = s.allreduce_s = 0;
           s.calls = 0;
         },
@@ -762,6 +1119,7 @@ DISCO_REGISTER_GLOBAL("llama.stats")
     .set_body_typed(
         [](Object state) {
           State& s = StateOf(state, "llama.stats");
+          if (s.g != nullptr) s.g->Fold(&s.compute_s, &s.allreduce_s);
           return Shape{static_cast<int64_t>(s.compute_s * 1e6),
                        static_cast<int64_t>(s.allreduce_s * 1e6),
                        s.calls,

@@ -498,6 +498,6 @@ void AllReduceInFunction(const Tensor& send, const Tensor& recv, ReduceOp op, bo
   DISCO_CHECK(send.numel() == recv.numel(), ValueError)
       << fn << ": 'send' has " << send.numel() << " elements, 'recv' " << recv.numel();
   ccl::CheckOp(op, send.dtype(), fn);
-  c.AllReduce(send, recv, op);
+  c.AllReduceQueued(send, recv, op);
 }
 }  // namespace disco

@@ -31,6 +31,13 @@ class Communicator {
   virtual bool SupportsDType(DLDataType dtype) const { return true; }
 
   virtual void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  /// AllReduce for worker functions (AllReduceInFunction): NCCL queues it on the device's compute
+  /// stream (memory::ComputeStream, ThisWorkerStream()) after the work already there, and returns
+  /// without waiting for the device; MPI is AllReduce. An error NCCL reports later aborts the
+  /// communicator at its next operation, or shows at the next synchronization of the stream.
+  virtual void AllReduceQueued(const Tensor& send, const Tensor& recv, ReduceOp op) {
+    AllReduce(send, recv, op);
+  }
   /// recv holds size() blocks of send's element count, in rank order.
   virtual void AllGather(const Tensor& send, const Tensor& recv) = 0;
   /// send holds size() blocks of recv's element count; rank r gets the reduction of block r.

@@ -4,6 +4,8 @@
 
 #include <variant>
 
+#include "core/device_memory.h"
+
 namespace disco {
 namespace {
 WorkerInfo& ThisWorkerStorage() {
@@ -22,6 +24,11 @@ void SetThisWorker(const WorkerInfo& info) { ThisWorkerStorage() = info; }
 }  // namespace detail
 
 const WorkerInfo& ThisWorker() { return ThisWorkerStorage(); }
+
+void* ThisWorkerStream() {
+  const DLDevice d = ThisWorkerStorage().device;
+  return d.device_type == kDLCUDA ? memory::ComputeStream(d.device_id) : nullptr;
+}
 
 uint64_t TensorFingerprint(const Any& value) {
   const Tensor* t = std::get_if<Tensor>(&value.storage());

@@ -4,10 +4,12 @@
 #include <disco/error.h>
 #include <disco/types.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "core/cuda_check.h"
 
@@ -42,9 +44,48 @@ namespace {
 }
 }  // namespace
 
+void* ComputeStream(int device) {
+#if DISCO_HAVE_CUDA
+  static std::array<std::atomic<cudaStream_t>, 64> streams{};
+  static std::mutex mu;
+  DISCO_CHECK(
+      device >= 0 && device < static_cast<int>(streams.size()) && device < CudaDeviceCount(),
+      ValueError)
+      << "no compute stream for cuda:" << device << ": this process sees " << CudaDeviceCount()
+      << " GPU(s)";
+  cudaStream_t s = streams[device].load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  std::lock_guard<std::mutex> lock(mu);
+  s = streams[device].load(std::memory_order_acquire);
+  if (s == nullptr) {
+    CudaDeviceGuard guard(device);
+    // Blocking (cudaStreamDefault): ordered with the legacy stream 0 both ways. Never destroyed:
+    // destructors of static objects may free tensors on it after the runtime is gone.
+    DISCO_CUDA_CALL(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
+    streams[device].store(s, std::memory_order_release);
+  }
+  return s;
+#else
+  DISCO_THROW(ValueError) << "no compute stream for cuda:" << device
+                          << ": disco was built without CUDA";
+#endif
+}
+
+void MakeDeviceCurrent(int device) {
+#if DISCO_HAVE_CUDA
+  int current = -1;
+  DISCO_CUDA_CALL(cudaGetDevice(&current));
+  if (current != device) DISCO_CUDA_CALL(cudaSetDevice(device));
+#else
+  ThrowUnsupported(DLDevice{kDLCUDA, device});
+#endif
+}
+
 #if DISCO_HAVE_CUDA
 namespace {
-// Device tensors come from the device's default memory pool, in the order of stream 0
+cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(ComputeStream(device)); }
+
+// Device tensors come from the device's default memory pool, in the order of the compute stream
 // (cudaMallocAsync / cudaFreeAsync): a free does not wait for the device, as cudaFree does, and
 // the pool keeps freed memory for the next allocation instead of returning it at every
 // synchronization. Devices without memory pools use cudaMalloc / cudaFree. Per device, decided
@@ -101,15 +142,16 @@ void* Alloc(DLDevice device, size_t nbytes) {
       DISCO_CUDA_CALL(cudaMalloc(&ptr, n));
       return ptr;
     }
-    cudaError_t st = cudaMallocAsync(&ptr, n, cudaStreamLegacy);
+    cudaStream_t stream = StreamOf(device.device_id);
+    cudaError_t st = cudaMallocAsync(&ptr, n, stream);
     if (st == cudaErrorMemoryAllocation) {
       // The pool keeps freed memory: hand it back to the device, then try once more.
       cudaGetLastError();
       cudaMemPool_t pool;
       DISCO_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device.device_id));
-      DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+      DISCO_CUDA_CALL(cudaStreamSynchronize(stream));
       DISCO_CUDA_CALL(cudaMemPoolTrimTo(pool, 0));
-      st = cudaMallocAsync(&ptr, n, cudaStreamLegacy);
+      st = cudaMallocAsync(&ptr, n, stream);
     }
     DISCO_CUDA_CALL(st);
     return ptr;
@@ -136,8 +178,16 @@ void Free(DLDevice device, void* ptr) {
     if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     bool switched = previous != device.device_id && cudaSetDevice(device.device_id) == cudaSuccess;
     // A failed free leaves its error for nobody: clear it, or the next launch check would see it.
-    cudaError_t st =
-        UsesMemoryPool(device.device_id) ? cudaFreeAsync(ptr, cudaStreamLegacy) : cudaFree(ptr);
+    cudaError_t st = cudaErrorInvalidValue;
+    if (!UsesMemoryPool(device.device_id)) {
+      st = cudaFree(ptr);
+    } else {
+      try {
+        st = cudaFreeAsync(ptr, StreamOf(device.device_id));
+      } catch (const std::exception&) {  // no stream could be made: free in stream 0's order
+        st = cudaFreeAsync(ptr, cudaStreamLegacy);
+      }
+    }
     if (st != cudaSuccess) cudaGetLastError();
     if (switched && previous >= 0) cudaSetDevice(previous);
     return;
@@ -160,9 +210,10 @@ void Copy(void* dst, DLDevice dst_device, const void* src, DLDevice src_device, 
     int device = dst_device.device_type == kDLCUDA ? dst_device.device_id : src_device.device_id;
     CudaDeviceGuard guard(device);
     // cudaMemcpy returns before a device-to-device or pageable host-to-device copy has landed;
-    // the stream synchronization makes this copy (and stream 0's earlier work) complete.
-    DISCO_CUDA_CALL(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cudaStreamLegacy));
-    DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+    // the stream synchronization makes this copy (and the streams' earlier work) complete.
+    cudaStream_t stream = StreamOf(device);
+    DISCO_CUDA_CALL(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
+    DISCO_CUDA_CALL(cudaStreamSynchronize(stream));
     return;
   }
 #endif

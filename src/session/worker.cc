@@ -229,6 +229,9 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   }
   // Functions never touch the register file, so `f` stays valid during the call.
   Any rv;
+  // A GPU worker's functions run with its GPU current, whichever thread runs worker 0's commands.
+  const DLDevice gpu = ThisWorker().device;
+  if (gpu.device_type == kDLCUDA) memory::MakeDeviceCurrent(gpu.device_id);
   // A replay's calls are inside the replay's own record (ReplayGraph).
   if (label == nullptr) watchdog::Begin(seq, "call_packed", f->name());
   if (f->get()->collective || collective_command) watchdog::MarkCollective();

@@ -15,7 +15,8 @@
 # Steps: the unit suite (CUDA tensors included), every builtin through NCCL at one rank (twice, to
 # catch stream-order races), the MPI suite at one rank on the GPU machine, disco-demo on CUDA in
 # float32 and bfloat16 against its CPU reference, a larger demo, compute-sanitizer memcheck (when
-# present), two ranks on one GPU (they must skip, not fail), and with two GPUs or more the
+# present), the Llama decoder on the GPU against the NumPy reference (float32 and bfloat16) and its
+# decode tokens/s at one rank beside the CPU's, two ranks on one GPU (they must skip, not fail), and with two GPUs or more the
 # multi-rank suites and demo. A step that skips on a node with a GPU counts as failed. Without a
 # GPU, --cpu-only runs the steps a CPU can (CI does, so the bundle cannot rot); otherwise no GPU is
 # an error. Logs and summary.txt go to $OUT (default ./gpu-check-out). Exit code: failed steps.
@@ -103,6 +104,7 @@ if [[ -n $bundle ]]; then
   export OMPI_MCA_ess_singleton_isolated=1 DISCO_TEST_SOURCE_DIR=$B/tests
   export DISCO_TEST_SHARED_DIR=$scratch/shared
   bin=$B/bin demo=$B/bin/disco-demo demo_test=$B/tests/demo/run_demo_test.sh
+  llama_check=$B/tests/llama/check_disco.py
   one=$B/bin/singleton-exec
   mpirun_cmd=$B/bin/mpirun
   if LD_LIBRARY_PATH=$LD_LIBRARY_PATH ldd "$bin/disco_gpu_tests" | grep 'not found' >"$out/ldd.log"; then
@@ -119,8 +121,9 @@ else
   grep -q 'with the CUDA path' "$out/configure.log" ||
     { say "configure: disco-demo has no CUDA path (cuBLAS or nvcc missing)"; failed=$((failed + 1)); }
   step build 900 cmake --build "$build" -j"$(nproc)" --target disco_unit_tests disco_gpu_tests \
-    disco_mpi_tests disco-demo
+    disco_mpi_tests disco-demo disco_llama_cuda
   bin=$build/tests demo=$build/src/tools/disco-demo demo_test=$root/tests/demo/run_demo_test.sh
+  llama_check=$root/tests/llama/check_disco.py
   one=mpirun mpirun_cmd=mpirun
 fi
 
@@ -141,10 +144,26 @@ if ((gpus > 0)); then
   else
     skip memcheck "compute-sanitizer is not on this node"
   fi
+  # The Llama decoder on the GPU (cuBLAS, CUDA kernels, allreduces queued on the compute stream)
+  # against the independent NumPy reference: tokens equal, logits within 1e-4 (float32) or 5e-2
+  # (bfloat16) of the largest; then its decode speed at one rank on a model of about 100 M
+  # parameters, beside the CPU path's on this node.
+  for dtype in float32 bfloat16; do
+    step llama-cuda-$dtype 600 "${DISCO_TEST_PYTHON:-python3}" "$llama_check" --mpiexec "$one" \
+      --demo "$demo" --np 1 --dtype "$dtype" --no-errors --demo-flag=--device --demo-flag=cuda
+  done
+  llama_speed=(--hidden 768 --layers 12 --heads 12 --kv-heads 4 --ffn 2048 --vocab 16000
+    --prompt 1,5,9,23,4,77,12,8 --max-new-tokens 64 --repeat 3)
+  for device in cuda cpu; do
+    step llama-speed-$device 300 "$one" -n 1 "$demo" "${llama_speed[@]}" --device "$device"
+    grep -E '^(prefill|decode|runtime share|decode step)' "$out/llama-speed-$device.log" |
+      sed "s/^/    $device: /" | tee -a "$out/summary.txt"
+  done
 else
   step unit 120 "$unit"
   skip nccl-np1 "no GPU"
   for dtype in float32 bfloat16; do skip demo-cuda-$dtype "no GPU"; done
+  for dtype in float32 bfloat16; do skip llama-cuda-$dtype "no GPU"; done
 fi
 # The MPI suite on this node, one rank (auto picks NCCL where there is a GPU): unchanged results.
 step mpi-np1 240 "$one" -n 1 "$mpi_tests"

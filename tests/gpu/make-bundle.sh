@@ -25,21 +25,29 @@ mlp_module=$build/src/tools/disco-demo-mlp.so
 [[ -f $mlp_module ]] || die "$mlp_module is missing (build disco-demo)"
 [[ $(ldd "$mlp_module") == *libcublas* ]] ||
   die "disco-demo-mlp.so in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
+# The Llama decoder's GPU path is a module libdisco_llama loads from its own directory.
+llama_module=$build/libdisco_llama_cuda.so
+[[ -f $llama_module ]] ||
+  die "$llama_module is missing (the decoder's CUDA path needs cuBLAS and nvcc at configure time)"
 command -v ompi_info >/dev/null || die "ompi_info not found (Open MPI, Debian's openmpi-bin)"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 b=$stage/disco-gpu-bundle
-mkdir -p "$b/bin" "$b/lib/openmpi" "$b/lib/pmix" "$b/share/openmpi" "$b/tests/mpi" "$b/tests/demo"
+mkdir -p "$b/bin" "$b/lib/openmpi" "$b/lib/pmix" "$b/share/openmpi" "$b/tests/mpi" "$b/tests/demo" \
+  "$b/tests/llama"
 
 cp -L "${programs[@]}" "$b/bin/"
 cp -L "$build"/libdisco.so.[0-9] "$mlp_module" "$b/lib/"  # disco-demo finds the module in ../lib
+cp -L "$build"/libdisco_llama.so "$llama_module" "$b/lib/"  # the module beside its library
 # Open MPI's launcher, for the multi-rank steps on nodes with several GPUs.
 for tool in orterun orted; do cp -L "$(command -v "$tool")" "$b/bin/" 2>/dev/null || true; done
 [[ -e $b/bin/orterun ]] && ln -s orterun "$b/bin/mpirun"
 cp -L /usr/share/openmpi/*.txt "$b/share/openmpi/" 2>/dev/null || true
 cp "$root/tests/demo/run_demo_test.sh" "$b/tests/demo/"
 cp "$root/tests/mpi/h5_fixtures.py" "$b/tests/mpi/"
+# The decoder's reference check (NumPy; check.sh runs it on the GPU path).
+cp "$root"/tests/llama/{check_disco,make_checkpoint,reference}.py "$b/tests/llama/"
 cat > "$b/bin/singleton-exec" <<'EOF'
 #!/usr/bin/env bash
 # An mpiexec stand-in for one rank (an MPI singleton): singleton-exec -n 1 [flags] PROGRAM ARGS...

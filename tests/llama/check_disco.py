@@ -2,7 +2,11 @@
 """disco-demo's Llama decoder against the NumPy reference (reference.py), at NP ranks in DTYPE.
 
     check_disco.py --mpiexec MPIEXEC --demo DISCO_DEMO --np NP --dtype float32|bfloat16
-        [--mpiexec-flag FLAG ...] [--case NAME ...] [--no-errors] [--keep DIR]
+        [--mpiexec-flag FLAG ...] [--demo-flag FLAG ...] [--case NAME ...] [--no-errors]
+        [--keep DIR]
+
+--demo-flag adds a flag to every disco-demo run (e.g. --demo-flag=--device --demo-flag=cuda:
+the same checks of the GPU path).
 
 Exit 0: every case matched and every broken checkpoint failed as it should; 1: a failure;
 77 (CTest's skip): disco-demo has no Llama mode yet (`disco-demo --help` does not list --model).
@@ -79,7 +83,8 @@ class Runner:
         self.a = a
 
     def run(self, np_, args):
-        cmd = [self.a.mpiexec, "-n", str(np_)] + self.a.mpiexec_flag + [self.a.demo] + args
+        cmd = ([self.a.mpiexec, "-n", str(np_)] + self.a.mpiexec_flag + [self.a.demo] + args +
+               self.a.demo_flag)
         # Its own process group, so that a hung job is ended whole (mpiexec and its ranks).
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -224,6 +229,7 @@ def main(argv=None):
     p.add_argument("--np", type=int, required=True)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--mpiexec-flag", action="append", default=[])
+    p.add_argument("--demo-flag", action="append", default=[])
     p.add_argument("--case", action="append", choices=list(CASES))
     p.add_argument("--no-errors", action="store_true", help="skip the broken checkpoints")
     p.add_argument("--timeout", type=float, default=TIMEOUT,

@@ -1,14 +1,22 @@
 // The NCCL backend. Rules it keeps (NCCL 2.28 and CUDA 13 documentation):
 //
-// - Stream order. NCCL runs on a non-blocking stream of each communicator, which does not wait for
-//   the legacy default stream (stream 0) by itself. Before every operation the stream waits for an
-//   event recorded on stream 0, where device copies (core/device_memory.cc), cuBLAS and kernels
-//   launched without a stream run, so what they wrote is what NCCL reads. Every operation but Send
-//   waits for its stream before returning, so the controller, MPI and host copies see finished
-//   results.
-// - Communicators are non-blocking (ncclConfig_t::blocking = 0): init and split are polled, so a
-//   rank that fails there tells the others at once (mpi::AgreeOnPolledStep) instead of leaving
-//   them in NCCL's bootstrap; any call that answers ncclInProgress is waited for before the next.
+// - Stream order. A builtin's operation runs on a non-blocking stream of the communicator, which
+//   does not wait for other streams by itself. Before every operation it waits for events recorded
+//   on the device's compute stream (memory::ComputeStream: device copies, allocations, worker
+//   functions' kernels and cuBLAS calls) and on the legacy stream 0 (kernels launched without a
+//   stream), so what they wrote is what NCCL reads. Every builtin operation but Send waits for its
+//   stream before returning, so the controller, MPI and host copies see finished results. The
+//   allreduce of worker functions (AllReduceQueued) is queued on the compute stream itself, in
+//   order with the function's kernels, and nothing waits for it.
+// - Communicators. The world communicator's init is non-blocking (ncclConfig_t::blocking = 0) and
+//   polled, so a rank that fails there tells the others at once (mpi::AgreeOnPolledStep) instead
+//   of leaving them in NCCL's bootstrap. The communicators that move data are blocking splits of
+//   it: on a non-blocking one NCCL 2.28 runs every operation through a thread of its own and
+//   answers ncclInProgress (a thread start per allreduce, then a poll). Each is warmed up at init
+//   (a small and a large allreduce), so that the connections of the common algorithms exist before
+//   the model takes the GPU's memory and before a worker function's first allreduce.
+// - Devices. Every entry point makes the communicator's GPU current for its calls (a worker 0 that
+//   runs commands on a thread other than the one that ran InitCCL included).
 // - Errors. A failed operation aborts the communicator once (NcclComm::Abort frees it and forgets
 //   it); later calls say so instead of touching freed memory. A group is always closed, also when
 //   a call inside it throws.
@@ -32,6 +40,7 @@
 
 #include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
+#include "core/device_memory.h"
 #include "core/process_info.h"
 #include "mpi/mpi_util.h"
 
@@ -181,30 +190,42 @@ class NcclComm {
   FailureNotices* notices_ = nullptr;
 };
 
-/// A CUDA stream and the event that orders it after the legacy default stream.
+/// A CUDA stream and the events that order it after the device's compute stream and the legacy
+/// default stream. Called with the device current.
 class CudaStream {
  public:
-  explicit CudaStream(int device) {
+  explicit CudaStream(int device)
+      : compute_(static_cast<cudaStream_t>(memory::ComputeStream(device))) {
     CudaDeviceGuard guard(device);
     DISCO_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    DISCO_CUDA_CALL(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
+    DISCO_CUDA_CALL(cudaEventCreateWithFlags(&after_legacy_, cudaEventDisableTiming));
+    DISCO_CUDA_CALL(cudaEventCreateWithFlags(&after_compute_, cudaEventDisableTiming));
   }
   ~CudaStream() {
-    if (after_ != nullptr) cudaEventDestroy(after_);
+    if (after_compute_ != nullptr) cudaEventDestroy(after_compute_);
+    if (after_legacy_ != nullptr) cudaEventDestroy(after_legacy_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
   cudaStream_t get() const { return stream_; }
-  /// Makes later work on this stream wait for the work queued on stream 0 so far.
-  void AfterLegacyStream() {
-    DISCO_CUDA_CALL(cudaEventRecord(after_, cudaStreamLegacy));
-    DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_, 0));
+  /// The device's compute stream (memory::ComputeStream).
+  cudaStream_t compute() const { return compute_; }
+  /// Makes later work on this stream wait for the work queued on the compute stream and on
+  /// stream 0 so far. (The compute stream is a blocking stream, so its event alone should cover
+  /// stream 0 too; the second event does not rest on that.)
+  void AfterOtherStreams() {
+    DISCO_CUDA_CALL(cudaEventRecord(after_compute_, compute_));
+    DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_compute_, 0));
+    DISCO_CUDA_CALL(cudaEventRecord(after_legacy_, cudaStreamLegacy));
+    DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_legacy_, 0));
   }
 
  private:
+  cudaStream_t compute_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t after_ = nullptr;
+  cudaEvent_t after_legacy_ = nullptr;
+  cudaEvent_t after_compute_ = nullptr;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -220,6 +241,7 @@ class NcclCommunicator final : public Communicator {
     comm_.set_notices(&notices_);
   }
   ~NcclCommunicator() override {
+    if (cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();  // this GPU's stream and comm
     comm_.set_notices(nullptr);  // an abort at the end is no error to tell the others of
     // Sends whose receivers never came would keep NCCL's finalize waiting: abort instead.
     if (cudaStreamQuery(stream_.get()) == cudaErrorNotReady) {
@@ -247,6 +269,15 @@ class NcclCommunicator final : public Communicator {
                          stream_.get()),
            "allreduce");
     Wait("allreduce");
+  }
+  void AllReduceQueued(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    if (send.numel() == 0) return;
+    CudaDeviceGuard guard(device_);
+    comm_.ThrowIfPeerAborted("allreduce");
+    ncclComm_t c = comm_.get("allreduce");
+    Settle(ncclAllReduce(send.data(), recv.data(), send.numel(), Type(send), ToNcclOp(op), c,
+                         stream_.compute()),
+           "allreduce");
   }
   void AllGather(const Tensor& send, const Tensor& recv) override {
     if (send.numel() == 0) return;
@@ -353,7 +384,6 @@ class NcclCommunicator final : public Communicator {
   void Connect(const std::set<int>& peers) {
     if (peers.empty()) return;
     ncclComm_t c = Begin("connect");
-    CudaDeviceGuard guard(device_);
     void* scratch = nullptr;
     DISCO_CUDA_CALL(cudaMalloc(&scratch, peers.size() + 1));
     struct Free {
@@ -402,10 +432,13 @@ class NcclCommunicator final : public Communicator {
     ncclResult_t first_error_ = ncclSuccess;
   };
 
-  // The communicator for one operation, its stream ordered after stream 0.
+  // The communicator for one operation, its stream ordered after the compute stream and stream
+  // 0. Makes the communicator's GPU current for the rest of the calling thread's command (the
+  // thread that runs worker 0's commands need not be the one that ran InitCCL).
   ncclComm_t Begin(const char* what) {
     ncclComm_t c = comm_.get(what);
-    stream_.AfterLegacyStream();
+    memory::MakeDeviceCurrent(device_);
+    stream_.AfterOtherStreams();
     return c;
   }
   void Settle(ncclResult_t r, const char* what) { comm_.Settle(r, what); }
@@ -420,6 +453,7 @@ class NcclCommunicator final : public Communicator {
   // Waits for the stream while polling NCCL's asynchronous error: a failed peer aborts the
   // communicator and raises, instead of spinning forever in cudaStreamSynchronize.
   void Wait(const char* what) {
+    memory::MakeDeviceCurrent(device_);
     for (;;) {
       cudaError_t st = cudaStreamQuery(stream_.get());
       if (st == cudaSuccess) {
@@ -549,6 +583,25 @@ ncclConfig_t NonBlockingConfig() {
   return config;
 }
 
+// A blocking split of `parent` (every rank of it calls this, with the same arguments as
+// MPI_Comm_split). Blocking, hence not polled: it runs only after the world communicator's polled
+// init succeeded on every rank. A rank on which it fails throws; the others then wait in NCCL
+// until the watchdog (DISCO_TIMEOUT) ends the job, naming InitCCL.
+ncclComm_t BlockingSplit(ncclComm_t parent, int color, int key, const char* what) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ncclComm_t child = nullptr;
+  ncclResult_t r = ncclCommSplit(parent, color, key, &child, &config);
+  if (r != ncclSuccess) {
+    if (child != nullptr) ncclCommAbort(child);
+    DISCO_THROW(RuntimeError) << "NCCL ncclCommSplit (" << what
+                              << ") failed: " << NcclErrorText(r, parent);
+  }
+  DISCO_CHECK(child != nullptr, RuntimeError)
+      << "NCCL ncclCommSplit (" << what << ") returned no communicator";
+  return child;
+}
+
 // The peers this rank exchanges with point to point: the next and previous group, the ring
 // neighbours, and, in worlds of at most kConnectAllMax ranks, everyone.
 constexpr int kConnectAllMax = 8;
@@ -565,6 +618,14 @@ std::set<int> TalkingPeers(int rank, int size, int group_size) {
   }
   peers.erase(rank);
   return peers;
+}
+
+// A small and a large allreduce of floats on `c` (see MakeNcclCommunicators).
+void WarmUp(Communicator& c, int device) {
+  for (int64_t n : {int64_t{64}, int64_t{4} << 20}) {
+    Tensor t = Tensor::Empty(Shape{n}, DataType("float32"), CUDA(device));
+    c.AllReduce(t, t, ReduceOp::kSum);
+  }
 }
 
 }  // namespace
@@ -627,30 +688,46 @@ std::vector<std::unique_ptr<Communicator>> MakeNcclCommunicators(
   DISCO_MPI_CALL(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_world.get()));
   DISCO_MPI_CALL(MPI_Barrier(host_world.get()));  // avoids a known hang in ncclCommInitRank
   ncclConfig_t config = NonBlockingConfig();
-  ncclComm_t world_comm = nullptr;
-  ncclResult_t started = ncclCommInitRankConfig(&world_comm, size, id, rank, &config);
+  ncclComm_t polled_world = nullptr;
+  ncclResult_t started = ncclCommInitRankConfig(&polled_world, size, id, rank, &config);
   mpi::AgreeOnPolledStep(
-      agreement.get(), [&] { return PollNewComm(started, world_comm, "ncclCommInitRankConfig"); },
+      agreement.get(), [&] { return PollNewComm(started, polled_world, "ncclCommInitRankConfig"); },
       [&] {
-        if (world_comm != nullptr) ncclCommAbort(world_comm);
-        world_comm = nullptr;
+        if (polled_world != nullptr) ncclCommAbort(polled_world);
+        polled_world = nullptr;
       },
       "InitCCL('nccl'): ncclCommInitRankConfig");
-  auto world_ccl = std::make_unique<NcclCommunicator>(world_comm, std::move(host_world), device);
+  NcclComm bootstrap(polled_world);  // finalized and destroyed once the splits below exist
 
-  // Phase 3: the group communicator, split from the world one (polled the same way).
-  ncclComm_t group_comm = nullptr;
-  ncclConfig_t split_config = NonBlockingConfig();
-  started = ncclCommSplit(world_ccl->nccl(), group_color, group_key, &group_comm, &split_config);
-  mpi::AgreeOnPolledStep(
-      agreement.get(), [&] { return PollNewComm(started, group_comm, "ncclCommSplit"); },
-      [&] {
-        if (group_comm != nullptr) ncclCommAbort(group_comm);
-        group_comm = nullptr;
-      },
-      "InitCCL('nccl'): ncclCommSplit");
+  // Phase 3: the communicators that move data, blocking splits (see the top): the world, then the
+  // group from it.
+  ncclComm_t world_comm = nullptr, group_comm = nullptr;
+  failure = nullptr;
+  try {
+    world_comm = BlockingSplit(bootstrap.get("split"), 0, rank, "world");
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): ncclCommSplit of the world");
+  auto world_ccl = std::make_unique<NcclCommunicator>(world_comm, std::move(host_world), device);
+  try {
+    group_comm = BlockingSplit(world_ccl->nccl(), group_color, group_key, "group");
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): ncclCommSplit of the groups");
   mpi::Comm host_group = mpi::Comm::Split(world, group_color, group_key);
   auto group_ccl = std::make_unique<NcclCommunicator>(group_comm, std::move(host_group), device);
+
+  // Warm-up: a small and a large allreduce on each communicator connect the algorithms NCCL picks
+  // for them now, while every rank is here and before a model fills the GPU's memory.
+  try {
+    WarmUp(*world_ccl, device);
+    WarmUp(*group_ccl, device);
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  mpi::AgreeOnSuccess(world, failure, "InitCCL('nccl'): the first allreduces (warm-up)");
 
   // Phase 4: point-to-point connections, while every rank is here to answer.
   failure = nullptr;
