@@ -5,8 +5,10 @@
 #include <disco/worker.h>
 
 #include "ccl/mpi/communicator.h"
+#include "ccl/traced.h"
 #include "core/call_context.h"
 #include "core/device_memory.h"
+#include "core/trace.h"
 #include "mpi/mpi_util.h"
 #if DISCO_HAVE_NCCL
 #include "ccl/nccl/communicator.h"
@@ -96,6 +98,12 @@ void Init(const std::string& requested, const std::vector<int64_t>& device_ids) 
     ctx->world = std::move(comms[0]);
     ctx->group = std::move(comms[1]);
 #endif
+  }
+  if (trace::Enabled()) {  // DISCO_TRACE: every operation a span of the timeline
+    ctx->world = Traced(std::move(ctx->world));
+    ctx->group = Traced(std::move(ctx->group));
+    ctx->host_world = Traced(std::move(ctx->host_world));
+    ctx->host_group = Traced(std::move(ctx->host_group));
   }
   info.device = ctx->world->device();
   detail::SetThisWorker(info);

@@ -30,6 +30,7 @@
 #include "core/device_memory.h"
 #include "core/env.h"
 #include "core/process_info.h"
+#include "core/trace.h"
 #include "io/progress.h"
 #include "mpi/mpi_util.h"
 
@@ -556,7 +557,26 @@ void CheckFiltersAvailable(hid_t dset, const std::string& where) {
   }
 }
 
+// A load or save of one dataset on this rank, in the timeline (DISCO_TRACE).
+struct IoSpan {
+  IoSpan(trace::Kind kind, const char* verb, const std::string& dataset) : kind(kind) {
+    if (!trace::Enabled()) return;
+    start = trace::NowNs();
+    name = std::string(verb) + " " + dataset;
+  }
+  ~IoSpan() {
+    if (start >= 0) trace::Record(kind, name, start, trace::NowNs(), bytes, 1);
+  }
+  IoSpan(const IoSpan&) = delete;
+  IoSpan& operator=(const IoSpan&) = delete;
+  trace::Kind kind;
+  std::string name;
+  int64_t start = -1;
+  int64_t bytes = 0;
+};
+
 Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis, bool in_group) {
+  IoSpan span(trace::Kind::kH5Read, "read", name);
   SilenceHdf5();
   const std::string where = Where("disco.h5.load", path, name);
   CommInfo c = Info(in_group);
@@ -624,6 +644,7 @@ Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis
         << where << changed;
   });
   if (nothing_to_read) return out;  // an empty dataset: no I/O at all (MPI-IO warns of 0 bytes)
+  span.bytes = static_cast<int64_t>(out.nbytes());
   Agreed(c.comm, where, [&] {
     Id mem_type = MemoryType(plan.dtype(), type.get());
     Id file_space(H5Dget_space(dset.get()), H5Sclose);
@@ -924,11 +945,13 @@ struct ShardInfo {
 
 void Save(const std::string& given_path, const std::string& name, const Any& shard_arg,
           int64_t shard_axis, bool in_group, bool in_place) {
+  IoSpan span(trace::Kind::kH5Write, "write", name);
   SilenceHdf5();
   const std::string where = Where("disco.h5.save", given_path, name);
   const std::string path = in_place ? given_path : ResolveLinks(given_path, where);
   CommInfo c = Info(in_group);
   const Tensor* shard = std::get_if<Tensor>(&shard_arg.storage());
+  if (shard != nullptr && shard->defined()) span.bytes = static_cast<int64_t>(shard->nbytes());
 
   // Local checks, then every rank learns every shard's dtype and shape.
   ShardInfo mine;

@@ -33,6 +33,7 @@
 #include "core/env.h"
 #include "core/exit_cleanup.h"
 #include "core/sha256.h"
+#include "core/trace.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"
 #include "remote/rpc.h"
@@ -521,6 +522,7 @@ class ClientConnection {
   // Decodes and runs one request and sends its answer. Socket failures propagate (the client is
   // dropped); every other error becomes an error answer and the client may go on.
   void Handle() {
+    const int64_t trace_start = trace::Enabled() ? trace::NowNs() : -1;
     bool ok = true;
     try {
       remote::DecodeRequest(in_.data(), in_.size(), &req_);
@@ -548,6 +550,13 @@ class ClientConnection {
                          options_.request_timeout_ms, &out_);
     } else {
       remote::SendPacket(&sock_, out_.data(), out_.size(), options_.request_timeout_ms);
+    }
+    if (trace_start >= 0) {
+      const char* op = remote::OpName(req_.op);
+      trace::Record(trace::Kind::kRemote, op, std::strlen(op), trace_start, trace::NowNs(),
+                    static_cast<int64_t>(in_.size()),
+                    static_cast<int64_t>(out_.size() +
+                                         (ok && req_.op == Op::kCopyFrom ? copy_.nbytes() : 0)));
     }
     copy_ = Tensor();
     // A large request or answer does not pin its buffers for the rest of the connection.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/trace.h"
 #include "protocol/graph.h"
 #include "session/session_impl.h"
 
@@ -259,6 +260,9 @@ void Graph::Replay(const std::vector<Any>& inputs) const {
   detail::SessionBackend* s = detail::LiveSession(state_->session);
   DISCO_CHECK(s != nullptr, ValueError)
       << "Graph::Replay: graph " << state_->id << " belongs to a session that has ended";
+  trace::Span span(trace::Kind::kReplay, "Graph::Replay");
+  span.set(0, state_->id);
+  span.set(1, static_cast<int64_t>(state_->num_calls));
   s->ReplayGraph(state_->id, inputs);
 }
 int Graph::num_inputs() const { return state_ != nullptr ? state_->num_inputs : 0; }

@@ -24,6 +24,7 @@
 #include "session/liveness.h"
 #include "session/mpi_transport.h"
 #include "session/session_impl.h"
+#include "session/trace_job.h"
 #include "session/watchdog.h"
 #include "session/worker.h"
 
@@ -93,8 +94,9 @@ std::string LauncherMismatch(int world_size) {
 // reads them; a rank whose own value differed says so (warn level). DISCO_NUM_GROUPS,
 // DISCO_TIMEOUT, DISCO_INLINE_BYTES, DISCO_MAX_FRAME_BYTES and DISCO_PREPOST_FRAMES travel in the
 // SessionConfig.
-constexpr const char* kJobKnobs[] = {"DISCO_CCL", "DISCO_CCL_SHM", "DISCO_CCL_SYNC_SEND",
-                                     "DISCO_H5_INDEPENDENT"};
+constexpr const char* kJobKnobs[] = {"DISCO_CCL",           "DISCO_CCL_SHM",
+                                     "DISCO_CCL_SYNC_SEND", "DISCO_H5_INDEPENDENT",
+                                     "DISCO_TRACE",         "DISCO_TRACE_EVENTS"};
 
 void AgreeOnJobKnobs(int rank) {
   for (const char* name : kJobKnobs) {
@@ -195,6 +197,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     }
     config = AgreeOnConfig(config);
     AgreeOnJobKnobs(rank);
+    trace::StartJob(MPI_COMM_WORLD);
     {
       // The job's liveness secret: drawn by rank 0, carried by MPI only (never by the network
       // otherwise); the hosts of every rank choose the address the liveness socket is bound to.
@@ -252,6 +255,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     } else {
       exit_code = RunWorkerLoop(&transport, config, info);
     }
+    trace::FinishJob(MPI_COMM_WORLD);
   } catch (const std::exception& e) {
     FatalAbort(e.what());
   }

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "ccl/context.h"
 #include "core/env.h"
+#include "core/trace.h"
 #include "session/session_impl.h"
 #include "session/watchdog.h"
 
@@ -237,6 +239,7 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
       continue;
     }
     seq_ = seq;
+    const int64_t trace_start = trace::Enabled() ? trace::NowNs() : -1;
     if (transport_->size() > 1) {
       if (flags != 0) protocol::SetFlags(frame_.data(), flags);
       if (total <= inline_bytes) frame_.Resize(inline_bytes);  // padding: a whole inline frame
@@ -247,6 +250,11 @@ uint64_t SessionImpl::Broadcast(protocol::Action action, const Any* head, size_t
       for (const protocol::BulkSegment& b : bulk_) {
         transport_->Broadcast(const_cast<void*>(b.data), b.size);  // MPI_Bcast's root only reads
       }
+    }
+    if (trace_start >= 0) {
+      const char* name = protocol::ActionName(action);
+      trace::Record(trace::Kind::kCommand, name, std::strlen(name), trace_start, trace::NowNs(),
+                    static_cast<int64_t>(seq), static_cast<int64_t>(total + bulk_total));
     }
     bulk_.clear();
     frame_.ReleaseAbove(std::max(protocol::kKeepBufferBytes, inline_bytes));
@@ -448,6 +456,8 @@ void SessionImpl::ReceiveReply(int worker, protocol::Reply* reply) {
 void SessionImpl::SyncWorker(int worker_id) {
   CheckLive("SyncWorker");
   CheckNotCapturing("SyncWorker");
+  trace::Span span(trace::Kind::kSync, "SyncWorker");
+  span.set(0, worker_id);
   FlushWorker0();
   CheckWorker(worker_id, "SyncWorker");
   if (worker_id != 0) {
@@ -469,6 +479,8 @@ void SessionImpl::SyncWorker(int worker_id) {
 void SessionImpl::SyncAll() {
   CheckLive("SyncAll");
   CheckNotCapturing("SyncAll");
+  trace::Span span(trace::Kind::kSync, "SyncAll");
+  span.set(0, -1);
   FlushWorker0();
   if (transport_->size() > 1) {
     Any head[1] = {Any(-1)};

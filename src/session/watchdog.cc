@@ -29,6 +29,7 @@
 
 #include "core/exit_cleanup.h"
 #include "core/launcher.h"
+#include "core/trace.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
 
@@ -942,11 +943,27 @@ void End() {
   const uint64_t next = s.next.load(std::memory_order_relaxed);
   if (next == 0) return;
   Record& r = s.records[(next - 1) % kFlightRecords];
-  r.duration_ns = NowNs() - r.start_ns;
+  const int64_t now = NowNs();
+  r.duration_ns = now - r.start_ns;
+  if (trace::Enabled()) {
+    trace::Record(trace::Kind::kRun, r.function, std::strlen(r.function), r.start_ns, now,
+                  static_cast<int64_t>(r.seq));
+  }
 }
 
 void Dump(const std::string& why) {
   State& s = S();
+  // A job that ends here leaves this rank's timeline (DISCO_TRACE) in a file of its own, with the
+  // command it was running; a SIGUSR1 dump of a running job does not.
+  if (why != "SIGUSR1" && trace::Enabled()) {
+    const uint64_t last = s.next.load(std::memory_order_acquire);
+    if (last > 0 && s.busy.load(std::memory_order_acquire)) {
+      const Record& r = s.records[(last - 1) % kFlightRecords];
+      const std::string name = std::string(r.function) + " (running: " + why + ")";
+      trace::Record(trace::Kind::kRun, name, r.start_ns, NowNs(), static_cast<int64_t>(r.seq));
+    }
+    trace::WriteRankFile(why.c_str());
+  }
   std::ostringstream os;
   const uint64_t next = s.next.load(std::memory_order_acquire);
   const uint64_t n = std::min<uint64_t>(next, kFlightRecords);

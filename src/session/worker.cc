@@ -19,6 +19,7 @@
 #include "ccl/context.h"
 #include "core/device_memory.h"
 #include "core/launcher.h"
+#include "core/trace.h"
 #include "protocol/graph.h"
 #include "session/builtins.h"
 #include "session/mpi_transport.h"
@@ -489,13 +490,18 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
   for (size_t i = 0; i < program.calls.size(); ++i) {
     const GraphCall& call = program.calls[i];
     watchdog::Step(static_cast<int64_t>(i), call.label.c_str());
+    const int64_t trace_start = trace::Enabled() ? trace::NowNs() : -1;
     if (call.func.defined()) {
       RunGraphCall(seq, call, inputs);
-      continue;
+    } else {
+      // CallPacked resolves registers itself (and lets a collective agree on a failed one).
+      CallPacked(seq, call.result_reg, call.func_reg, GraphArgs(call, inputs, /*resolve=*/false),
+                 call.args.size(), call.collective, &call.label);
     }
-    // CallPacked resolves registers itself (and lets a collective agree on a failed one).
-    CallPacked(seq, call.result_reg, call.func_reg, GraphArgs(call, inputs, /*resolve=*/false),
-               call.args.size(), call.collective, &call.label);
+    if (trace_start >= 0) {  // each call of a replay, inside the replay's own span
+      trace::Record(trace::Kind::kRun, call.label, trace_start, trace::NowNs(),
+                    static_cast<int64_t>(seq));
+    }
   }
   graph_args_.clear();
 }
