@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "ccl/context.h"
+#include "ccl/nccl/peers.h"
 #include "core/device_memory.h"
 #include "mpi/mpi_test_env.h"
 #if DISCO_HAVE_NCCL
@@ -46,6 +48,44 @@ DISCO_REGISTER_GLOBAL("test.gpu.copy_on_device").set_body_typed([](Tensor src) {
 });
 
 DISCO_REGISTER_GLOBAL("test.gpu.device_of").set_body_typed([](Tensor t) { return t.device(); });
+
+// The peers for which the world communicator's PreConnected differs from ccl/nccl/peers.h.
+DISCO_REGISTER_GLOBAL("test.gpu.connected_mismatches").set_body_typed([]() {
+  const WorkerInfo& w = ThisWorker();
+  const ccl::Context* ctx = ccl::CurrentContext();
+  int64_t mismatches = 0;
+  for (int peer = 0; peer < w.num_workers; ++peer) {
+    const bool expected = ccl::PreConnectedPair(w.worker_id, peer, w.num_workers, ctx->group_size);
+    if (ctx->world->PreConnected(peer) != expected) ++mismatches;
+  }
+  return mismatches;
+});
+
+// Worker `a` sends `buffer` to `b` alone, `b` receives it alone (disco.send_to_worker and
+// disco.recv_from_worker); each returns what its builtin threw ("" elsewhere).
+DISCO_REGISTER_GLOBAL("test.gpu.lone_p2p")
+    .set_body_typed([](Tensor buffer, int64_t a, int64_t b) -> std::string {
+      const int me = ThisWorker().worker_id;
+      if (me != a && me != b) return "";
+      try {
+        if (me == a) {
+          Registry::Get("disco.send_to_worker")(buffer, b);
+        } else {
+          Registry::Get("disco.recv_from_worker")(buffer, a);
+        }
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "no error";
+    });
+
+// Worker `a` sends `send` to `b` by disco.sendrecv; the other workers call it with no peer.
+DISCO_REGISTER_GLOBAL("test.gpu.pair_sendrecv")
+    .set_body_typed([](Tensor send, Tensor recv, int64_t a, int64_t b) {
+      const int me = ThisWorker().worker_id;
+      Registry::Get("disco.sendrecv")(me == a ? Any(send) : Any(), me == a ? b : int64_t{-1},
+                                      me == b ? Any(recv) : Any(), me == b ? a : int64_t{-1});
+    });
 
 class GpuCclTest : public ::testing::Test {
  protected:
@@ -161,6 +201,48 @@ TEST_F(GpuCclTest, PointToPointOnCudaTensors) {
   s().CallPacked(F("test.ccl.expect_root_data"), from0, false, 0, "recv_from_worker0");
   s().Barrier(false);
   Check("nccl point to point");
+}
+
+// Under NCCL a lone send or receive works only between peers connected at InitCCL (every pair up
+// to 8 workers; beyond, ring neighbours and adjacent groups): both peers of any other pair refuse
+// it, and neither waits for the other; disco.sendrecv moves data between them. With 8 workers or
+// fewer every pair is connected, which the first part checks.
+TEST_F(GpuCclTest, LoneSendOnlyBetweenPeersConnectedAtInit) {
+  DRef mismatches = s().CallPacked(F("test.gpu.connected_mismatches"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(mismatches.DebugGetFromRemote(w).cast<int64_t>(), 0) << "worker " << w;
+  }
+  const int group_size = n() / s().num_groups();
+  int a = -1, b = -1;
+  for (int i = 1; i < n() && a < 0; ++i) {  // a pair without worker 0: nothing is deferred
+    for (int j = i + 1; j < n() && a < 0; ++j) {
+      if (!ccl::PreConnectedPair(i, j, n(), group_size)) {
+        a = i;
+        b = j;
+      }
+    }
+  }
+  if (a < 0) {
+    EXPECT_LE(n(), ccl::kConnectAllMax) << "no unconnected pair among " << n() << " workers";
+    Check("connected peers");
+    return;
+  }
+  DRef buf = Gpu(1001, "float32"), recv = Gpu(1001, "float32");
+  s().CallPacked(F("test.ccl.fill"), buf, "data", 0);
+  DRef refused = s().CallPacked(F("test.gpu.lone_p2p"), buf, a, b);
+  for (int w : {a, b}) {
+    std::string msg = refused.DebugGetFromRemote(w).cast<std::string>();
+    EXPECT_NE(msg.find("are not connected point to point"), std::string::npos)
+        << "worker " << w << ": " << msg;
+    EXPECT_NE(msg.find("disco.sendrecv"), std::string::npos) << "worker " << w << ": " << msg;
+  }
+  s().CallPacked(F("test.gpu.pair_sendrecv"), buf, recv, a, b);
+  Tensor sent = buf.DebugGetFromRemote(a).cast<Tensor>();
+  Tensor got = recv.DebugGetFromRemote(b).cast<Tensor>();
+  ASSERT_EQ(sent.nbytes(), got.nbytes());
+  EXPECT_EQ(std::memcmp(sent.data(), got.data(), sent.nbytes()), 0)
+      << "disco.sendrecv from worker " << a << " to " << b;
+  Check("lone send refused between unconnected peers");
 }
 
 TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {

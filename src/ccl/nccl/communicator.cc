@@ -12,9 +12,10 @@
 // - Errors. A failed operation aborts the communicator once (NcclComm::Abort frees it and forgets
 //   it); later calls say so instead of touching freed memory. A group is always closed, also when
 //   a call inside it throws.
-// - Point to point. Peers that talk (next group, ring neighbours; every pair in small worlds) are
-//   connected at init, so a later ncclSend only queues work: NCCL's first send to a peer blocks the
-//   host until that peer receives, which would stall the control plane.
+// - Point to point. Peers that talk (next group, ring neighbours; every pair in small worlds:
+//   ccl/nccl/peers.h) are connected at init, so a later ncclSend only queues work: NCCL's first
+//   send to a peer blocks the host until that peer receives, which would stall the control plane.
+//   The builtins refuse a lone send or receive between other peers (PreConnected).
 #include "ccl/nccl/communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -30,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "ccl/nccl/peers.h"
 #include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
 #include "core/process_info.h"
@@ -371,7 +373,10 @@ class NcclCommunicator final : public Communicator {
       group.End();
     }
     Wait("connect");
+    connected_.insert(peers.begin(), peers.end());
   }
+  // Only the peers Connect connected: a lone send to another makes NCCL connect inside the call.
+  bool PreConnected(int peer) const override { return connected_.count(peer) != 0; }
 
  private:
   // An NCCL group that is closed on every path. A failed call inside it aborts the communicator
@@ -453,6 +458,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::vector<Tensor> in_flight_;  // buffers of sends that may not have completed
+  std::set<int> connected_;        // peers Connect connected (ccl/nccl/peers.h)
 };
 
 // The GPU of this rank: device_ids[local_rank] when given, else local rank modulo the visible
@@ -547,24 +553,6 @@ ncclConfig_t NonBlockingConfig() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   return config;
-}
-
-// The peers this rank exchanges with point to point: the next and previous group, the ring
-// neighbours, and, in worlds of at most kConnectAllMax ranks, everyone.
-constexpr int kConnectAllMax = 8;
-std::set<int> TalkingPeers(int rank, int size, int group_size) {
-  std::set<int> peers;
-  if (size <= 1) return peers;
-  if (size <= kConnectAllMax) {
-    for (int r = 0; r < size; ++r) peers.insert(r);
-  } else {
-    peers.insert((rank + 1) % size);
-    peers.insert((rank + size - 1) % size);
-    if (rank + group_size < size) peers.insert(rank + group_size);
-    if (rank - group_size >= 0) peers.insert(rank - group_size);
-  }
-  peers.erase(rank);
-  return peers;
 }
 
 }  // namespace
