@@ -12,10 +12,14 @@
 
 #include "ccl/context.h"
 #include "ccl/nccl/peers.h"
+#include "core/cuda_check.h"
 #include "core/device_memory.h"
 #include "mpi/mpi_test_env.h"
 #if DISCO_HAVE_NCCL
 #include "ccl/nccl/communicator.h"
+#endif
+#if DISCO_HAVE_CUDA
+#include <cuda_runtime_api.h>
 #endif
 
 namespace disco {
@@ -86,6 +90,69 @@ DISCO_REGISTER_GLOBAL("test.gpu.pair_sendrecv")
       Registry::Get("disco.sendrecv")(me == a ? Any(send) : Any(), me == a ? b : int64_t{-1},
                                       me == b ? Any(recv) : Any(), me == b ? a : int64_t{-1});
     });
+
+// The bytes this worker's GPU pool holds without using them, after a synchronization of stream 0
+// (where CUDA gives back what exceeds the pool's release threshold); -1 without CUDA.
+DISCO_REGISTER_GLOBAL("test.gpu.pool_unused_after_sync").set_body_typed([]() -> int64_t {
+#if DISCO_HAVE_CUDA
+  const int device = ThisWorker().device.device_id;
+  CudaDeviceGuard guard(device);
+  cudaMemPool_t pool;
+  DISCO_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device));
+  DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+  uint64_t reserved = 0, used = 0;
+  DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return static_cast<int64_t>(reserved - used);
+#else
+  return -1;
+#endif
+});
+
+// Runs one disco call (`what`: alloc, copy, allreduce, empty_cache) inside a CUDA graph capture on
+// a blocking stream of this worker's GPU, after a memset the capture records. Returns what disco
+// threw ("no error" when nothing), then how ending the capture went: "cudaSuccess, 1 node(s)"
+// when disco left the capture intact.
+DISCO_REGISTER_GLOBAL("test.gpu.inside_capture").set_body_typed([](std::string what) {
+#if DISCO_HAVE_CUDA
+  const DLDevice device = ThisWorker().device;
+  CudaDeviceGuard guard(device.device_id);
+  Tensor t = Tensor::Empty(Shape{256}, DataType("float32"), device);
+  Tensor host = Tensor::Empty(Shape{256}, DataType("float32"));
+  std::memset(host.data(), 0, host.nbytes());
+  cudaStream_t stream = nullptr;
+  DISCO_CUDA_CALL(cudaStreamCreate(&stream));  // blocking: it synchronizes with stream 0
+  DISCO_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cudaError_t memset = cudaMemsetAsync(t.data(), 0, t.nbytes(), stream);
+  std::string error = "no error";
+  try {
+    if (what == "alloc") {
+      Tensor::Empty(Shape{256}, DataType("float32"), device);
+    } else if (what == "copy") {
+      t.CopyFrom(host);
+    } else if (what == "allreduce") {
+      AllReduceInFunction(t, ReduceOp::kSum);
+    } else if (what == "empty_cache") {
+      memory::EmptyCache();
+    } else {
+      error = "unknown case " + what;
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  size_t nodes = 0;
+  if (end == cudaSuccess && graph != nullptr) cudaGraphGetNodes(graph, nullptr, &nodes);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaGetLastError();
+  return error + " | memset: " + cudaGetErrorName(memset) +
+         " | end capture: " + cudaGetErrorName(end) + ", " + std::to_string(nodes) + " node(s)";
+#else
+  return std::string("built without CUDA");
+#endif
+});
 
 class GpuCclTest : public ::testing::Test {
  protected:
@@ -243,6 +310,51 @@ TEST_F(GpuCclTest, LoneSendOnlyBetweenPeersConnectedAtInit) {
   EXPECT_EQ(std::memcmp(sent.data(), got.data(), sent.nbytes()), 0)
       << "disco.sendrecv from worker " << a << " to " << b;
   Check("lone send refused between unconnected peers");
+}
+
+// The pool keeps at most memory::kCudaPoolKeepBytes of freed memory across a synchronization, and
+// disco.empty_cache gives back all it keeps.
+TEST_F(GpuCclTest, MemoryPoolGivesFreedMemoryBack) {
+  const int64_t big = int64_t{1} << 30;
+  {
+    DRef t = Gpu(big / 4, "float32");
+    s().SyncAll();
+  }
+  DRef unused = s().CallPacked(F("test.gpu.pool_unused_after_sync"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_LE(unused.DebugGetFromRemote(w).cast<int64_t>(),
+              static_cast<int64_t>(memory::kCudaPoolKeepBytes))
+        << "worker " << w << ": the pool kept more than its release threshold after freeing 1 GiB";
+  }
+  const int64_t small = int64_t{64} << 20;  // below the threshold: kept until empty_cache
+  {
+    DRef t = Gpu(small / 4, "float32");
+    s().SyncAll();
+  }
+  DRef released = s().CallPacked(F("disco.empty_cache"));
+  DRef left = s().CallPacked(F("test.gpu.pool_unused_after_sync"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_GE(released.DebugGetFromRemote(w).cast<int64_t>(), small) << "worker " << w;
+    EXPECT_LT(left.DebugGetFromRemote(w).cast<int64_t>(), small) << "worker " << w;
+  }
+  Check("empty_cache");
+}
+
+// disco's allocations, copies and collectives inside a CUDA graph capture raise a clear error
+// before touching stream 0, and the user's capture stays valid.
+TEST_F(GpuCclTest, CallsInsideACudaGraphCaptureAreRefusedAndLeaveItIntact) {
+  for (const char* what : {"alloc", "copy", "allreduce", "empty_cache"}) {
+    DRef result = s().CallPacked(F("test.gpu.inside_capture"), std::string(what));
+    for (int w = 0; w < n(); ++w) {
+      std::string msg = result.DebugGetFromRemote(w).cast<std::string>();
+      EXPECT_NE(msg.find("disco calls cannot be captured into a CUDA graph"), std::string::npos)
+          << what << " on worker " << w << ": " << msg;
+      EXPECT_NE(msg.find("memset: cudaSuccess | end capture: cudaSuccess, 1 node(s)"),
+                std::string::npos)
+          << what << " on worker " << w << ": " << msg;
+    }
+  }
+  Check("calls inside a capture");
 }
 
 TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {

@@ -16,6 +16,7 @@
 //   ccl/nccl/peers.h) are connected at init, so a later ncclSend only queues work: NCCL's first
 //   send to a peer blocks the host until that peer receives, which would stall the control plane.
 //   The builtins refuse a lone send or receive between other peers (PreConnected).
+// - CUDA graphs. Every operation's first step (AfterLegacyStream) refuses to run inside a capture.
 #include "ccl/nccl/communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -198,8 +199,11 @@ class CudaStream {
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
   cudaStream_t get() const { return stream_; }
-  /// Makes later work on this stream wait for the work queued on stream 0 so far.
+  /// Makes later work on this stream wait for the work queued on stream 0 so far. Every
+  /// operation starts here, before it touches stream 0 or NCCL: inside a CUDA graph capture it
+  /// throws (ThrowIfGraphCapture) instead of invalidating the user's capture.
   void AfterLegacyStream() {
+    ThrowIfGraphCapture("NCCL collective");
     DISCO_CUDA_CALL(cudaEventRecord(after_, cudaStreamLegacy));
     DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_, 0));
   }
@@ -463,7 +467,7 @@ class NcclCommunicator final : public Communicator {
 
 // The GPU of this rank: device_ids[local_rank] when given, else local rank modulo the visible
 // GPUs. Throws ValueError naming what does not fit.
-int ChooseGpu(int local_rank, int node_size, const std::vector<int64_t>& device_ids) {
+int ChooseGpu(int local_rank, const std::vector<int64_t>& device_ids) {
   int visible = 0;
   DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
   if (!device_ids.empty()) {
@@ -477,11 +481,12 @@ int ChooseGpu(int local_rank, int node_size, const std::vector<int64_t>& device_
         << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
     return device;
   }
-  // More ranks on this node than GPUs would put two ranks on one GPU. Under Slurm's
-  // --gpus-per-task each rank sees one GPU (its own), which CheckDistinctGpus confirms.
-  DISCO_CHECK(visible >= node_size || visible == 1, ValueError)
-      << "InitCCL('nccl'): " << node_size << " ranks run on " << GetProcessInfo().host
-      << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
+  DISCO_CHECK(visible > 0, ValueError) << "InitCCL('nccl'): this process sees no GPU on "
+                                       << GetProcessInfo().host << " (CUDA_VISIBLE_DEVICES?)";
+  // Each rank may see its own GPUs (Slurm's --gpus-per-task: one, or a subset of several), so the
+  // count of GPUs visible here says nothing about the node: local rank modulo the visible GPUs is
+  // a GPU of this rank's own set, and CheckDistinctGpus refuses two ranks that land on the same
+  // physical GPU (more ranks than GPUs sharing one set), naming them.
   return local_rank % visible;
 }
 
@@ -507,8 +512,10 @@ void CheckDistinctGpus(int device, MPI_Comm node) {
     if (r != me && std::strncmp(bus, all.data() + r * sizeof bus, sizeof bus) == 0) {
       DISCO_THROW(ValueError) << "InitCCL('nccl'): node-local ranks " << std::min(r, me) << " and "
                               << std::max(r, me) << " on " << GetProcessInfo().host
-                              << " are bound to the same GPU (" << bus
-                              << "); give each rank its own GPU (device_ids, or fewer ranks)";
+                              << " are bound to the same GPU (" << bus << "; each rank takes "
+                              << "device_ids[local rank], else its local rank modulo the GPUs it "
+                              << "sees); give each rank its own GPU (device_ids, "
+                              << "CUDA_VISIBLE_DEVICES or --gpus-per-task, or fewer ranks)";
     }
   }
 }
@@ -516,12 +523,10 @@ void CheckDistinctGpus(int device, MPI_Comm node) {
 // Chooses and checks this rank's GPU and binds it (cudaSetDevice before anything else touches
 // CUDA). Collective over `world`: a rank that fails makes every rank throw.
 int BindGpu(MPI_Comm world, MPI_Comm node, int local_rank, const std::vector<int64_t>& device_ids) {
-  int node_size = 0;
-  DISCO_MPI_CALL(MPI_Comm_size(node, &node_size));
   int device = -1;
   std::exception_ptr failure;
   try {
-    device = ChooseGpu(local_rank, node_size, device_ids);
+    device = ChooseGpu(local_rank, device_ids);
     DISCO_CUDA_CALL(cudaSetDevice(device));
   } catch (const std::exception&) {
     failure = std::current_exception();
@@ -563,7 +568,7 @@ bool EveryRankHasItsOwnGpu(MPI_Comm world, int local_rank, const std::vector<int
   mpi::Comm node(node_raw);
   int device = -1, ok = 1, all_ok = 0;
   try {
-    device = ChooseGpu(local_rank, node.size(), device_ids);
+    device = ChooseGpu(local_rank, device_ids);
   } catch (const std::exception&) {
     ok = 0;
   }
