@@ -14,6 +14,23 @@
 /// that sends and receives calls disco.sendrecv (or the controller ShiftToNextGroup), never a
 /// send followed by a receive, which NCCL may not complete.
 ///
+/// Under NCCL, disco.send_to_worker and disco.recv_from_worker work only between peers connected
+/// at InitCCL: every pair in worlds of up to 8 workers; beyond, ring neighbours (worker ± 1) and
+/// the same worker of the next and previous group (worker ± workers per group). Between other
+/// peers both sides refuse the call with a ValueError (NCCL would connect them inside the call,
+/// blocking each worker until the other half comes); disco.sendrecv, one grouped operation that
+/// every worker calls in the same command, connects any pair safely.
+///
+/// The point-to-point builtins have no agreement round, unlike the collectives: each side checks
+/// only its own arguments, and nothing compares the two sides. A check that fails on one side only
+/// (its buffer is not a tensor, has a dtype its backend cannot move or lies on another device;
+/// under "auto", a host tensor on one side and a device tensor on the other pick MPI on one side
+/// and NCCL on the other) raises there, and the peer waits, in its receive or, for a send nobody
+/// receives, in its next operation on the world communicator, until the watchdog (DISCO_TIMEOUT)
+/// ends the job. Buffers of different element counts or dtypes on the two sides are not compared
+/// either: depending on the backend the transfer fails, hangs or moves the wrong bytes. Give both
+/// sides buffers made alike (one Session::Empty call) to keep such errors out.
+///
 /// The builtins (DESIGN.md §2) run on every worker; the Session wrappers call them:
 ///   disco.allreduce(send, op, in_group, recv)          op: sum, prod, min, max, avg
 ///   disco.allgather(send, in_group, recv)              recv = n x send, in rank order

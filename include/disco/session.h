@@ -132,7 +132,11 @@ class Session {
   void Shutdown();
 
   /// `disco.empty` on every worker (or on worker 0 / each group's first worker only).
-  /// `ThisWorkerGpu()` as the device allocates on each worker's own GPU (after InitCCL).
+  /// `ThisWorkerGpu()` as the device allocates on each worker's own GPU (after InitCCL). Device
+  /// tensors come from each GPU's memory pool, which keeps up to 256 MiB of freed memory for the
+  /// next allocations; the builtin `disco.empty_cache()` (`CallPacked(GetGlobalFunc(
+  /// "disco.empty_cache"))`, an int: bytes released) gives all of it back to the GPU, for NCCL,
+  /// cuBLAS or torch in the same process (a no-op on workers without device memory).
   DRef Empty(const Shape& shape, DLDataType dtype, DLDevice device = CPU(),
              bool worker0_only = false, bool in_group = false);
 

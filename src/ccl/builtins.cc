@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "ccl/context.h"
+#include "ccl/nccl/peers.h"
 #include "ccl/reduce.h"
 #include "core/call_context.h"
 #include "core/device_memory.h"
@@ -70,6 +71,22 @@ void CheckTensor(const Tensor& t, const Communicator& c, const char* fn, const c
                               << ", but the " << c.backend() << " backend works on "
                               << (want.device_type == kDLCPU ? std::string("host tensors")
                                                              : DeviceToString(want) + " tensors");
+}
+
+// A lone send or receive (disco.send_to_worker / recv_from_worker) only between peers the backend
+// connected at InitCCL. NCCL would connect any other pair inside the call, blocking this worker
+// until the peer posts its side, which may come in a later command or never (a hang of the control
+// plane). Both peers compute the same verdict from the world's shape alone (ccl/nccl/peers.h), so
+// a send refused here is refused on the receiving side too: neither waits for the other.
+void CheckPreConnected(const Communicator& c, const char* fn, int peer) {
+  DISCO_CHECK(c.PreConnected(peer), ValueError)
+      << fn << ": workers " << c.rank() << " and " << peer << " are not connected point to point: "
+      << "with " << c.size() << " workers (more than " << kConnectAllMax << ") the " << c.backend()
+      << " backend connects only ring neighbours and the same worker of the next and previous "
+      << "group at InitCCL, and a lone send or receive to another peer would block both workers "
+      << "until the other half came. Use disco.sendrecv(send, dest, recv, source) instead: every "
+      << "worker calls it in one command (-1 for no peer), and its halves run as one grouped "
+      << "operation, which connects any pair safely";
 }
 
 // What the ranks agree on about the tensor that sizes the transfer: its element count, its dtype
@@ -415,6 +432,7 @@ void RegisterAll() {
         [check_peer, fn, is_send](Tensor buffer, int64_t peer) {
           Communicator& c = DataComm(false, fn, buffer);
           check_peer(fn, peer, false);
+          CheckPreConnected(c, fn, static_cast<int>(peer));
           CheckTensor(buffer, c, fn, "buffer");
           if (is_send) {
             c.Send(buffer, static_cast<int>(peer));

@@ -58,6 +58,12 @@ class Communicator {
   virtual void Send(const Tensor& buffer, int peer) = 0;
   /// Receives from `peer` into `buffer`.
   virtual void Recv(const Tensor& buffer, int peer) = 0;
+  /// Whether a lone Send or Recv with `peer` (not grouped with the other half, as
+  /// disco.send_to_worker's) is safe. NCCL connects a pair at its first operation, and a lone
+  /// send to an unconnected peer blocks the host until the peer posts its receive: the NCCL
+  /// backend answers true only for the peers it connected at InitCCL (ccl/nccl/peers.h: the same
+  /// answer on both peers). MPI: every peer. SendRecv is safe with any peer.
+  virtual bool PreConnected(int peer) const { return true; }
   /// Sends `send` to `dest` and receives `recv` from `source` at once, as one operation (one NCCL
   /// group, MPI_Sendrecv), so a ring or a shift between groups never waits on itself. A peer of
   /// -1 skips that half.

@@ -87,14 +87,13 @@ cudaStream_t StreamOf(int device) { return static_cast<cudaStream_t>(ComputeStre
 
 // Device tensors come from the device's default memory pool, in the order of the compute stream
 // (cudaMallocAsync / cudaFreeAsync): a free does not wait for the device, as cudaFree does, and
-// the pool keeps freed memory for the next allocation instead of returning it at every
-// synchronization. Devices without memory pools use cudaMalloc / cudaFree. Per device, decided
-// once.
+// the pool keeps freed memory for the next allocation. Devices without memory pools use
+// cudaMalloc / cudaFree. Per device, decided once.
 constexpr int kMaxDevices = 64;
+std::atomic<int> g_pool_state[kMaxDevices];  // 0 unknown, 1 pool, 2 plain
 bool UsesMemoryPool(int device) {
-  static std::atomic<int> state[kMaxDevices];  // 0 unknown, 1 pool, 2 plain
   if (device < 0 || device >= kMaxDevices) return false;
-  int s = state[device].load(std::memory_order_acquire);
+  int s = g_pool_state[device].load(std::memory_order_acquire);
   if (s == 0) {
     int supported = 0;
     s = 2;
@@ -102,14 +101,14 @@ bool UsesMemoryPool(int device) {
             cudaSuccess &&
         supported != 0) {
       cudaMemPool_t pool;
-      uint64_t keep = UINT64_MAX;
+      uint64_t keep = kCudaPoolKeepBytes;
       if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
           cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) {
         s = 1;
       }
     }
     cudaGetLastError();
-    state[device].store(s, std::memory_order_release);
+    g_pool_state[device].store(s, std::memory_order_release);
   }
   return s == 1;
 }
@@ -136,6 +135,7 @@ void* Alloc(DLDevice device, size_t nbytes) {
 #if DISCO_HAVE_CUDA
   if (device.device_type == kDLCUDA) {
     CudaDeviceGuard guard(device.device_id);
+    ThrowIfGraphCapture("allocating a CUDA tensor");
     void* ptr = nullptr;
     const size_t n = nbytes == 0 ? 1 : nbytes;
     if (!UsesMemoryPool(device.device_id)) {
@@ -208,7 +208,16 @@ void Copy(void* dst, DLDevice dst_device, const void* src, DLDevice src_device, 
 #if DISCO_HAVE_CUDA
   if (dst_device.device_type == kDLCUDA || src_device.device_type == kDLCUDA) {
     int device = dst_device.device_type == kDLCUDA ? dst_device.device_id : src_device.device_id;
+    if (src_device.device_type == kDLCUDA && src_device.device_id != device) {
+      // GPU to another GPU: the copy runs on the destination's compute stream, which does not
+      // wait for the source's streams. What the source's compute stream (and, through it, its
+      // stream 0) still has queued (a kernel writing `src`) finishes first.
+      CudaDeviceGuard source(src_device.device_id);
+      ThrowIfGraphCapture("copying between CUDA tensors");
+      DISCO_CUDA_CALL(cudaStreamSynchronize(StreamOf(src_device.device_id)));
+    }
     CudaDeviceGuard guard(device);
+    ThrowIfGraphCapture("copying a CUDA tensor");
     // cudaMemcpy returns before a device-to-device or pageable host-to-device copy has landed;
     // the stream synchronization makes this copy (and the streams' earlier work) complete.
     cudaStream_t stream = StreamOf(device);
@@ -218,6 +227,28 @@ void Copy(void* dst, DLDevice dst_device, const void* src, DLDevice src_device, 
   }
 #endif
   ThrowUnsupported(IsHost(dst_device) ? src_device : dst_device);
+}
+
+int64_t EmptyCache() {
+  int64_t released = 0;
+#if DISCO_HAVE_CUDA
+  for (int device = 0; device < kMaxDevices; ++device) {
+    if (g_pool_state[device].load(std::memory_order_acquire) != 1) continue;  // never allocated
+    CudaDeviceGuard guard(device);
+    ThrowIfGraphCapture("disco.empty_cache");
+    cudaMemPool_t pool;
+    DISCO_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device));
+    // Measured before the synchronization, which may release what exceeds kCudaPoolKeepBytes.
+    uint64_t before = 0, after = 0;
+    DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &before));
+    // Frees queued on the compute stream return their memory to the pool once it passed them.
+    DISCO_CUDA_CALL(cudaStreamSynchronize(StreamOf(device)));
+    DISCO_CUDA_CALL(cudaMemPoolTrimTo(pool, 0));
+    DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &after));
+    if (before > after) released += static_cast<int64_t>(before - after);
+  }
+#endif
+  return released;
 }
 
 }  // namespace memory

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "ccl/builtins.h"
+#include "core/device_memory.h"
 #include "core/process_info.h"
 #include "core/registry_errors.h"
 #include "io/h5.h"
@@ -49,6 +50,12 @@ void RegisterAll() {
   });
   Registry::Register("disco.reset_peak_memory", true).set_body_typed([]() {
     return ResetPeakMemory();
+  });
+  // Gives the freed device memory that disco's CUDA memory pools keep back to the GPUs, for other
+  // allocators of the process (NCCL, cuBLAS, torch); returns the bytes released (0 on a worker
+  // that never allocated device memory, or without CUDA).
+  Registry::Register("disco.empty_cache", true).set_body_typed([]() -> int64_t {
+    return memory::EmptyCache();
   });
   Registry::Register(kEmptyFunctionName, true)
       .set_body_typed(

@@ -15,11 +15,15 @@
 # Steps: the unit suite (CUDA tensors included), every builtin through NCCL at one rank (twice, to
 # catch stream-order races), the MPI suite at one rank on the GPU machine, disco-demo on CUDA in
 # float32 and bfloat16 against its CPU reference, a larger demo, compute-sanitizer memcheck (when
-# present), the Llama decoder on the GPU against the NumPy reference (float32 and bfloat16) and its
-# decode tokens/s at one rank beside the CPU's, two ranks on one GPU (they must skip, not fail), and with two GPUs or more the
-# multi-rank suites and demo. A step that skips on a node with a GPU counts as failed. Without a
-# GPU, --cpu-only runs the steps a CPU can (CI does, so the bundle cannot rot); otherwise no GPU is
-# an error. Logs and summary.txt go to $OUT (default ./gpu-check-out). Exit code: failed steps.
+# present and able to run here: a probe decides, else the step is a SKIP with the reason), the
+# Llama decoder on the GPU against the NumPy reference (float32 and bfloat16) and its decode
+# tokens/s at one rank beside the CPU's, two ranks on one GPU (they must skip, not fail), and with
+# two GPUs or more the multi-rank suites and demo. A step that skips on a node with a GPU counts as
+# failed. When nccl-np1 fails, it runs once more with NCCL_CUMEM_ENABLE=0 (NCCL's cuMem
+# allocations, which sandboxed runtimes may refuse), and the later steps keep that setting when the
+# rerun passes. Without a GPU, --cpu-only runs the steps a CPU can (CI does, so the bundle cannot
+# rot); otherwise no GPU is an error. Logs, node.txt (with the libnccl, libcudart and libmpi the
+# programs load) and summary.txt go to $OUT (default ./gpu-check-out). Exit code: failed steps.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bundle="" cpu_only=0
@@ -40,14 +44,15 @@ failed=0
 started=$SECONDS
 
 say() { echo "$*" | tee -a "$out/summary.txt"; }
-# step NAME SECONDS CMD...: runs CMD with a time limit, its output in NAME.log. With NO_SKIPS set
-# (a test name prefix), a googletest case of that name that skipped fails the step: on a GPU node
-# a GPU test must run.
+# step NAME SECONDS CMD...: runs CMD with a time limit, its output in NAME.log, its verdict in
+# $verdict. With NO_SKIPS set (a test name prefix), a googletest case of that name that skipped
+# fails the step: on a GPU node a GPU test must run.
+verdict=""
 step() {
   local name=$1 limit=$2 rc=0 t0=$SECONDS skipped
   shift 2
   timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
-  local verdict=PASS
+  verdict=PASS
   if ((rc == 124 || rc == 137)); then verdict="FAIL (timed out after ${limit} s)"
   elif ((rc != 0)); then verdict="FAIL (exit $rc)"; fi
   if [[ $verdict == PASS && -n ${NO_SKIPS:-} ]] &&
@@ -98,19 +103,49 @@ if [[ -n $bundle ]]; then
     $(python3 -c 'import glob, site; [print(p) for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")]' 2>/dev/null); do
     [[ -d $d ]] && cuda_libs+=":$d"
   done
-  export LD_LIBRARY_PATH="$B/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PATH="$B/bin:$PATH" OPAL_PREFIX=$B
+  # The bundle's lib/ holds Debian's builds of libraries every node has too (libcrypto, libz,
+  # libcurl, ...): it goes first on the library path of the bundle's programs only, through a
+  # wrapper of the same name for each, never on that of python3, compute-sanitizer or the shell.
+  # A python3 that a disco program starts (the HDF5 fixtures) gets the node's path back.
+  bundle_libs="$B/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  wrap=$scratch/bin
+  mkdir -p "$wrap"
+  q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }  # quoted for /bin/sh
+  for program in "$B"/bin/*; do
+    name=$(basename "$program")
+    [[ $name == singleton-exec ]] && continue  # a script that execs its (wrapped) program
+    printf '#!/bin/sh\n# %s with the bundle libraries first (tests/gpu/check.sh)\n' "$name" >"$wrap/$name"
+    printf 'LD_LIBRARY_PATH=%s\nexport LD_LIBRARY_PATH\nexec %s "$@"\n' "$(q "$bundle_libs")" \
+      "$(q "$program")" >>"$wrap/$name"
+    chmod +x "$wrap/$name"
+  done
+  if [[ -n ${DISCO_TEST_PYTHON:-} ]]; then
+    py_real=$(command -v "$DISCO_TEST_PYTHON")
+    printf '#!/bin/sh\n# %s with the node libraries, also when a disco program starts it\n' \
+      "$py_real" >"$wrap/python3-node"
+    if [[ -n ${LD_LIBRARY_PATH+set} ]]; then
+      printf 'LD_LIBRARY_PATH=%s\nexport LD_LIBRARY_PATH\n' "$(q "$LD_LIBRARY_PATH")" >>"$wrap/python3-node"
+    else
+      printf 'unset LD_LIBRARY_PATH\n' >>"$wrap/python3-node"
+    fi
+    printf 'exec %s "$@"\n' "$(q "$py_real")" >>"$wrap/python3-node"
+    chmod +x "$wrap/python3-node"
+    export DISCO_TEST_PYTHON=$wrap/python3-node
+  fi
+  export PATH="$wrap:$PATH" OPAL_PREFIX=$B
   export OMPI_MCA_mca_base_component_path=$B/lib/openmpi PMIX_MCA_mca_base_component_path=$B/lib/pmix
   export OMPI_MCA_ess_singleton_isolated=1 DISCO_TEST_SOURCE_DIR=$B/tests
   export DISCO_TEST_SHARED_DIR=$scratch/shared
-  bin=$B/bin demo=$B/bin/disco-demo demo_test=$B/tests/demo/run_demo_test.sh
+  bin=$wrap demo=$wrap/disco-demo demo_test=$B/tests/demo/run_demo_test.sh
   llama_check=$B/tests/llama/check_disco.py
   one=$B/bin/singleton-exec
-  mpirun_cmd=$B/bin/mpirun
-  if LD_LIBRARY_PATH=$LD_LIBRARY_PATH ldd "$bin/disco_gpu_tests" | grep 'not found' >"$out/ldd.log"; then
+  mpirun_cmd=$wrap/mpirun
+  ldd_env=(env LD_LIBRARY_PATH="$bundle_libs")
+  if "${ldd_env[@]}" ldd "$B/bin/disco_gpu_tests" | grep 'not found' >"$out/ldd.log"; then
     say "check.sh: libraries missing on this node:"; cat "$out/ldd.log" | tee -a "$out/summary.txt"
     exit 1
   fi
+  real_bin=$B/bin module=$B/lib/disco-demo-mlp.so
 else
   build=${DISCO_BUILD_DIR:-$root/build-gpu}
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
@@ -125,24 +160,58 @@ else
   bin=$build/tests demo=$build/src/tools/disco-demo demo_test=$root/tests/demo/run_demo_test.sh
   llama_check=$root/tests/llama/check_disco.py
   one=mpirun mpirun_cmd=mpirun
+  ldd_env=(env) real_bin=$build/tests module=$build/src/tools/disco-demo-mlp.so
 fi
+# The CUDA, NCCL and MPI libraries the programs load here (the node's, a wheel's or the bundle's).
+{
+  echo "== libraries of disco_gpu_tests and disco-demo-mlp.so"
+  "${ldd_env[@]}" ldd "$real_bin/disco_gpu_tests" "$module" 2>&1 |
+    grep -E '^/|lib(nccl|cudart|cublas|mpi|open-pal|pmix|hdf5)[._a-z]*\.so'
+} >>"$out/node.txt" 2>&1
 
 # ---- Steps -------------------------------------------------------------------------------------
 unit=$bin/disco_unit_tests gpu_tests=$bin/disco_gpu_tests mpi_tests=$bin/disco_mpi_tests
 if ((gpus > 0)); then
-  NO_SKIPS=TensorTest.Cuda step unit 120 "$unit"
+  # TensorTest.CudaWithoutDeviceIsAClearError skips where there is a GPU, as it should.
+  NO_SKIPS=TensorTest.CudaTensors step unit 120 "$unit"
   NO_SKIPS=Gpu step nccl-np1 240 "$one" -n 1 "$gpu_tests" --gtest_filter='Gpu*' --gtest_repeat=2
+  if [[ $verdict != PASS && ${NCCL_CUMEM_ENABLE:-} != 0 ]]; then
+    # NCCL's cuMem allocations (its default on recent drivers) are what a sandboxed runtime is
+    # most likely to refuse: one rerun without them tells that apart from a failure of disco's.
+    NCCL_CUMEM_ENABLE=0 NO_SKIPS=Gpu step nccl-np1-nocumem 240 "$one" -n 1 "$gpu_tests" \
+      --gtest_filter='Gpu*' --gtest_repeat=2
+    if [[ $verdict == PASS ]]; then
+      say "nccl-np1 failed with NCCL's defaults and passed with NCCL_CUMEM_ENABLE=0 (NCCL's cuMem"
+      say "  allocations fail on this node): the later steps run with NCCL_CUMEM_ENABLE=0"
+      export NCCL_CUMEM_ENABLE=0
+    else
+      say "nccl-np1 failed with NCCL_CUMEM_ENABLE=0 too: NCCL's cuMem use is not the cause"
+    fi
+  fi
   for dtype in float32 bfloat16; do
     step demo-cuda-$dtype 180 "$demo_test" "$one" "$demo" 1 "$dtype" -- --device cuda
   done
   step demo-cuda-large 180 "$one" -n 1 "$demo" --mlp --hidden 1024 --ffn 4096 --tokens 512 --layers 4 \
     --steps 5 --warmup 2 --dtype bfloat16 --device cuda --checkpoint "$scratch/large.h5"
-  if command -v compute-sanitizer >/dev/null; then
+  # compute-sanitizer may be installed where it cannot run (gVisor: "Device not supported", then
+  # error 999 at the first allocation): a probe on the smallest CUDA test decides. A probe that
+  # reports a memory error of disco's does not skip: memcheck then runs and fails.
+  if ! command -v compute-sanitizer >/dev/null; then
+    skip memcheck "compute-sanitizer is not on this node"
+  elif timeout -k 10 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$unit" \
+    --gtest_filter=TensorTest.CudaTensors >"$out/memcheck-probe.log" 2>&1 &&
+    grep -q '^\[  PASSED  \] 1 test' "$out/memcheck-probe.log"; then
     step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$demo" --mlp --hidden 128 \
       --ffn 256 --tokens 16 --layers 2 --steps 1 --warmup 0 --dtype bfloat16 --device cuda \
       --checkpoint "$scratch/memcheck.h5"
+  elif grep -qE '^=+ (Invalid|Uninitialized|Leaked|Race|Barrier|Misaligned|Out-of-range)' \
+    "$out/memcheck-probe.log"; then
+    step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$unit" \
+      --gtest_filter=TensorTest.CudaTensors
   else
-    skip memcheck "compute-sanitizer is not on this node"
+    why=$(grep -v 'ERROR SUMMARY' "$out/memcheck-probe.log" | grep -m1 -iE 'not supported|error|fail|skipped' |
+      sed 's/^=* *//' | cut -c1-70)
+    skip memcheck "compute-sanitizer cannot run here: ${why:-its probe did not pass, see memcheck-probe.log}"
   fi
   # The Llama decoder on the GPU (cuBLAS, CUDA kernels, allreduces queued on the compute stream)
   # against the independent NumPy reference: tokens equal, logits within 1e-4 (float32) or 5e-2

@@ -8,12 +8,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "ccl/context.h"
+#include "ccl/nccl/peers.h"
+#include "core/cuda_check.h"
 #include "core/device_memory.h"
 #include "mpi/mpi_test_env.h"
 #if DISCO_HAVE_NCCL
 #include "ccl/nccl/communicator.h"
+#endif
+#if DISCO_HAVE_CUDA
+#include <cuda_runtime_api.h>
 #endif
 
 namespace disco {
@@ -46,6 +52,107 @@ DISCO_REGISTER_GLOBAL("test.gpu.copy_on_device").set_body_typed([](Tensor src) {
 });
 
 DISCO_REGISTER_GLOBAL("test.gpu.device_of").set_body_typed([](Tensor t) { return t.device(); });
+
+// The peers for which the world communicator's PreConnected differs from ccl/nccl/peers.h.
+DISCO_REGISTER_GLOBAL("test.gpu.connected_mismatches").set_body_typed([]() {
+  const WorkerInfo& w = ThisWorker();
+  const ccl::Context* ctx = ccl::CurrentContext();
+  int64_t mismatches = 0;
+  for (int peer = 0; peer < w.num_workers; ++peer) {
+    const bool expected = ccl::PreConnectedPair(w.worker_id, peer, w.num_workers, ctx->group_size);
+    if (ctx->world->PreConnected(peer) != expected) ++mismatches;
+  }
+  return mismatches;
+});
+
+// Worker `a` sends `buffer` to `b` alone, `b` receives it alone (disco.send_to_worker and
+// disco.recv_from_worker); each returns what its builtin threw ("" elsewhere).
+DISCO_REGISTER_GLOBAL("test.gpu.lone_p2p")
+    .set_body_typed([](Tensor buffer, int64_t a, int64_t b) -> std::string {
+      const int me = ThisWorker().worker_id;
+      if (me != a && me != b) return "";
+      try {
+        if (me == a) {
+          Registry::Get("disco.send_to_worker")(buffer, b);
+        } else {
+          Registry::Get("disco.recv_from_worker")(buffer, a);
+        }
+      } catch (const Error& e) {
+        return e.what();
+      }
+      return "no error";
+    });
+
+// Worker `a` sends `send` to `b` by disco.sendrecv; the other workers call it with no peer.
+DISCO_REGISTER_GLOBAL("test.gpu.pair_sendrecv")
+    .set_body_typed([](Tensor send, Tensor recv, int64_t a, int64_t b) {
+      const int me = ThisWorker().worker_id;
+      Registry::Get("disco.sendrecv")(me == a ? Any(send) : Any(), me == a ? b : int64_t{-1},
+                                      me == b ? Any(recv) : Any(), me == b ? a : int64_t{-1});
+    });
+
+// The bytes this worker's GPU pool holds without using them, after a synchronization of stream 0
+// (where CUDA gives back what exceeds the pool's release threshold); -1 without CUDA.
+DISCO_REGISTER_GLOBAL("test.gpu.pool_unused_after_sync").set_body_typed([]() -> int64_t {
+#if DISCO_HAVE_CUDA
+  const int device = ThisWorker().device.device_id;
+  CudaDeviceGuard guard(device);
+  cudaMemPool_t pool;
+  DISCO_CUDA_CALL(cudaDeviceGetDefaultMemPool(&pool, device));
+  DISCO_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+  uint64_t reserved = 0, used = 0;
+  DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  DISCO_CUDA_CALL(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  return static_cast<int64_t>(reserved - used);
+#else
+  return -1;
+#endif
+});
+
+// Runs one disco call (`what`: alloc, copy, allreduce, empty_cache) inside a CUDA graph capture on
+// a blocking stream of this worker's GPU, after a memset the capture records. Returns what disco
+// threw ("no error" when nothing), then how ending the capture went: "cudaSuccess, 1 node(s)"
+// when disco left the capture intact.
+DISCO_REGISTER_GLOBAL("test.gpu.inside_capture").set_body_typed([](std::string what) {
+#if DISCO_HAVE_CUDA
+  const DLDevice device = ThisWorker().device;
+  CudaDeviceGuard guard(device.device_id);
+  Tensor t = Tensor::Empty(Shape{256}, DataType("float32"), device);
+  Tensor host = Tensor::Empty(Shape{256}, DataType("float32"));
+  std::memset(host.data(), 0, host.nbytes());
+  cudaStream_t stream = nullptr;
+  DISCO_CUDA_CALL(cudaStreamCreate(&stream));  // blocking: it synchronizes with stream 0
+  DISCO_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cudaError_t memset = cudaMemsetAsync(t.data(), 0, t.nbytes(), stream);
+  std::string error = "no error";
+  try {
+    if (what == "alloc") {
+      Tensor::Empty(Shape{256}, DataType("float32"), device);
+    } else if (what == "copy") {
+      t.CopyFrom(host);
+    } else if (what == "allreduce") {
+      AllReduceInFunction(t, ReduceOp::kSum);
+    } else if (what == "empty_cache") {
+      memory::EmptyCache();
+    } else {
+      error = "unknown case " + what;
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  size_t nodes = 0;
+  if (end == cudaSuccess && graph != nullptr) cudaGraphGetNodes(graph, nullptr, &nodes);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaGetLastError();
+  return error + " | memset: " + cudaGetErrorName(memset) +
+         " | end capture: " + cudaGetErrorName(end) + ", " + std::to_string(nodes) + " node(s)";
+#else
+  return std::string("built without CUDA");
+#endif
+});
 
 class GpuCclTest : public ::testing::Test {
  protected:
@@ -161,6 +268,93 @@ TEST_F(GpuCclTest, PointToPointOnCudaTensors) {
   s().CallPacked(F("test.ccl.expect_root_data"), from0, false, 0, "recv_from_worker0");
   s().Barrier(false);
   Check("nccl point to point");
+}
+
+// Under NCCL a lone send or receive works only between peers connected at InitCCL (every pair up
+// to 8 workers; beyond, ring neighbours and adjacent groups): both peers of any other pair refuse
+// it, and neither waits for the other; disco.sendrecv moves data between them. With 8 workers or
+// fewer every pair is connected, which the first part checks.
+TEST_F(GpuCclTest, LoneSendOnlyBetweenPeersConnectedAtInit) {
+  DRef mismatches = s().CallPacked(F("test.gpu.connected_mismatches"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(mismatches.DebugGetFromRemote(w).cast<int64_t>(), 0) << "worker " << w;
+  }
+  const int group_size = n() / s().num_groups();
+  int a = -1, b = -1;
+  for (int i = 1; i < n() && a < 0; ++i) {  // a pair without worker 0: nothing is deferred
+    for (int j = i + 1; j < n() && a < 0; ++j) {
+      if (!ccl::PreConnectedPair(i, j, n(), group_size)) {
+        a = i;
+        b = j;
+      }
+    }
+  }
+  if (a < 0) {
+    EXPECT_LE(n(), ccl::kConnectAllMax) << "no unconnected pair among " << n() << " workers";
+    Check("connected peers");
+    return;
+  }
+  DRef buf = Gpu(1001, "float32"), recv = Gpu(1001, "float32");
+  s().CallPacked(F("test.ccl.fill"), buf, "data", 0);
+  DRef refused = s().CallPacked(F("test.gpu.lone_p2p"), buf, a, b);
+  for (int w : {a, b}) {
+    std::string msg = refused.DebugGetFromRemote(w).cast<std::string>();
+    EXPECT_NE(msg.find("are not connected point to point"), std::string::npos)
+        << "worker " << w << ": " << msg;
+    EXPECT_NE(msg.find("disco.sendrecv"), std::string::npos) << "worker " << w << ": " << msg;
+  }
+  s().CallPacked(F("test.gpu.pair_sendrecv"), buf, recv, a, b);
+  Tensor sent = buf.DebugGetFromRemote(a).cast<Tensor>();
+  Tensor got = recv.DebugGetFromRemote(b).cast<Tensor>();
+  ASSERT_EQ(sent.nbytes(), got.nbytes());
+  EXPECT_EQ(std::memcmp(sent.data(), got.data(), sent.nbytes()), 0)
+      << "disco.sendrecv from worker " << a << " to " << b;
+  Check("lone send refused between unconnected peers");
+}
+
+// The pool keeps at most memory::kCudaPoolKeepBytes of freed memory across a synchronization, and
+// disco.empty_cache gives back all it keeps.
+TEST_F(GpuCclTest, MemoryPoolGivesFreedMemoryBack) {
+  const int64_t big = int64_t{1} << 30;
+  {
+    DRef t = Gpu(big / 4, "float32");
+    s().SyncAll();
+  }
+  DRef unused = s().CallPacked(F("test.gpu.pool_unused_after_sync"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_LE(unused.DebugGetFromRemote(w).cast<int64_t>(),
+              static_cast<int64_t>(memory::kCudaPoolKeepBytes))
+        << "worker " << w << ": the pool kept more than its release threshold after freeing 1 GiB";
+  }
+  const int64_t small = int64_t{64} << 20;  // below the threshold: kept until empty_cache
+  {
+    DRef t = Gpu(small / 4, "float32");
+    s().SyncAll();
+  }
+  DRef released = s().CallPacked(F("disco.empty_cache"));
+  DRef left = s().CallPacked(F("test.gpu.pool_unused_after_sync"));
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_GE(released.DebugGetFromRemote(w).cast<int64_t>(), small) << "worker " << w;
+    EXPECT_LT(left.DebugGetFromRemote(w).cast<int64_t>(), small) << "worker " << w;
+  }
+  Check("empty_cache");
+}
+
+// disco's allocations, copies and collectives inside a CUDA graph capture raise a clear error
+// before touching stream 0, and the user's capture stays valid.
+TEST_F(GpuCclTest, CallsInsideACudaGraphCaptureAreRefusedAndLeaveItIntact) {
+  for (const char* what : {"alloc", "copy", "allreduce", "empty_cache"}) {
+    DRef result = s().CallPacked(F("test.gpu.inside_capture"), std::string(what));
+    for (int w = 0; w < n(); ++w) {
+      std::string msg = result.DebugGetFromRemote(w).cast<std::string>();
+      EXPECT_NE(msg.find("disco calls cannot be captured into a CUDA graph"), std::string::npos)
+          << what << " on worker " << w << ": " << msg;
+      EXPECT_NE(msg.find("memset: cudaSuccess | end capture: cudaSuccess, 1 node(s)"),
+                std::string::npos)
+          << what << " on worker " << w << ": " << msg;
+    }
+  }
+  Check("calls inside a capture");
 }
 
 TEST_F(GpuCclTest, ThisWorkerGpuAllocatesOnEachWorkersGpu) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ccl/context.h"
+#include "core/device_memory.h"
 #include "mpi/mpi_test_env.h"
 #include "session/session_impl.h"
 #include "session/worker.h"
@@ -547,6 +548,23 @@ TEST_F(SessionTest, LargeTransfersDoNotPinTheirBuffers) {
   int64_t grown0 = rss_kib(0) - before0, grown_w = rss_kib(w) - before_w;
   EXPECT_LT(grown0, 32 * 1024) << "rank 0 kept " << grown0 << " KiB after the transfers";
   EXPECT_LT(grown_w, 32 * 1024) << "worker " << w << " kept " << grown_w << " KiB";
+}
+
+// disco.empty_cache gives the freed memory of the CUDA pools back; on workers that never
+// allocated device memory (CPU workers, builds without CUDA) it releases nothing, without error.
+TEST_F(SessionTest, EmptyCacheWithoutDeviceMemoryReleasesNothing) {
+  DRef host = s().Empty(Shape{1024}, DataType("float32"));
+  DRef released = s().CallPacked(F("disco.empty_cache"));
+  const bool gpus = memory::CudaDeviceCount() > 0;  // the suite may have used them (auto: NCCL)
+  for (int w = 0; w < n(); ++w) {
+    int64_t bytes = released.DebugGetFromRemote(w).cast<int64_t>();
+    if (gpus) {
+      EXPECT_GE(bytes, 0) << "worker " << w;
+    } else {
+      EXPECT_EQ(bytes, 0) << "worker " << w;
+    }
+  }
+  testing::ExpectNoRemoteError(s(), "disco.empty_cache");
 }
 
 // Registers hold arrays and maps (A3): a function returns several tensors, they cross the wire in

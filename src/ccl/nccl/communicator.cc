@@ -20,9 +20,12 @@
 // - Errors. A failed operation aborts the communicator once (NcclComm::Abort frees it and forgets
 //   it); later calls say so instead of touching freed memory. A group is always closed, also when
 //   a call inside it throws.
-// - Point to point. Peers that talk (next group, ring neighbours; every pair in small worlds) are
-//   connected at init, so a later ncclSend only queues work: NCCL's first send to a peer blocks the
-//   host until that peer receives, which would stall the control plane.
+// - Point to point. Peers that talk (next group, ring neighbours; every pair in small worlds:
+//   ccl/nccl/peers.h) are connected at init, so a later ncclSend only queues work: NCCL's first
+//   send to a peer blocks the host until that peer receives, which would stall the control plane.
+//   The builtins refuse a lone send or receive between other peers (PreConnected).
+// - CUDA graphs. Every builtin operation's first step (AfterOtherStreams) refuses to run inside a
+//   capture.
 #include "ccl/nccl/communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -38,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "ccl/nccl/peers.h"
 #include "ccl/nccl/types.h"
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
@@ -213,8 +217,11 @@ class CudaStream {
   cudaStream_t compute() const { return compute_; }
   /// Makes later work on this stream wait for the work queued on the compute stream and on
   /// stream 0 so far. (The compute stream is a blocking stream, so its event alone should cover
-  /// stream 0 too; the second event does not rest on that.)
+  /// stream 0 too; the second event does not rest on that.) Every builtin operation starts here,
+  /// before it touches a stream or NCCL: inside a CUDA graph capture it throws
+  /// (ThrowIfGraphCapture) instead of invalidating the user's capture.
   void AfterOtherStreams() {
+    ThrowIfGraphCapture("NCCL collective");
     DISCO_CUDA_CALL(cudaEventRecord(after_compute_, compute_));
     DISCO_CUDA_CALL(cudaStreamWaitEvent(stream_, after_compute_, 0));
     DISCO_CUDA_CALL(cudaEventRecord(after_legacy_, cudaStreamLegacy));
@@ -401,7 +408,10 @@ class NcclCommunicator final : public Communicator {
       group.End();
     }
     Wait("connect");
+    connected_.insert(peers.begin(), peers.end());
   }
+  // Only the peers Connect connected: a lone send to another makes NCCL connect inside the call.
+  bool PreConnected(int peer) const override { return connected_.count(peer) != 0; }
 
  private:
   // An NCCL group that is closed on every path. A failed call inside it aborts the communicator
@@ -487,11 +497,12 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::vector<Tensor> in_flight_;  // buffers of sends that may not have completed
+  std::set<int> connected_;        // peers Connect connected (ccl/nccl/peers.h)
 };
 
 // The GPU of this rank: device_ids[local_rank] when given, else local rank modulo the visible
 // GPUs. Throws ValueError naming what does not fit.
-int ChooseGpu(int local_rank, int node_size, const std::vector<int64_t>& device_ids) {
+int ChooseGpu(int local_rank, const std::vector<int64_t>& device_ids) {
   int visible = 0;
   DISCO_CUDA_CALL(cudaGetDeviceCount(&visible));
   if (!device_ids.empty()) {
@@ -505,11 +516,12 @@ int ChooseGpu(int local_rank, int node_size, const std::vector<int64_t>& device_
         << visible << " GPU(s) (CUDA_VISIBLE_DEVICES?)";
     return device;
   }
-  // More ranks on this node than GPUs would put two ranks on one GPU. Under Slurm's
-  // --gpus-per-task each rank sees one GPU (its own), which CheckDistinctGpus confirms.
-  DISCO_CHECK(visible >= node_size || visible == 1, ValueError)
-      << "InitCCL('nccl'): " << node_size << " ranks run on " << GetProcessInfo().host
-      << " but it has " << visible << " visible GPU(s); start at most one rank per GPU";
+  DISCO_CHECK(visible > 0, ValueError) << "InitCCL('nccl'): this process sees no GPU on "
+                                       << GetProcessInfo().host << " (CUDA_VISIBLE_DEVICES?)";
+  // Each rank may see its own GPUs (Slurm's --gpus-per-task: one, or a subset of several), so the
+  // count of GPUs visible here says nothing about the node: local rank modulo the visible GPUs is
+  // a GPU of this rank's own set, and CheckDistinctGpus refuses two ranks that land on the same
+  // physical GPU (more ranks than GPUs sharing one set), naming them.
   return local_rank % visible;
 }
 
@@ -535,8 +547,10 @@ void CheckDistinctGpus(int device, MPI_Comm node) {
     if (r != me && std::strncmp(bus, all.data() + r * sizeof bus, sizeof bus) == 0) {
       DISCO_THROW(ValueError) << "InitCCL('nccl'): node-local ranks " << std::min(r, me) << " and "
                               << std::max(r, me) << " on " << GetProcessInfo().host
-                              << " are bound to the same GPU (" << bus
-                              << "); give each rank its own GPU (device_ids, or fewer ranks)";
+                              << " are bound to the same GPU (" << bus << "; each rank takes "
+                              << "device_ids[local rank], else its local rank modulo the GPUs it "
+                              << "sees); give each rank its own GPU (device_ids, "
+                              << "CUDA_VISIBLE_DEVICES or --gpus-per-task, or fewer ranks)";
     }
   }
 }
@@ -544,12 +558,10 @@ void CheckDistinctGpus(int device, MPI_Comm node) {
 // Chooses and checks this rank's GPU and binds it (cudaSetDevice before anything else touches
 // CUDA). Collective over `world`: a rank that fails makes every rank throw.
 int BindGpu(MPI_Comm world, MPI_Comm node, int local_rank, const std::vector<int64_t>& device_ids) {
-  int node_size = 0;
-  DISCO_MPI_CALL(MPI_Comm_size(node, &node_size));
   int device = -1;
   std::exception_ptr failure;
   try {
-    device = ChooseGpu(local_rank, node_size, device_ids);
+    device = ChooseGpu(local_rank, device_ids);
     DISCO_CUDA_CALL(cudaSetDevice(device));
   } catch (const std::exception&) {
     failure = std::current_exception();
@@ -602,24 +614,6 @@ ncclComm_t BlockingSplit(ncclComm_t parent, int color, int key, const char* what
   return child;
 }
 
-// The peers this rank exchanges with point to point: the next and previous group, the ring
-// neighbours, and, in worlds of at most kConnectAllMax ranks, everyone.
-constexpr int kConnectAllMax = 8;
-std::set<int> TalkingPeers(int rank, int size, int group_size) {
-  std::set<int> peers;
-  if (size <= 1) return peers;
-  if (size <= kConnectAllMax) {
-    for (int r = 0; r < size; ++r) peers.insert(r);
-  } else {
-    peers.insert((rank + 1) % size);
-    peers.insert((rank + size - 1) % size);
-    if (rank + group_size < size) peers.insert(rank + group_size);
-    if (rank - group_size >= 0) peers.insert(rank - group_size);
-  }
-  peers.erase(rank);
-  return peers;
-}
-
 // A small and a large allreduce of floats on `c` (see MakeNcclCommunicators).
 void WarmUp(Communicator& c, int device) {
   for (int64_t n : {int64_t{64}, int64_t{4} << 20}) {
@@ -636,7 +630,7 @@ bool EveryRankHasItsOwnGpu(MPI_Comm world, int local_rank, const std::vector<int
   mpi::Comm node(node_raw);
   int device = -1, ok = 1, all_ok = 0;
   try {
-    device = ChooseGpu(local_rank, node.size(), device_ids);
+    device = ChooseGpu(local_rank, device_ids);
   } catch (const std::exception&) {
     ok = 0;
   }
