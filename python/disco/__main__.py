@@ -1,14 +1,15 @@
 """python3 -m disco: runs a Python program on every rank of an MPI job, as launch/disco-run does.
 
-    python3 -m disco [-n N] [--dry-run] [--which-mpi] [--help-env] script.py [args...]
-    python3 -m disco [-n N] [--dry-run] -m package.module [args...]
+    python3 -m disco [-n N] [--trace FILE] [--dry-run] [--which-mpi] [--help-env] script.py [args...]
+    python3 -m disco [-n N] [--trace FILE] [--dry-run] -m package.module [args...]
 
 The launcher and its flags are launch/disco-run's (one implementation of the rules, shipped
 inside this package): outside Slurm, mpirun with the flags its MPI takes (Open MPI's root flag
 only as root, --oversubscribe only when N exceeds the cores, binding one rank per core); inside
 a Slurm allocation, srun with the PMI of the MPI in use and --kill-on-bad-exit=1. The command is
 printed before it runs; --dry-run only prints it. N defaults to SLURM_NTASKS inside an
-allocation, else DISCO_NP, else 1.
+allocation, else DISCO_NP, else 1. --trace FILE writes the job's timeline to FILE (DISCO_TRACE:
+a Chrome/Perfetto trace-event file; python3 -m disco.trace FILE summarises it).
 
 Every rank runs the program with this interpreter. An exception that no code catches, on any
 rank, prints its traceback and ends the whole job (MPI_Abort), so no rank waits for one that is
@@ -22,7 +23,7 @@ import sys
 
 from . import _launcher
 
-_USAGE = ("usage: python3 -m disco [-n N] [--dry-run] [--which-mpi] [--help-env] "
+_USAGE = ("usage: python3 -m disco [-n N] [--trace FILE] [--dry-run] [--which-mpi] [--help-env] "
           "(script.py | -m module) [args...]")
 
 
@@ -46,6 +47,11 @@ def main(argv=None):
             launcher_args += ["-n", argv.pop(0)]
         elif a.startswith("--np=") or (a.startswith("-n") and len(a) > 2 and a[2:].isdigit()):
             launcher_args += ["-n", a.split("=", 1)[1] if "=" in a else a[2:]]
+        elif a == "--trace" or a.startswith("--trace="):
+            value = a.split("=", 1)[1] if "=" in a else (argv.pop(0) if argv else "")
+            if not value or value.startswith("-"):
+                _die("--trace needs a file name%s" % (", got %r" % value if value else ""))
+            launcher_args += ["--trace", value]
         elif a in ("--dry-run", "--which-mpi", "--help-env"):
             launcher_args.append(a)
         elif a == "-m":

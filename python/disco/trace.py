@@ -46,16 +46,20 @@ def _load_one(path):
 
 def load(paths):
     """The events of one merged trace, or of rank files merged; (events, notes)."""
-    files = []
+    files, notes = [], []
     for p in paths:
-        if os.path.exists(p):
+        ranks = sorted(glob.glob(glob.escape(p) + ".rank*.json"))
+        # A job that failed leaves rank files; a merged file older than them is an earlier job's.
+        if os.path.exists(p) and not (ranks and os.path.getmtime(ranks[0]) >= os.path.getmtime(p)):
             files.append(p)
-        else:
-            ranks = sorted(glob.glob(glob.escape(p) + ".rank*.json"))
-            if not ranks:
-                raise TraceError(f"{p}: no such file, and no {p}.rank<r>.json beside it")
+        elif ranks:
+            if os.path.exists(p):
+                notes.append(f"{p} is older than its rank files (an earlier job's): read the "
+                             "rank files")
             files.extend(ranks)
-    events, notes = [], []
+        else:
+            raise TraceError(f"{p}: no such file, and no {p}.rank<r>.json beside it")
+    events = []
     for f in files:
         data = _load_one(f)
         other = data.get("otherData") or {}

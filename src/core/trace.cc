@@ -1,12 +1,14 @@
 #include "core/trace.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -24,13 +26,15 @@ std::atomic<bool> g_enabled{false};
 
 namespace {
 
+std::atomic<bool> g_rank_file_written{false};
+char g_rank_file_path[4096] = {0};
+
 struct Ring {
   std::unique_ptr<Event[]> events;
   uint64_t mask = 0;
   std::atomic<uint64_t> next{0};
   std::string path;
   int rank = 0;
-  std::once_flag rank_file_once;
 };
 Ring& TheRing() {
   static Ring* ring = new Ring;  // never destroyed: a fatal path may write it during exit
@@ -104,6 +108,8 @@ void Start(int rank, const std::string& path, size_t capacity) {
   r.next.store(0);
   r.path = path;
   r.rank = rank;
+  std::snprintf(g_rank_file_path, sizeof g_rank_file_path, "%s.rank%d.json", path.c_str(), rank);
+  g_rank_file_written.store(false);
   detail::g_enabled.store(true);
 }
 
@@ -214,48 +220,180 @@ std::string EventsJson(int64_t t0, int64_t offset0, int64_t t1, int64_t offset1,
   return out;
 }
 
+namespace {
+
+// Async-signal-safe text output (the rank file may be written from a SIGTERM handler): a buffer
+// on the stack, flushed with write(2); no allocation, no locks, no stdio.
+class SafeWriter {
+ public:
+  explicit SafeWriter(int fd) : fd_(fd) {}
+  ~SafeWriter() { Flush(); }
+  void Str(const char* s) {
+    while (*s != '\0') Char(*s++);
+  }
+  void Char(char c) {
+    if (n_ == sizeof buf_) Flush();
+    buf_[n_++] = c;
+  }
+  void Int(int64_t v) {
+    if (v < 0) {
+      Char('-');
+      v = v == INT64_MIN ? INT64_MAX : -v;
+    }
+    char digits[24];
+    int n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v > 0);
+    while (n > 0) Char(digits[--n]);
+  }
+  // Nanoseconds as microseconds with three decimals.
+  void Micros(int64_t ns) {
+    if (ns < 0) {
+      Char('-');
+      ns = -ns;
+    }
+    Int(ns / 1000);
+    Char('.');
+    Char(static_cast<char>('0' + ns % 1000 / 100));
+    Char(static_cast<char>('0' + ns % 100 / 10));
+    Char(static_cast<char>('0' + ns % 10));
+  }
+  void Escaped(const char* s) {
+    static const char kHex[] = "0123456789abcdef";
+    for (; *s != '\0'; ++s) {
+      const unsigned char c = static_cast<unsigned char>(*s);
+      if (c == '"' || c == '\\') {
+        Char('\\');
+        Char(static_cast<char>(c));
+      } else if (c < 0x20 || c >= 0x7f) {
+        Str("\\u00");
+        Char(kHex[c >> 4]);
+        Char(kHex[c & 15]);
+      } else {
+        Char(static_cast<char>(c));
+      }
+    }
+  }
+  void Flush() {
+    size_t done = 0;
+    while (done < n_) {
+      const ssize_t w = write(fd_, buf_ + done, n_ - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += static_cast<size_t>(w);
+    }
+    n_ = 0;
+  }
+
+ private:
+  int fd_;
+  char buf_[4096];
+  size_t n_ = 0;
+};
+
+}  // namespace
+
 void WriteRankFile(const char* why) {
   Ring& r = TheRing();
-  if (r.events == nullptr || r.path.empty()) return;
-  std::call_once(r.rank_file_once, [&] {
-    try {
-      detail::g_enabled.store(false);  // a consistent snapshot: nothing records from here on
-      std::vector<Event> first(1);
-      uint64_t dropped = 0;
-      int64_t origin = 0;
-      if (Snapshot(first.data(), 1, &dropped) == 1) origin = first[0].start_ns;
-      uint64_t count = 0;
-      std::string body = "{\"traceEvents\":[\n";
-      body += EventsJson(0, 0, 0, 0, origin, r.rank, &count);
-      AppendF(&body,
-              "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
-              "\"rank %d (this rank's file, unaligned clock)\"}}\n],\n",
-              r.rank, r.rank);
-      body += "\"displayTimeUnit\":\"ms\",\"otherData\":{\"disco_rank_file\":1,\"rank\":";
-      AppendF(&body, "%d,\"origin_ns\":%" PRId64 ",\"why\":\"", r.rank, origin);
-      AppendEscaped(&body, why);
-      body += "\"}}\n";
-      const std::string path = r.path + ".rank" + std::to_string(r.rank) + ".json";
-      const int fd =
-          open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        std::fprintf(stderr, "disco: [rank %d] DISCO_TRACE: cannot write %s: %s\n", r.rank,
-                     path.c_str(), std::strerror(errno));
-        return;
+  if (r.events == nullptr || g_rank_file_path[0] == '\0') return;
+  if (g_rank_file_written.exchange(true)) return;
+  detail::g_enabled.store(false);  // a consistent ring: nothing records from here on
+  const uint64_t end = r.next.load();
+  const uint64_t cap = r.mask + 1;
+  const uint64_t begin = end > cap ? end - cap : 0;
+  int64_t origin = INT64_MAX;
+  for (uint64_t i = begin; i < end; ++i) origin = std::min(origin, r.events[i & r.mask].start_ns);
+  if (origin == INT64_MAX) origin = 0;
+  // Not through a link, and not into a file another user made (O_TRUNC only once it is ours).
+  int fd = open(g_rank_file_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  struct stat st {};
+  if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() || !S_ISREG(st.st_mode) ||
+                  ftruncate(fd, 0) != 0)) {
+    close(fd);
+    fd = -1;
+  }
+  if (fd < 0) {
+    SafeWriter err(STDERR_FILENO);
+    err.Str("disco: [rank ");
+    err.Int(r.rank);
+    err.Str("] DISCO_TRACE: cannot write ");
+    err.Str(g_rank_file_path);
+    err.Str(" (a link, not a file, or another user's)\n");
+    return;
+  }
+  {
+    SafeWriter w(fd);
+    w.Str("{\"traceEvents\":[\n");
+    for (uint64_t i = begin; i < end; ++i) {
+      const Event& e = r.events[i & r.mask];
+      w.Str("{\"name\":\"");
+      w.Escaped(e.name);
+      w.Str("\",\"cat\":\"");
+      w.Str(KindName(e.kind));
+      w.Str("\",\"ph\":\"X\",\"pid\":");
+      w.Int(r.rank);
+      w.Str(",\"tid\":");
+      w.Int(TidOf(e.kind));
+      w.Str(",\"ts\":");
+      w.Micros(e.start_ns - origin);
+      w.Str(",\"dur\":");
+      w.Micros(std::max<int64_t>(0, e.end_ns - e.start_ns));
+      w.Str(",\"args\":{");
+      switch (e.kind) {
+        case Kind::kCommand:
+        case Kind::kRun:
+          w.Str("\"seq\":");
+          w.Int(e.a[0]);
+          break;
+        case Kind::kCollective:
+          w.Str("\"bytes\":");
+          w.Int(e.a[0]);
+          w.Str(",\"wait_us\":");
+          w.Micros(e.a[1]);
+          break;
+        case Kind::kH5Read:
+        case Kind::kH5Write:
+          w.Str("\"bytes\":");
+          w.Int(e.a[0]);
+          w.Str(",\"datasets\":");
+          w.Int(e.a[1]);
+          break;
+        default:
+          w.Str("\"a0\":");
+          w.Int(e.a[0]);
+          w.Str(",\"a1\":");
+          w.Int(e.a[1]);
       }
-      size_t done = 0;
-      while (done < body.size()) {
-        const ssize_t w = write(fd, body.data() + done, body.size() - done);
-        if (w <= 0) break;
-        done += static_cast<size_t>(w);
-      }
-      close(fd);
-      std::fprintf(stderr,
-                   "disco: [rank %d] DISCO_TRACE: %" PRIu64 " events of this rank in %s (%s)\n",
-                   r.rank, count, path.c_str(), why);
-    } catch (const std::exception&) {
+      w.Str("}},\n");
     }
-  });
+    w.Str("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+    w.Int(r.rank);
+    w.Str(",\"tid\":0,\"args\":{\"name\":\"rank ");
+    w.Int(r.rank);
+    w.Str(" (its own file: clock not aligned)\"}}\n],\"displayTimeUnit\":\"ms\",");
+    w.Str("\"otherData\":{\"disco_rank_file\":1,\"rank\":");
+    w.Int(r.rank);
+    w.Str(",\"dropped\":");
+    w.Int(static_cast<int64_t>(begin));
+    w.Str(",\"origin_ns\":");
+    w.Int(origin);
+    w.Str(",\"why\":\"");
+    w.Escaped(why);
+    w.Str("\"}}\n");
+  }
+  close(fd);
+  SafeWriter err(STDERR_FILENO);
+  err.Str("disco: [rank ");
+  err.Int(r.rank);
+  err.Str("] DISCO_TRACE: ");
+  err.Int(static_cast<int64_t>(end - begin));
+  err.Str(" events of this rank in ");
+  err.Str(g_rank_file_path);
+  err.Str(" (");
+  err.Str(why);
+  err.Str(")\n");
 }
 
 }  // namespace trace

@@ -105,8 +105,9 @@ std::string EventsJson(int64_t t0, int64_t offset0, int64_t t1, int64_t offset1,
                        int pid, uint64_t* count);
 
 /// A hung or failing job's trace: this rank's events, unaligned, to PATH.rank<r>.json (a complete
-/// trace-event file of its own; python3 -m disco.trace merges such files). Never throws; once per
-/// process. `why` goes into the file's metadata.
+/// trace-event file of its own; python3 -m disco.trace merges such files), and a line on stderr.
+/// Once per Start; turns recording off. Async-signal-safe (no allocation, no locks, no stdio): the
+/// SIGTERM handler of a rank the launcher ends calls it. `why` goes into the file's metadata.
 void WriteRankFile(const char* why);
 
 }  // namespace trace

@@ -2,6 +2,7 @@
 
 #include <disco/error.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,11 +79,38 @@ Offset EstimateOffset(MPI_Comm comm) {
   return mine;
 }
 
+// Opens `path` for writing: not through a symbolic link (O_NOFOLLOW), and only a regular file of
+// this user (a file another user made in a shared directory, e.g. /tmp, is refused rather than
+// filled with this job's trace). Truncates only when `truncate`. Throws ValueError naming the path.
+int OpenOwnFile(const std::string& path, bool truncate, bool* created) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  *created = fd >= 0;
+  if (fd < 0 && errno == EEXIST) fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    DISCO_THROW(ValueError) << "DISCO_TRACE=" << path
+                            << ": cannot write it: " << std::strerror(errno)
+                            << (errno == ELOOP ? " (a symbolic link: give the file itself)" : "");
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    close(fd);
+    DISCO_THROW(ValueError) << "DISCO_TRACE=" << path << ": it exists and is "
+                            << (S_ISREG(st.st_mode) ? "owned by uid " + std::to_string(st.st_uid)
+                                                    : std::string("not a regular file"))
+                            << ", not a file of yours (uid " << geteuid() << "): name another";
+  }
+  if (truncate && ftruncate(fd, 0) != 0) {
+    const int e = errno;
+    close(fd);
+    DISCO_THROW(ValueError) << "DISCO_TRACE=" << path
+                            << ": cannot truncate it: " << std::strerror(e);
+  }
+  return fd;
+}
+
 void WriteAll(const std::string& path, const std::string& body) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  DISCO_CHECK(fd >= 0, RuntimeError)
-      << "DISCO_TRACE=" << path << ": cannot write it: " << std::strerror(errno)
-      << (errno == ELOOP ? " (a symbolic link: give the file itself)" : "");
+  bool created = false;
+  const int fd = OpenOwnFile(path, true, &created);
   size_t done = 0;
   while (done < body.size()) {
     const ssize_t w = write(fd, body.data() + done, body.size() - done);
@@ -125,11 +153,11 @@ void StartJob(MPI_Comm world) {
   std::exception_ptr failure;
   if (rank == 0) {
     try {
-      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-      DISCO_CHECK(fd >= 0, ValueError)
-          << "DISCO_TRACE=" << path << ": cannot write it: " << std::strerror(errno)
-          << (errno == ELOOP ? " (a symbolic link: give the file itself)" : "");
-      close(fd);
+      // Created for the test and removed again, or an existing file opened without truncation:
+      // a job that fails leaves no empty file behind, nor an earlier trace cut short.
+      bool created = false;
+      close(OpenOwnFile(path, false, &created));
+      if (created) unlink(path.c_str());
     } catch (const std::exception&) {
       failure = std::current_exception();
     }

@@ -160,6 +160,20 @@ void OnTerminate(int sig) {
   line[at++] = '\n';
   ssize_t ignored = write(STDERR_FILENO, line, at);
   (void)ignored;
+  // The timeline (DISCO_TRACE) of a rank the launcher ends: its own file, with the command it was
+  // running (both async-signal-safe).
+  if (trace::Enabled()) {
+    const uint64_t last = s.next.load();
+    if (last > 0 && s.busy.load()) {
+      const Record& r = s.records[(last - 1) % kFlightRecords];
+      char name[trace::kNameBytes];
+      size_t n = 0;
+      PutStr(name, sizeof name, &n, r.function);
+      PutStr(name, sizeof name, &n, " (running)");
+      trace::Record(trace::Kind::kRun, name, n, r.start_ns, NowNs(), static_cast<int64_t>(r.seq));
+    }
+    trace::WriteRankFile(sig == SIGINT ? "interrupted (SIGINT)" : "terminated by the launcher");
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -959,7 +973,7 @@ void Dump(const std::string& why) {
     const uint64_t last = s.next.load(std::memory_order_acquire);
     if (last > 0 && s.busy.load(std::memory_order_acquire)) {
       const Record& r = s.records[(last - 1) % kFlightRecords];
-      const std::string name = std::string(r.function) + " (running: " + why + ")";
+      const std::string name = std::string(r.function) + " (running)";  // why: in the file
       trace::Record(trace::Kind::kRun, name, r.start_ns, NowNs(), static_cast<int64_t>(r.seq));
     }
     trace::WriteRankFile(why.c_str());
