@@ -43,15 +43,43 @@ JobState& Job() {
 constexpr int kRounds = 8;
 constexpr int kTag = 0x7472;  // "tr"
 
-// Rank 0 pings each rank kRounds times; the round trip with the least time gives the offset
-// (the remote clock read at the midpoint) and its error (half that round trip).
+// This machine's boot: ranks that share it read the same CLOCK_MONOTONIC (one host, its network
+// namespaces and containers included), so their offset is 0 exactly.
+std::string BootId() {
+  char id[64] = {0};
+  const int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t n = read(fd, id, sizeof id - 1);
+    close(fd);
+    if (n > 0) id[n] = '\0';
+  }
+  return id;
+}
+
+// Each rank's offset to rank 0's clock: 0 for ranks booted with rank 0 (the same clock); for the
+// others rank 0 pings kRounds times, and the round trip with the least time gives the offset (the
+// remote clock read at its midpoint) and its error (half that round trip).
 Offset EstimateOffset(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  char boot[64] = {0};
+  std::snprintf(boot, sizeof boot, "%s", BootId().c_str());
+  std::vector<char> boots(rank == 0 ? sizeof boot * static_cast<size_t>(size) : 0);
+  DISCO_MPI_CALL(
+      MPI_Gather(boot, sizeof boot, MPI_CHAR, boots.data(), sizeof boot, MPI_CHAR, 0, comm));
+  std::vector<int> ping(static_cast<size_t>(size), 0);
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r) {
+      ping[r] = boot[0] == '\0' || std::strncmp(boot, &boots[r * sizeof boot], sizeof boot) != 0;
+    }
+  }
+  int pinged = 0;
+  DISCO_MPI_CALL(MPI_Scatter(ping.data(), 1, MPI_INT, &pinged, 1, MPI_INT, 0, comm));
   Offset mine;
   if (rank == 0) {
     for (int r = 1; r < size; ++r) {
+      if (!ping[r]) continue;
       int64_t best_rtt = INT64_MAX, best_offset = 0;
       for (int k = 0; k < kRounds; ++k) {
         int64_t remote = 0;
@@ -64,7 +92,7 @@ Offset EstimateOffset(MPI_Comm comm) {
       const int64_t result[2] = {best_offset, best_rtt / 2};
       DISCO_MPI_CALL(MPI_Send(result, 2, MPI_INT64_T, r, kTag, comm));
     }
-  } else {
+  } else if (pinged) {
     for (int k = 0; k < kRounds; ++k) {
       DISCO_MPI_CALL(MPI_Recv(nullptr, 0, MPI_BYTE, 0, kTag, comm, MPI_STATUS_IGNORE));
       const int64_t now = NowNs();
@@ -256,8 +284,9 @@ void FinishJob(MPI_Comm world) {
   }
   std::fprintf(stderr,
                "disco: DISCO_TRACE: %" PRId64
-               " events of %d rank(s) in %s; clocks aligned to rank 0's over MPI at start and end "
-               "(largest offset %.1f us, error up to %.1f us, drift %.1f us)\n",
+               " events of %d rank(s) in %s; clocks aligned to rank 0's (ranks on its host share "
+               "its clock; others by MPI round trips at start and end: largest offset %.1f us, "
+               "error up to %.1f us, drift %.1f us)\n",
                events, size, path.c_str(), offset / 1e3, error / 1e3, drift / 1e3);
 }
 
