@@ -364,7 +364,13 @@ int RunChecked(Session& s, Options& o) {
   for (const std::string& name : WorkerFunctionNames()) s.GetGlobalFunc(name);
   // On GPUs, InitCCL("nccl") binds each worker to its own GPU, where llama.open and
   // llama.new_model then put the model.
-  s.InitCCL(o.device == "cuda" ? "nccl" : "mpi");
+  try {
+    s.InitCCL(o.device == "cuda" ? "nccl" : "mpi");
+  } catch (const disco::Error& e) {
+    if (o.device != "cuda") throw;
+    DISCO_THROW(ValueError) << "--device cuda needs a GPU per rank: " << e.what()
+                            << " (on CPUs, leave out --device cuda)";
+  }
   std::string path = o.model;
   if (path.empty()) {
     path = DefaultCheckpointDir(o);

@@ -107,7 +107,6 @@ int64_t PeakRssKib() {
 // path), loaded on first use.
 const cuda::Ops& CudaOps() {
   static const cuda::Ops* ops = [] {
-    std::vector<std::string> tried;
     Dl_info self{};
     std::string beside;
     if (dladdr(reinterpret_cast<void*>(&WorkerFunctionNames), &self) != 0 &&

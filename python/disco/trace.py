@@ -31,11 +31,17 @@ class TraceError(ValueError):
     pass
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 def _load_one(path):
+    if not os.path.isfile(path):
+        raise TraceError(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
+            data = json.load(f, parse_constant=_no_constant)  # NaN and Infinity are not JSON
+    except (OSError, ValueError, RecursionError) as e:
         raise TraceError(f"{path}: not a trace-event JSON file: {e}") from None
     if isinstance(data, list):  # the JSON Array Format
         data = {"traceEvents": data}
@@ -74,24 +80,32 @@ def check(events):
     """Raises TraceError naming the first event Perfetto / chrome://tracing would not read."""
     if not events:
         raise TraceError("the trace has no events")
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     for i, e in enumerate(events):
         if not isinstance(e, dict):
-            raise TraceError(f"event {i} is not an object: {e!r}")
+            raise TraceError(f"event {i} is not an object: {str(e)[:200]}")
         for key in ("name", "ph", "pid"):
             if key not in e:
-                raise TraceError(f"event {i} has no '{key}': {e}")
-        if not isinstance(e["name"], str) or not isinstance(e["pid"], int):
-            raise TraceError(f"event {i}: name must be a string and pid an integer: {e}")
+                raise TraceError(f"event {i} has no '{key}': {str(e)[:200]}")
+        if (not isinstance(e["name"], str) or not isinstance(e["pid"], int)
+                or isinstance(e["pid"], bool)):
+            raise TraceError(f"event {i}: name must be a string and pid an integer: {str(e)[:200]}")
+        if not isinstance(e.get("args", {}), dict):
+            raise TraceError(f"event {i}: 'args' is not an object: {str(e)[:200]}")
+        for key in ("seq", "frame_bytes", "bytes", "wait_us", "datasets", "worker", "graph",
+                    "calls", "request_bytes", "reply_bytes", "events", "sort_index"):
+            if key in e.get("args", {}) and not number(e["args"][key]):
+                raise TraceError(f"event {i}: args.{key} is not a number: {str(e)[:200]}")
         if e["ph"] == "X":
             for key in ("ts", "dur", "tid"):
-                if not isinstance(e.get(key), (int, float)):
-                    raise TraceError(f"event {i} ('X') has no numeric '{key}': {e}")
+                if not number(e.get(key)):
+                    raise TraceError(f"event {i} ('X') has no numeric '{key}': {str(e)[:200]}")
             if e["dur"] < 0:
                 raise TraceError(f"event {i} has a negative duration: {e}")
             if e.get("cat") not in KINDS:
                 raise TraceError(f"event {i} has an unknown category {e.get('cat')!r}: {e}")
-            if not isinstance(e.get("args", {}), dict):
-                raise TraceError(f"event {i}: 'args' is not an object: {e}")
         elif e["ph"] != "M":
             raise TraceError(f"event {i} has phase {e['ph']!r} (disco writes 'X' and 'M'): {e}")
 
@@ -195,6 +209,11 @@ def render_png(events, png, max_spans=40000):
     index = {r: i for i, r in enumerate(rows)}
     labels = {0: "controller", 1: "commands", 2: "collectives"}
     spans.sort(key=lambda e: -e["dur"])  # the longest first, should there be too many
+    out_dir = os.path.dirname(os.path.abspath(png))
+    if not os.path.isdir(out_dir):
+        raise TraceError(f"--png {png}: the directory {out_dir} does not exist")
+    # gnuplot runs in a temporary directory and reads and writes only names made here: no path
+    # the user gave (nor TMPDIR) reaches its script. The PNG is copied out by Python.
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for e in spans[:max_spans]:
@@ -209,12 +228,12 @@ def render_png(events, png, max_spans=40000):
         ytics = ", ".join(f'"rank {r[0]} {labels[r[1]]}" {len(rows) - 1 - i}'
                           for i, r in enumerate(rows))
         plots = ", ".join(
-            f"'{os.path.join(tmp, cat + '.dat')}' using 1:2:3:4 with boxxyerror "
+            f"'{cat}.dat' using 1:2:3:4 with boxxyerror "
             f"fs solid 0.9 noborder lc rgb '{COLOURS[cat]}' title '{cat}'"
             for cat in KINDS if cat in files)
         script = f"""
 set terminal pngcairo size 1600,{max(300, 60 * len(rows) + 120)} font ',10'
-set output '{png}'
+set output 'timeline.png'
 set title 'disco timeline ({len(spans)} spans)'
 set xlabel 'time (ms)'
 set ytics ({ytics})
@@ -223,9 +242,15 @@ set key outside right top
 set grid xtics
 plot {plots}
 """
-        r = subprocess.run([gnuplot], input=script, text=True, capture_output=True)
-        if r.returncode != 0 or not os.path.exists(png):
-            raise TraceError(f"gnuplot failed: {r.stderr.strip()}")
+        r = subprocess.run([gnuplot], input=script.encode(), capture_output=True, cwd=tmp)
+        made = os.path.join(tmp, "timeline.png")
+        if r.returncode != 0 or not os.path.exists(made):
+            why = r.stderr.decode(errors="replace").strip() or f"exit {r.returncode}"
+            raise TraceError(f"gnuplot failed: {why}")
+        try:
+            shutil.copyfile(made, png)
+        except OSError as e:
+            raise TraceError(f"--png {png}: {e}") from None
 
 
 def main(argv=None):
@@ -236,6 +261,8 @@ def main(argv=None):
     p.add_argument("--top", type=int, default=10, help="functions listed (default 10)")
     p.add_argument("--check", action="store_true", help="validate the structure only")
     a = p.parse_args(argv)
+    if a.top < 1:
+        p.error(f"--top must be at least 1, not {a.top}")
     try:
         events, notes = load(a.trace)
         check(events)

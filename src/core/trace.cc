@@ -307,12 +307,23 @@ void WriteRankFile(const char* why) {
   for (uint64_t i = begin; i < end; ++i) origin = std::min(origin, r.events[i & r.mask].start_ns);
   if (origin == INT64_MAX) origin = 0;
   // Not through a link, and not into a file another user made (O_TRUNC only once it is ours).
-  int fd = open(g_rank_file_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // O_NONBLOCK: a FIFO planted there must not block this rank (and its watchdog) in open().
+  int fd = open(g_rank_file_path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  const int open_errno = fd < 0 ? errno : 0;
   struct stat st {};
-  if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid() || !S_ISREG(st.st_mode) ||
-                  ftruncate(fd, 0) != 0)) {
-    close(fd);
-    fd = -1;
+  const char* refused = nullptr;
+  if (fd >= 0) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      refused = "not a regular file";
+    } else if (st.st_uid != geteuid()) {
+      refused = "another user's file";
+    } else if (ftruncate(fd, 0) != 0) {
+      refused = "cannot truncate it";
+    }
+    if (refused != nullptr) {
+      close(fd);
+      fd = -1;
+    }
   }
   if (fd < 0) {
     SafeWriter err(STDERR_FILENO);
@@ -320,9 +331,18 @@ void WriteRankFile(const char* why) {
     err.Int(r.rank);
     err.Str("] DISCO_TRACE: cannot write ");
     err.Str(g_rank_file_path);
-    err.Str(" (a link, not a file, or another user's)\n");
+    if (refused != nullptr) {
+      err.Str(" (");
+      err.Str(refused);
+      err.Str(")\n");
+    } else {
+      err.Str(" (open failed, errno ");
+      err.Int(open_errno);
+      err.Str(open_errno == ELOOP ? ": a symbolic link)\n" : ")\n");
+    }
     return;
   }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   {
     SafeWriter w(fd);
     w.Str("{\"traceEvents\":[\n");

@@ -1,6 +1,7 @@
 #include "session/trace_job.h"
 
 #include <disco/error.h>
+#include <disco/log.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +29,8 @@ struct Offset {
   int64_t offset_ns = 0;  // this rank's clock minus rank 0's
   int64_t error_ns = 0;   // half the best round trip
 };
+
+constexpr size_t kMaxRankFilePath = 4096;  // core/trace.cc keeps the name in a buffer this long
 
 struct JobState {
   bool on = false;
@@ -111,13 +114,20 @@ Offset EstimateOffset(MPI_Comm comm) {
 // this user (a file another user made in a shared directory, e.g. /tmp, is refused rather than
 // filled with this job's trace). Truncates only when `truncate`. Throws ValueError naming the path.
 int OpenOwnFile(const std::string& path, bool truncate, bool* created) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  // O_NONBLOCK: a FIFO planted at the path would block open() until a reader came (forever);
+  // with it the open fails at once (ENXIO) or returns, and the file type is checked below.
+  int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   *created = fd >= 0;
-  if (fd < 0 && errno == EEXIST) fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EEXIST) {
+    fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  }
   if (fd < 0) {
     DISCO_THROW(ValueError) << "DISCO_TRACE=" << path
                             << ": cannot write it: " << std::strerror(errno)
-                            << (errno == ELOOP ? " (a symbolic link: give the file itself)" : "");
+                            << (errno == ELOOP   ? " (a symbolic link: give the file itself)"
+                                : errno == ENXIO ? " (a FIFO with no reader: give a regular file)"
+                                                 : "");
   }
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
@@ -127,6 +137,7 @@ int OpenOwnFile(const std::string& path, bool truncate, bool* created) {
                                                     : std::string("not a regular file"))
                             << ", not a file of yours (uid " << geteuid() << "): name another";
   }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (truncate && ftruncate(fd, 0) != 0) {
     const int e = errno;
     close(fd);
@@ -190,7 +201,24 @@ void StartJob(MPI_Comm world) {
       failure = std::current_exception();
     }
   }
+  // Every rank's own file (PATH.rank<r>.json, for a failure) must have a name that fits.
+  const std::string rank_file = path + ".rank" + std::to_string(rank) + ".json";
+  if (!failure && rank_file.size() >= kMaxRankFilePath) {
+    failure = std::make_exception_ptr(
+        ValueError("DISCO_TRACE=" + path.substr(0, 64) + "...: " + std::to_string(path.size()) +
+                   " characters; with '.rank<r>.json' it must stay under " +
+                   std::to_string(kMaxRankFilePath)));
+  }
   mpi::AgreeOnSuccess(world, failure, "DISCO_TRACE");
+  // A rank that could not leave its file after a failure says so now (a directory that exists
+  // only on rank 0's node): a warning, since a job that ends well never writes it.
+  const std::string dir = rank_file.find('/') == std::string::npos
+                              ? std::string(".")
+                              : rank_file.substr(0, std::max<size_t>(1, rank_file.rfind('/')));
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    DISCO_LOG(WARN) << "DISCO_TRACE: this rank cannot write " << rank_file << " ("
+                    << std::strerror(errno) << "): a failure of the job would leave no trace of it";
+  }
   if (job.comm == MPI_COMM_NULL) DISCO_MPI_CALL(MPI_Comm_dup(world, &job.comm));
   job.start = EstimateOffset(job.comm);
   int64_t origin = rank == 0 ? NowNs() : 0;

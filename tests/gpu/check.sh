@@ -233,6 +233,9 @@ else
   skip nccl-np1 "no GPU"
   for dtype in float32 bfloat16; do skip demo-cuda-$dtype "no GPU"; done
   for dtype in float32 bfloat16; do skip llama-cuda-$dtype "no GPU"; done
+  # The same reference check on the CPU path: the bundle's check and its Python run on this node.
+  step llama-cpu 300 "${DISCO_TEST_PYTHON:-python3}" "$llama_check" --mpiexec "$one" \
+    --demo "$demo" --np 1 --dtype float32 --no-errors --case f32-gqa
 fi
 # The MPI suite on this node, one rank (auto picks NCCL where there is a GPU): unchanged results.
 step mpi-np1 240 "$one" -n 1 "$mpi_tests"

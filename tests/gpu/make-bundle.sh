@@ -47,7 +47,7 @@ cp -L /usr/share/openmpi/*.txt "$b/share/openmpi/" 2>/dev/null || true
 cp "$root/tests/demo/run_demo_test.sh" "$b/tests/demo/"
 cp "$root/tests/mpi/h5_fixtures.py" "$b/tests/mpi/"
 # The decoder's reference check (NumPy; check.sh runs it on the GPU path).
-cp "$root"/tests/llama/{check_disco,make_checkpoint,reference}.py "$b/tests/llama/"
+cp "$root"/tests/llama/{check_disco,make_checkpoint,reference,safetensors_io}.py "$b/tests/llama/"
 cat > "$b/bin/singleton-exec" <<'EOF'
 #!/usr/bin/env bash
 # An mpiexec stand-in for one rank (an MPI singleton): singleton-exec -n 1 [flags] PROGRAM ARGS...

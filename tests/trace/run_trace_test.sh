@@ -9,9 +9,10 @@
 #    with a stated error); the summary prints its sections; the PNG is drawn when gnuplot is here.
 # 2. A ring of 1024 events on a longer run: the oldest dropped and counted, the file still valid.
 # 3. A hang (one rank skips a collective, DISCO_TIMEOUT=3): every rank leaves PATH.rank<r>.json
-#    with the command it was running, and disco.trace reads them merged.
-# 4. Bad input: a directory that does not exist, a symbolic link, another user's file (as root), a
-#    bad DISCO_TRACE_EVENTS: the job fails at start, naming the variable; nothing hangs.
+#    with the command it was running, and disco.trace reads them merged; a FIFO planted as rank
+#    0's file is refused without blocking its watchdog.
+# 4. Bad input: a directory that does not exist, a symbolic link, a FIFO, another user's file (as
+#    root), a bad DISCO_TRACE_EVENTS: the job fails at start, naming the variable; nothing hangs.
 set -uo pipefail
 py=$1 mpiexec=$2 demo=$3 fault=$4
 shift 4
@@ -73,6 +74,14 @@ done
 "$py" -m disco.trace "$dir/hang.json" --top 3 >"$dir/hang.txt" 2>&1 || { cat "$dir/hang.txt"; fail "disco.trace on rank files"; }
 grep -q "rank 0's own file" "$dir/hang.txt" || { cat "$dir/hang.txt"; fail "disco.trace did not say the files are unaligned"; }
 echo "ok: a hung job left one trace per rank, read merged"
+# A FIFO planted where rank 0's file goes: refused at once, rank 0's watchdog goes on to end the job.
+mkfifo "$dir/hang2.json.rank0.json"
+DISCO_TRACE=$dir/hang2.json DISCO_TIMEOUT=3 run 3 60 "$fault" skip-collective
+rc=$?
+((rc != 0 && rc != 124 && rc != 137)) || { cat "$dir/out.log"; fail "with a FIFO as rank 0's file the job did not end by the watchdog (exit $rc)"; }
+grep -q "\[rank 0\] DISCO_TRACE: cannot write $dir/hang2.json.rank0.json" "$dir/out.log" &&
+  grep -q "error: watchdog: command" "$dir/out.log" || { cat "$dir/out.log"; fail "rank 0 did not refuse the FIFO and go on"; }
+echo "ok: a FIFO planted as a rank file is refused; the watchdog still ends the job"
 
 # 4. Bad input fails at start, naming the knob.
 expect_start_failure() {  # expect_start_failure NEEDLE  (env set by the caller)
@@ -88,6 +97,8 @@ DISCO_TRACE=$dir/no/such/dir/t.json expect_start_failure "DISCO_TRACE=$dir/no/su
 ln -s "$dir/elsewhere.json" "$dir/link.json"
 DISCO_TRACE=$dir/link.json expect_start_failure "a symbolic link"
 [[ ! -e $dir/elsewhere.json ]] || fail "the link's target was written"
+mkfifo "$dir/fifo.json"  # a FIFO planted at the path must not block the job (no reader comes)
+DISCO_TRACE=$dir/fifo.json expect_start_failure "DISCO_TRACE=$dir/fifo.json: cannot write it: .*a FIFO"
 if [[ $(id -u) -eq 0 ]]; then  # a file another user made where the trace should go
   : >"$dir/theirs.json"
   chown 12345 "$dir/theirs.json"
