@@ -604,6 +604,12 @@ ncclComm_t BlockingSplit(ncclComm_t parent, int color, int key, const char* what
   config.blocking = 1;
   ncclComm_t child = nullptr;
   ncclResult_t r = ncclCommSplit(parent, color, key, &child, &config);
+  // Should this NCCL treat the split as non-blocking after all (the parent is), wait for it here.
+  while (r == ncclInProgress && child != nullptr) {
+    mpi::Progress();
+    std::this_thread::yield();
+    if (ncclCommGetAsyncError(child, &r) != ncclSuccess) r = ncclInternalError;
+  }
   if (r != ncclSuccess) {
     if (child != nullptr) ncclCommAbort(child);
     DISCO_THROW(RuntimeError) << "NCCL ncclCommSplit (" << what
