@@ -39,7 +39,10 @@ for f in py.typed __init__.pyi _core.pyi process.pyi disco-run; do
 done
 cat >app.py <<'PY'
 import os, sys
-print("rank", os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")), flush=True)
+# One write per line: print("rank", r) may reach the launcher in pieces that interleave with the
+# other rank's ("rankrank 0" then " 1": seen once in CI).
+sys.stdout.write("rank %s\n" % os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK")))
+sys.stdout.flush()
 sys.exit(5)
 PY
 out=$("$vpy" -m disco -n 2 app.py 2>&1)
