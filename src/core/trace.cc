@@ -380,11 +380,24 @@ void WriteRankFile(const char* why) {
           w.Str(",\"datasets\":");
           w.Int(e.a[1]);
           break;
-        default:
-          w.Str("\"a0\":");
+        case Kind::kSync:
+          w.Str("\"worker\":");
           w.Int(e.a[0]);
-          w.Str(",\"a1\":");
+          break;
+        case Kind::kReplay:
+          w.Str("\"graph\":");
+          w.Int(e.a[0]);
+          w.Str(",\"calls\":");
           w.Int(e.a[1]);
+          break;
+        case Kind::kRemote:
+          w.Str("\"request_bytes\":");
+          w.Int(e.a[0]);
+          w.Str(",\"reply_bytes\":");
+          w.Int(e.a[1]);
+          break;
+        default:
+          break;
       }
       w.Str("}},\n");
     }
