@@ -22,6 +22,7 @@
 #include "core/call_context.h"
 #include "core/device_memory.h"
 #include "core/launcher.h"
+#include "core/wait_record.h"
 #include "mpi/mpi_util.h"
 
 namespace disco {
@@ -34,6 +35,7 @@ Communicator& Comm(bool in_group, const char* fn) {
   DISCO_CHECK(ctx != nullptr, ValueError)
       << fn << ": collectives need Session::InitCCL first (no communicator on worker "
       << ThisWorker().worker_id << ")";
+  wait_record::InCollective(fn);  // the watchdog's hang verdict: this rank is in a collective
   return in_group ? *ctx->group : *ctx->world;
 }
 
@@ -437,6 +439,7 @@ void RegisterAll() {
           if (is_send) {
             c.Send(buffer, static_cast<int>(peer));
           } else {
+            wait_record::WaitingFor(static_cast<int>(peer));
             c.Recv(buffer, static_cast<int>(peer));
           }
         },

@@ -31,6 +31,7 @@
 #include "core/env.h"
 #include "core/process_info.h"
 #include "core/trace.h"
+#include "core/wait_record.h"
 #include "io/progress.h"
 #include "mpi/mpi_util.h"
 
@@ -557,9 +558,12 @@ void CheckFiltersAvailable(hid_t dset, const std::string& where) {
   }
 }
 
-// A load or save of one dataset on this rank, in the timeline (DISCO_TRACE).
+// A load or save of one dataset on this rank, in the timeline (DISCO_TRACE) and, while it runs, as
+// the rank's activity (a hang verdict names it).
 struct IoSpan {
-  IoSpan(trace::Kind kind, const char* verb, const std::string& dataset) : kind(kind) {
+  IoSpan(trace::Kind kind, const char* verb, const std::string& dataset, const std::string& path)
+      : kind(kind),
+        doing(std::string("HDF5 ") + verb + " of dataset '" + dataset + "' of '" + path + "'") {
     if (!trace::Enabled()) return;
     start = trace::NowNs();
     name = std::string(verb) + " " + dataset;
@@ -570,13 +574,14 @@ struct IoSpan {
   IoSpan(const IoSpan&) = delete;
   IoSpan& operator=(const IoSpan&) = delete;
   trace::Kind kind;
+  wait_record::Doing doing;
   std::string name;
   int64_t start = -1;
   int64_t bytes = 0;
 };
 
 Tensor Load(const std::string& path, const std::string& name, int64_t shard_axis, bool in_group) {
-  IoSpan span(trace::Kind::kH5Read, "read", name);
+  IoSpan span(trace::Kind::kH5Read, "read", name, path);
   SilenceHdf5();
   const std::string where = Where("disco.h5.load", path, name);
   CommInfo c = Info(in_group);
@@ -945,7 +950,7 @@ struct ShardInfo {
 
 void Save(const std::string& given_path, const std::string& name, const Any& shard_arg,
           int64_t shard_axis, bool in_group, bool in_place) {
-  IoSpan span(trace::Kind::kH5Write, "write", name);
+  IoSpan span(trace::Kind::kH5Write, "write", name, given_path);
   SilenceHdf5();
   const std::string where = Where("disco.h5.save", given_path, name);
   const std::string path = in_place ? given_path : ResolveLinks(given_path, where);

@@ -832,6 +832,14 @@ int Serve(Session& session, const ServeOptions& options) {
     }
   }
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
+  // A client that stalls inside a request (or stops taking its reply) holds the whole job: with
+  // DISCO_TIMEOUT set, it is dropped once no byte moved for that long, if that is sooner.
+  ServeOptions per_client = options;
+  const int64_t timeout_s = session.impl()->config().timeout_s;
+  if (timeout_s > 0 && timeout_s < INT32_MAX / 1000 &&
+      (per_client.request_timeout_ms <= 0 || per_client.request_timeout_ms > timeout_s * 1000)) {
+    per_client.request_timeout_ms = static_cast<int>(timeout_s * 1000);
+  }
   std::printf("disco-serve: listening on %s:%d, %d workers in %d groups\n", options.host.c_str(),
               port, session.num_workers(), session.num_groups());
   if (!key_file.empty()) {
@@ -855,7 +863,7 @@ int Serve(Session& session, const ServeOptions& options) {
     bool end_job;
     session.impl()->ParkWorkers();  // no client: workers sleep until one comes
     {
-      ClientConnection client(&session, acceptor.Next(), options, [&] { acceptor.Release(); });
+      ClientConnection client(&session, acceptor.Next(), per_client, [&] { acceptor.Release(); });
       end_job = client.Serve(&exit_code);
     }
     if (end_job) {

@@ -25,6 +25,32 @@ uint64_t GetU64(const uint8_t* at) {
   return v;
 }
 
+// Each string field of a state, in order, with its size.
+template <typename F>
+void ForEachString(RankState* s, F f) {
+  f(s->action, sizeof s->action);
+  f(s->function, sizeof s->function);
+  f(s->activity, sizeof s->activity);
+  f(s->foreign_call, sizeof s->foreign_call);
+  f(s->foreign_caller, sizeof s->foreign_caller);
+}
+
+size_t PacketBytes(uint8_t kind) { return kind == kState ? kStatePacketBytes : kPacketBytes; }
+
+void PutHeader(const Packet& p, uint8_t* out) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = p.kind;
+  PutU32(out + 8, p.sender);
+  PutU32(out + 12, p.receiver);
+  PutU64(out + 16, p.job_id);
+  PutU64(out + 24, p.nonce);
+}
+
+crypto::Digest MacOf(const uint8_t* data, size_t n, const crypto::HmacSha256& mac) {
+  return n > kPacketBytes ? mac.Mac(data, kMacOffset, data + kPacketBytes, n - kPacketBytes)
+                          : mac.Mac(data, kMacOffset);
+}
+
 }  // namespace
 
 JobSecret NewJobSecret() {
@@ -36,19 +62,54 @@ JobSecret NewJobSecret() {
 
 void Encode(const Packet& p, const crypto::HmacSha256& mac, uint8_t* out) {
   std::memset(out, 0, kPacketBytes);
-  std::memcpy(out, kMagic, 4);
-  out[4] = p.kind;
-  PutU32(out + 8, p.sender);
-  PutU32(out + 12, p.receiver);
-  PutU64(out + 16, p.job_id);
-  PutU64(out + 24, p.nonce);
-  crypto::Digest d = mac.Mac(out, kMacOffset);
+  PutHeader(p, out);
+  crypto::Digest d = MacOf(out, kPacketBytes, mac);
   std::memcpy(out + kMacOffset, d.data(), kMacBytes);
 }
 
+void EncodeState(const Packet& p, const RankState& state, const crypto::HmacSha256& mac,
+                 uint8_t* out) {
+  std::memset(out, 0, kStatePacketBytes);
+  PutHeader(p, out);
+  uint8_t* at = out + kPacketBytes;
+  PutU64(at, state.seq);
+  PutU64(at + 8, state.elapsed_ms);
+  PutU32(at + 16, state.flags);
+  PutU32(at + 20, static_cast<uint32_t>(state.peer));
+  at += 24;
+  RankState copy = state;
+  ForEachString(&copy, [&](char* field, size_t size) {
+    field[size - 1] = '\0';
+    std::memcpy(at, field, size);
+    at += size;
+  });
+  crypto::Digest d = MacOf(out, kStatePacketBytes, mac);
+  std::memcpy(out + kMacOffset, d.data(), kMacBytes);
+}
+
+RankState DecodeState(const uint8_t* data) {
+  RankState s;
+  const uint8_t* at = data + kPacketBytes;
+  s.seq = GetU64(at);
+  s.elapsed_ms = GetU64(at + 8);
+  s.flags = GetU32(at + 16);
+  s.peer = static_cast<int32_t>(GetU32(at + 20));
+  at += 24;
+  ForEachString(&s, [&](char* field, size_t size) {
+    std::memcpy(field, at, size);
+    at += size;
+    field[size - 1] = '\0';
+    for (size_t i = 0; i < size && field[i] != '\0'; ++i) {
+      if (field[i] < 0x20 || field[i] > 0x7e) field[i] = '?';
+    }
+  });
+  return s;
+}
+
 Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_id, Packet* out) {
-  if (n != kPacketBytes || std::memcmp(data, kMagic, 4) != 0) return Verdict::kMalformed;
-  if ((data[4] != kPing && data[4] != kPong) || data[5] != 0 || data[6] != 0 || data[7] != 0) {
+  if (n < kPacketBytes || std::memcmp(data, kMagic, 4) != 0) return Verdict::kMalformed;
+  if (data[4] < kPing || data[4] > kFired || data[5] != 0 || data[6] != 0 || data[7] != 0 ||
+      n != PacketBytes(data[4])) {
     return Verdict::kMalformed;
   }
   Packet p;
@@ -66,8 +127,8 @@ Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_i
   return Verdict::kAccepted;
 }
 
-bool MacValid(const uint8_t* data, const crypto::HmacSha256& mac) {
-  crypto::Digest d = mac.Mac(data, kMacOffset);
+bool MacValid(const uint8_t* data, size_t n, const crypto::HmacSha256& mac) {
+  crypto::Digest d = MacOf(data, n, mac);
   return crypto::DigestsEqual(d.data(), data + kMacOffset, kMacBytes);
 }
 
@@ -76,7 +137,7 @@ Verdict Decode(const uint8_t* data, size_t n, int self, int world, uint64_t job_
   Packet p;
   Verdict v = Parse(data, n, self, world, job_id, &p);
   if (v != Verdict::kAccepted) return v;
-  if (!MacValid(data, mac)) return Verdict::kBadMac;
+  if (!MacValid(data, n, mac)) return Verdict::kBadMac;
   *out = p;
   return Verdict::kAccepted;
 }

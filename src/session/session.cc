@@ -9,6 +9,7 @@
 #include "ccl/context.h"
 #include "core/env.h"
 #include "core/trace.h"
+#include "core/wait_record.h"
 #include "session/session_impl.h"
 #include "session/watchdog.h"
 
@@ -457,6 +458,7 @@ void SessionImpl::SyncWorker(int worker_id) {
   CheckLive("SyncWorker");
   CheckNotCapturing("SyncWorker");
   trace::Span span(trace::Kind::kSync, "SyncWorker");
+  wait_record::Doing doing("the controller waits in SyncWorker");
   span.set(0, worker_id);
   FlushWorker0();
   CheckWorker(worker_id, "SyncWorker");
@@ -480,6 +482,7 @@ void SessionImpl::SyncAll() {
   CheckLive("SyncAll");
   CheckNotCapturing("SyncAll");
   trace::Span span(trace::Kind::kSync, "SyncAll");
+  wait_record::Doing doing("the controller waits in SyncAll");
   span.set(0, -1);
   FlushWorker0();
   if (transport_->size() > 1) {

@@ -32,6 +32,7 @@
 #include "core/trace.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
+#include "session/hang.h"
 
 namespace disco {
 namespace watchdog {
@@ -88,6 +89,12 @@ struct State {
     int64_t sent_ns;
   };
   std::unordered_map<uint64_t, Outstanding> outstanding;  // pings waiting for a pong, by nonce
+  // The hang verdict: state requests waiting for their answer (by nonce), the states answered,
+  // and on rank 0 the first rank that told it its watchdog fired (-1: none).
+  std::unordered_map<uint64_t, int> state_requests;
+  std::vector<liveness::RankState> states;
+  std::vector<bool> got_state;
+  int fired_by = -1;
   int64_t last_check_ns = 0;
   int64_t previous_check_ns = 0;
   int missed_checks = 0;
@@ -212,9 +219,11 @@ void InstallDumpHandler() {
 }
 
 // The controller probe and the interpreter's stacks (their section is at the end of this
-// namespace).
+// namespace), and this rank's state for a hang verdict.
 void DumpInterpreterStacks();
+liveness::RankState OwnState();
 void ProbeController();
+int SampleStack();
 void StartProbe(int rank, double timeout_s);
 void StopSignals();
 
@@ -264,19 +273,52 @@ void Take(const uint8_t* data, size_t n, bool truncated, const sockaddr_in& from
     ++s.dropped[State::kWrongSource];
     return;
   }
-  if (!liveness::MacValid(data, s.mac)) {
+  if (!liveness::MacValid(data, n, s.mac)) {
     ++s.dropped[State::kBadMac];
     return;
   }
   const int64_t now = NowNs();
-  if (p.kind == liveness::kPing) {
-    if (p.nonce <= s.last_counter[sender]) {  // replayed (or overtaken by a later ping)
+  if (p.kind == liveness::kPing || p.kind == liveness::kStateRequest ||
+      p.kind == liveness::kFired) {
+    // Each carries its sender's counter, which grows with every one it sends.
+    if (p.nonce <= s.last_counter[sender]) {  // replayed (or overtaken by a later one)
       ++s.dropped[State::kReplay];
       return;
     }
     s.last_counter[sender] = p.nonce;
     s.heard_ns[sender] = std::max(s.heard_ns[sender], now);
     s.answered[sender] = true;
+  }
+  if (p.kind == liveness::kFired) {
+    if (s.rank == 0 && s.fired_by < 0) s.fired_by = sender;
+    return;
+  }
+  if (p.kind == liveness::kStateRequest) {
+    liveness::Packet reply;
+    reply.kind = liveness::kState;
+    reply.sender = static_cast<uint32_t>(s.rank);
+    reply.receiver = p.sender;
+    reply.job_id = s.job_id;
+    reply.nonce = p.nonce;
+    uint8_t out[liveness::kStatePacketBytes];
+    liveness::EncodeState(reply, OwnState(), s.mac, out);
+    sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<const sockaddr*>(&from), sizeof from);
+    return;
+  }
+  if (p.kind == liveness::kState) {
+    auto it = s.state_requests.find(p.nonce);
+    if (it == s.state_requests.end() || it->second != sender) {
+      ++s.dropped[State::kReplay];
+      return;
+    }
+    s.state_requests.erase(it);
+    s.states[sender] = liveness::DecodeState(data);
+    s.got_state[sender] = true;
+    s.heard_ns[sender] = std::max(s.heard_ns[sender], now);
+    s.answered[sender] = true;
+    return;
+  }
+  if (p.kind == liveness::kPing) {
     liveness::Packet pong;
     pong.kind = liveness::kPong;
     pong.sender = static_cast<uint32_t>(s.rank);
@@ -306,7 +348,7 @@ void ServePings() {
   State& s = S();
   if (s.ping_fd < 0) return;
   constexpr int kBatch = 64;
-  static uint8_t bufs[kBatch][liveness::kPacketBytes + 16];  // the watchdog thread's alone
+  static uint8_t bufs[kBatch][liveness::kStatePacketBytes + 16];  // the watchdog thread's alone
   mmsghdr msgs[kBatch];
   iovec iovs[kBatch];
   sockaddr_in froms[kBatch];
@@ -371,7 +413,9 @@ std::vector<uint32_t> AddressesOf(int r) {
   return to;
 }
 
-void SendPing(int r, int64_t now) {
+// Sends rank `r` a datagram of `kind` (a ping, a state request, a fired notice) at each of its
+// addresses, each with the next value of this rank's counter, and remembers what awaits an answer.
+void SendTo(int r, uint8_t kind, int64_t now) {
   State& s = S();
   for (uint32_t a : AddressesOf(r)) {
     sockaddr_in to{};
@@ -379,17 +423,19 @@ void SendPing(int r, int64_t now) {
     to.sin_addr.s_addr = a;
     to.sin_port = s.known[r].port;
     liveness::Packet p;
-    p.kind = liveness::kPing;
+    p.kind = kind;
     p.sender = static_cast<uint32_t>(s.rank);
     p.receiver = static_cast<uint32_t>(r);
     p.job_id = s.job_id;
     p.nonce = s.next_nonce++;
     uint8_t out[liveness::kPacketBytes];
     liveness::Encode(p, s.mac, out);
-    s.outstanding[p.nonce] = State::Outstanding{r, now};
+    if (kind == liveness::kPing) s.outstanding[p.nonce] = State::Outstanding{r, now};
+    if (kind == liveness::kStateRequest) s.state_requests[p.nonce] = r;
     sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
   }
 }
+void SendPing(int r, int64_t now) { SendTo(r, liveness::kPing, now); }
 
 // Pings `targets` for up to a second (again every 100 ms to those not heard from yet); returns,
 // by rank, whether each was known alive at `since_ns` or later (true for non-targets).
@@ -471,6 +517,75 @@ std::string SilentRanks() {
   return names + " answered no liveness ping within 1 s: dead, or their node is off the network";
 }
 
+// Every rank's state, for the hang verdict: this rank's own, and each other's as it answers a
+// state request (sent again every 200 ms to those that have not) within 1.5 s. A rank that
+// answers nothing is reported so (dead, stopped, off the network, or UDP filtered).
+std::vector<hang::RankView> Gather() {
+  State& s = S();
+  std::vector<hang::RankView> views(static_cast<size_t>(std::max(s.world, 1)));
+  views[s.rank].answered = true;
+  views[s.rank].host = s.self.host;
+  views[s.rank].state = OwnState();
+  if (s.ping_fd < 0 || !PeersReady() || static_cast<int>(s.known.size()) != s.world) {
+    return views;
+  }
+  s.states.assign(s.known.size(), liveness::RankState());
+  s.got_state.assign(s.known.size(), false);
+  s.state_requests.clear();
+  const int64_t start = NowNs();
+  const int64_t deadline = start + 1500000000;
+  int64_t next_send = start;
+  auto all_in = [&] {
+    for (int r = 0; r < s.world; ++r) {
+      if (r != s.rank && !s.got_state[r]) return false;
+    }
+    return true;
+  };
+  for (;;) {
+    const int64_t now = NowNs();
+    if (now >= next_send) {
+      for (int r = 0; r < s.world; ++r) {
+        if (r != s.rank && !s.got_state[r] && s.known[r].port != 0) {
+          SendTo(r, liveness::kStateRequest, now);
+        }
+      }
+      next_send = now + 200000000;
+    }
+    if (all_in() || now >= deadline) break;
+    pollfd p{s.ping_fd, POLLIN, 0};
+    const int64_t wake = std::min(next_send, deadline);
+    poll(&p, 1, static_cast<int>(std::max<int64_t>(1, (wake - now) / 1000000)));
+    ServePings();
+  }
+  for (int r = 0; r < s.world; ++r) {
+    views[r].host = s.known[r].host;
+    if (r == s.rank) continue;
+    views[r].answered = s.got_state[r];
+    views[r].state = s.states[r];
+  }
+  s.state_requests.clear();
+  return views;
+}
+
+// Gathers every rank's state and prints the hang verdict: one line naming the rank(s) that hold
+// the others up and why (session/hang.h). Returns whether some rank answered nothing.
+bool PrintVerdict() {
+  std::vector<hang::RankView> views = Gather();
+  LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
+  return std::any_of(views.begin(), views.end(),
+                     [](const hang::RankView& v) { return !v.answered; });
+}
+
+// The end of a job whose watchdog fired: the Slurm step, and this node's launcher too when a rank
+// answered nothing (a launcher may wait for good for a rank that stopped or lost its node, or be
+// told to keep a job whose rank died), after a moment for the launcher to forward the lines.
+[[noreturn]] void EndJob(bool silent_ranks) {
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EndSlurmStep();
+  if (silent_ranks) EndLocalLauncher();
+  std::_Exit(1);
+}
+
 // The liveness check of a rank that waits (see Loop): rank 0 watches every rank, the others watch
 // rank 0. A check passes for a rank heard from (an authenticated pong, or a fresh ping of its
 // own) since the previous check began. A rank that proved alive before and fails two checks in a
@@ -510,6 +625,7 @@ void CheckLiveness() {
                                 " stopped answering liveness pings (they answered before): "
                                 "dead, or their node is off the network; ending the job" +
                                 (launcher.empty() ? "" : " and this node's launcher, " + launcher));
+  PrintVerdict();
   Dump("liveness");
   // A moment for the launcher to forward these lines (mpirun relays the ranks' output) before
   // it goes.
@@ -517,6 +633,48 @@ void CheckLiveness() {
   EndSlurmStep();
   EndLocalLauncher();
   std::_Exit(1);
+}
+
+// A worker whose watchdog fired tells rank 0, which gathers every rank's state, prints the hang
+// verdict and ends the job (and with it this rank); this rank answers state requests meanwhile.
+// When the job is still there 4 s later (rank 0 silent, or stuck without its watchdog), this rank
+// prints the verdict itself.
+void AwaitRankZeroVerdict() {
+  State& s = S();
+  if (s.ping_fd < 0 || !PeersReady() || s.known.size() < 2) return;
+  const int64_t start = NowNs();
+  int64_t next_send = start;
+  for (int sent = 0;;) {
+    const int64_t now = NowNs();
+    if (now - start >= 4 * int64_t{1000000000}) break;
+    if (sent < 3 && now >= next_send) {  // three times, 100 ms apart: a datagram may be lost
+      SendTo(0, liveness::kFired, now);
+      ++sent;
+      next_send = now + 100000000;
+    }
+    pollfd p{s.ping_fd, POLLIN, 0};
+    poll(&p, 1, 50);
+    ServePings();
+  }
+  LogLine(LogLevel::kError,
+          "watchdog: the job did not end within 4 s of this rank's timeout (rank 0 silent, or a "
+          "launcher that keeps the job); this rank's view follows");
+  EndJob(PrintVerdict());
+}
+
+// Rank 0, told by rank `rank` that its watchdog fired: every rank's state, the verdict, the end of
+// the job.
+void FireOnNotice(int rank) {
+  exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
+  State& s = S();
+  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(rank) +
+                                "'s watchdog fired (a command of its own ran past DISCO_TIMEOUT=" +
+                                std::to_string(static_cast<int>(s.timeout_s)) +
+                                " s); gathering every rank's state; ending the job");
+  const bool silent = PrintVerdict();
+  DumpInterpreterStacks();
+  Dump("watchdog timeout on rank " + std::to_string(rank));
+  EndJob(silent);
 }
 
 void Fire(double elapsed_s) {
@@ -531,25 +689,26 @@ void Fire(double elapsed_s) {
   if (peer >= 0) {
     line << "; it waits for rank " << peer << " in a collective"
          << (s.rank == 0 ? ", which never arrived" : "");
-  } else if (!s.collective.load(std::memory_order_relaxed)) {
+  } else if (!s.collective.load(std::memory_order_relaxed) &&
+             wait_record::Collective() == nullptr) {
     line << "; it is not a collective: the function itself is still running on this rank (no "
             "other rank holds it up)";
   } else if (s.rank == 0) {
     line << "; the ranks that never arrived are not known to this transport (their own lines "
             "say where they are)";
   }
-  const std::string silent = SilentRanks();
-  if (!silent.empty()) line << "; " << silent;
+  const std::string silent_line = SilentRanks();
+  if (!silent_line.empty()) line << "; " << silent_line;
   line << "; ending the job";
   LogLine(LogLevel::kError, line.str());
+  const bool silent = s.rank == 0 && PrintVerdict();
   DumpInterpreterStacks();
   Dump("watchdog timeout");
+  if (s.rank != 0) AwaitRankZeroVerdict();  // ends the job itself when rank 0 does not
   // Give the other stuck ranks' watchdogs a moment to print their lines before the launcher,
   // seeing this rank exit, terminates them (srun without --kill-on-bad-exit would not: the step
   // is cancelled).
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  EndSlurmStep();
-  std::_Exit(1);
+  EndJob(silent);
 }
 
 void Loop() {
@@ -576,6 +735,7 @@ void Loop() {
       double elapsed = (now - s.start_ns.load()) / 1e9;
       if (elapsed > s.timeout_s) Fire(elapsed);
     }
+    if (s.fired_by >= 0 && !s.shutting_down.load()) FireOnNotice(s.fired_by);
     ProbeController();
     // Liveness: once at start (who answers pings at all), then every DISCO_TIMEOUT / 3 (at most
     // 10 s) while the job runs, so that a dead rank or node ends the job within DISCO_TIMEOUT
@@ -690,9 +850,13 @@ void DumpInterpreterStacks() {
 }
 
 // The MPI entry point (MPI_Barrier) the sampled stack is inside, when it was called from outside
-// libdisco, with the path of the library that called it; "" otherwise.
-std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) {
+// libdisco (and outside HDF5, which disco's I/O calls MPI-IO through), with the path of the
+// library that called it; "" otherwise. `*in_mpi` (when given): whether the stack is inside any
+// MPI entry point at all.
+std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller,
+                           bool* in_mpi = nullptr) {
   Dl_info disco_lib{};
+  if (in_mpi != nullptr) *in_mpi = false;
   if (dladdr(reinterpret_cast<void*>(&Start), &disco_lib) == 0) return "";
   // Return addresses point just past their call: look one byte back to stay inside it.
   auto at = [&](int i, Dl_info* info) {
@@ -706,6 +870,7 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) 
   for (int i = 0; i < depth; ++i) {
     Dl_info entry{};
     if (!at(i, &entry) || !is_entry(entry)) continue;
+    if (in_mpi != nullptr) *in_mpi = true;
     std::string name = entry.dli_sname;
     for (int j = i + 1; j < depth; ++j) {
       Dl_info up{};
@@ -715,6 +880,9 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) 
         continue;
       }
       if (up.dli_fbase == disco_lib.dli_fbase) return "";  // disco's own call
+      const char* path = up.dli_fname != nullptr ? up.dli_fname : "";
+      const char* base = std::strrchr(path, '/') != nullptr ? std::strrchr(path, '/') + 1 : path;
+      if (std::strncmp(base, "libhdf5", 7) == 0) return "";  // disco's HDF5 I/O (MPI-IO)
       *caller = up.dli_fname != nullptr ? up.dli_fname : "an unknown library";
       return name[0] == 'P' ? name.substr(1) : name;
     }
@@ -733,11 +901,76 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller) 
        << " s: the workers wait in disco's command loop and cannot join an MPI call of the "
           "controller's own; ending the job";
   LogLine(LogLevel::kError, line.str());
+  PrintVerdict();
   DumpInterpreterStacks();
   Dump("controller blocked in " + call);
   std::this_thread::sleep_for(std::chrono::seconds(1));  // for the launcher to forward the lines
   EndSlurmStep();
   std::_Exit(1);
+}
+
+// Samples the native stack of the thread that runs commands (and rank 0's controller) into
+// P().frames; returns its depth, or -1 (no probe, or the thread did not answer within 200 ms).
+// On the watchdog thread only.
+int SampleStack() {
+  Probe& p = P();
+  if (p.signal == 0) return -1;
+  p.depth.store(-1, std::memory_order_relaxed);
+  if (pthread_kill(p.thread, p.signal) != 0) return -1;
+  int depth = -1;
+  for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return depth;
+}
+
+void CopyField(char* dst, size_t cap, const std::string& src) {
+  CopyTruncated(dst, cap, src.data(), src.size());
+}
+
+liveness::RankState OwnState() {
+  State& s = S();
+  liveness::RankState st;
+  const int64_t now = NowNs();
+  const uint64_t next = s.next.load(std::memory_order_acquire);
+  const bool busy = s.busy.load(std::memory_order_acquire);
+  if (next > 0) {
+    const Record& r = s.records[(next - 1) % kFlightRecords];
+    st.seq = r.seq;
+    st.flags |= liveness::RankState::kRanCommand;
+    CopyField(st.action, sizeof st.action, r.action);
+    const char* step = busy ? s.step_label.load(std::memory_order_relaxed) : nullptr;
+    CopyField(st.function, sizeof st.function, step != nullptr ? step : r.function);
+    const int64_t since = busy ? s.start_ns.load() : r.start_ns + std::max<int64_t>(0, r.duration_ns);
+    st.elapsed_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - since) / 1000000);
+  }
+  if (busy) {
+    st.flags |= liveness::RankState::kBusy;
+    if (s.collective.load(std::memory_order_relaxed)) st.flags |= liveness::RankState::kCollective;
+    st.peer = wait_record::Peer();
+    if (const char* op = wait_record::Collective()) {
+      st.flags |= liveness::RankState::kInCollective;
+      CopyField(st.activity, sizeof st.activity, std::string("in ") + op);
+    }
+  }
+  char activity[wait_record::kActivityBytes];
+  wait_record::Activity(activity, sizeof activity);
+  if (activity[0] != '\0') CopyField(st.activity, sizeof st.activity, activity);
+  if (s.rank == 0 && P().running.load()) st.flags |= liveness::RankState::kController;
+  const int depth = SampleStack();
+  if (depth > 0) {
+    std::string caller;
+    bool in_mpi = false;
+    const std::string call = ForeignMpiCall(P().frames, depth, &caller, &in_mpi);
+    if (in_mpi) st.flags |= liveness::RankState::kInMpi;
+    if (!call.empty()) {
+      const size_t slash = caller.rfind('/');
+      CopyField(st.foreign_call, sizeof st.foreign_call, call);
+      CopyField(st.foreign_caller, sizeof st.foreign_caller,
+                slash == std::string::npos ? caller : caller.substr(slash + 1));
+    }
+  }
+  return st;
 }
 
 // One step of the probe, on the watchdog thread (every 50 ms while DISCO_TIMEOUT is set).
@@ -759,12 +992,7 @@ void ProbeController() {
   const int64_t quiet_ns = now - p.quiet_since_ns;
   if (quiet_ns < timeout_ns / 2 || now - p.last_sample_ns < 1000000000) return;
   p.last_sample_ns = now;
-  p.depth.store(-1, std::memory_order_relaxed);
-  if (pthread_kill(p.thread, p.signal) != 0) return;
-  int depth = -1;
-  for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const int depth = SampleStack();
   if (depth < 0) return;  // the thread did not answer (the signal blocked): no verdict
   std::string caller;
   const std::string call = ForeignMpiCall(p.frames, depth, &caller);
@@ -779,11 +1007,15 @@ void ProbeController() {
   }
 }
 
-// Rank 0 with a timeout samples its controller (a real-time signal nothing else here uses).
+// With a timeout, the watchdog samples the stack of the thread that runs commands (rank 0's
+// controller too) with a real-time signal nothing else here uses: rank 0 watches its controller,
+// and every rank tells where it is in its state for a hang verdict.
 void StartProbe(int rank, double timeout_s) {
   Probe& p = P();
   p.signal = 0;
-  if (rank != 0 || timeout_s <= 0) return;
+  (void)rank;
+  p.thread = pthread_self();  // the thread that runs the command loop (and rank 0's controller)
+  if (timeout_s <= 0) return;
   void* warm[2];
   backtrace(warm, 2);  // loads the unwinder now, not first inside a signal handler
   const int sig = SIGRTMAX - 1;
@@ -863,6 +1095,8 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   s.heard_ns.clear();
   s.answered.clear();
   s.outstanding.clear();
+  s.state_requests.clear();
+  s.fired_by = -1;
   s.last_check_ns = 0;
   s.previous_check_ns = 0;
   s.missed_checks = 0;

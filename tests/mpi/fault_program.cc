@@ -1,6 +1,8 @@
 // A controller program that fails on purpose, one way per mode; run_fault_test.sh checks that the
 // job ends promptly, with the right exit code and message.
 #include <disco/disco.h>
+#include <disco/h5.h>
+#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,13 +45,31 @@ DISCO_REGISTER_GLOBAL("fault.collective_unless")
     .set_body_typed([](disco::Tensor t, int64_t odd, std::string how) {
       if (disco::ThisWorker().worker_id == odd) {
         if (how == "throw") throw disco::ValueError("worker fails inside a collective on purpose");
-        if (how == "die") {
+        if (how == "die" || how == "stop") {
           usleep(300 * 1000);  // the others are inside the collective by now
-          raise(SIGKILL);
+          raise(how == "die" ? SIGKILL : SIGSTOP);
+        }
+        if (how == "spin") {  // its own code before the collective does not return
+          for (;;) usleep(10 * 1000);
         }
         return;  // "skip": this worker never joins
       }
       disco::Registry::Get("disco.allreduce")(t, std::string("sum"), false, t);
+    });
+// The hang matrix (tests/mpi/run_hang_matrix.sh): `worker` runs on for good, in code of its own,
+// or in an MPI call of its own that no other rank joins; or receives from `peer`, which sends
+// nothing.
+DISCO_REGISTER_GLOBAL("fault.spin_on").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id != worker) return;
+  for (;;) usleep(10 * 1000);
+});
+DISCO_REGISTER_GLOBAL("fault.foreign_barrier_on").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id == worker) MPI_Barrier(MPI_COMM_WORLD);
+});
+DISCO_REGISTER_GLOBAL("fault.recv_on")
+    .set_body_typed([](disco::Tensor t, int64_t worker, int64_t peer) {
+      if (disco::ThisWorker().worker_id != worker) return;
+      disco::Registry::Get("disco.recv_from_worker")(t, peer);
     });
 DISCO_REGISTER_GLOBAL("fault.corrupt_next_frame_on").set_body_typed([](int64_t worker) {
   if (disco::ThisWorker().worker_id == worker) disco::detail::TestCorruptNextFrame();
@@ -148,9 +168,95 @@ int Run(disco::Session& s, const std::string& mode) {
     std::string how = mode == "throw-in-collective" ? "throw"
                       : mode == "skip-collective"   ? "skip"
                                                     : "die";
+    s.SyncAll();
+    std::printf("hang begins\n");  // for tests/CMakeLists.txt's hang matrix
+    std::fflush(stdout);
     s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, odd, how);
     s.SyncAll();  // never returns: the watchdog (or the launcher) ends the job
     std::printf("unreachable: a collective with a missing rank completed\n");
+    return 0;
+  }
+  // The hang matrix: each mode prints "hang begins" when the hang starts (the script times the
+  // verdict from there).
+  auto begins = [] {
+    std::printf("hang begins\n");
+    std::fflush(stdout);
+  };
+  if (mode == "hang-spin" || mode == "hang-spin-on-0" || mode == "hang-spin-in-collective") {
+    // A function that does not return on one rank; the others wait in the next collective (or,
+    // spin-in-collective, in the same command's collective).
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    s.SyncAll();
+    begins();
+    const int odd = mode == "hang-spin-on-0" ? 0 : s.num_workers() - 1;
+    if (mode == "hang-spin-in-collective") {
+      s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, odd, "spin");
+    } else {
+      s.CallPacked(s.GetGlobalFunc("fault.spin_on"), odd);
+      s.AllReduce(t, "sum", false, t);
+    }
+    s.SyncAll();
+    std::printf("unreachable: the job went on past a stuck function\n");
+    return 0;
+  }
+  if (mode == "hang-foreign-mpi") {  // worker 1 enters MPI_Barrier of its own
+    s.SyncAll();
+    begins();
+    s.CallPacked(s.GetGlobalFunc("fault.foreign_barrier_on"), 1);
+    s.SyncAll();
+    std::printf("unreachable: a worker's own MPI_Barrier completed\n");
+    return 0;
+  }
+  if (mode == "hang-controller-mpi") {  // the controller enters MPI_Barrier of its own
+    s.SyncAll();
+    begins();
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::printf("unreachable: the controller's own MPI_Barrier completed\n");
+    return 0;
+  }
+  if (mode == "hang-stop-in-collective" || mode == "hang-die-in-collective") {
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    s.SyncAll();
+    begins();
+    s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, s.num_workers() - 1,
+                 mode == "hang-stop-in-collective" ? "stop" : "die");
+    s.SyncAll();
+    std::printf("unreachable: a collective with a missing rank completed\n");
+    return 0;
+  }
+  if (mode == "hang-recv" || mode == "hang-deadlock") {
+    // Worker 1 receives from worker 2, which sends nothing; or workers 0 and 1 each receive from
+    // the other.
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    s.SyncAll();
+    begins();
+    disco::DRef recv = s.GetGlobalFunc("fault.recv_on");
+    if (mode == "hang-recv") {
+      s.CallPacked(recv, t, 1, 2);
+    } else {
+      s.CallPacked(recv, t, 1, 0);
+      s.CallPacked(recv, t, 0, 1);
+    }
+    s.SyncAll();
+    std::printf("unreachable: a receive with no sender completed\n");
+    return 0;
+  }
+  if (mode == "hang-h5-read") {
+    // Saves a checkpoint, then loads it; tests/mpi/stall_io.c (preloaded) stalls one rank's reads
+    // of that file (not of the partial file the save writes).
+    const char* path = std::getenv("DISCO_TEST_H5_PATH");
+    if (path == nullptr) throw std::invalid_argument("hang-h5-read needs DISCO_TEST_H5_PATH");
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{4096}, disco::DataType("float32"));
+    disco::h5::SaveTensors(s, path, {{"w", t, 0}});
+    s.SyncAll();
+    begins();
+    auto loaded = disco::h5::LoadTensors(s, path, {{"w", 0}});
+    s.SyncAll();
+    std::printf("unreachable: a stalled HDF5 read completed\n");
     return 0;
   }
   if (mode == "skip-collective-in-replay") {  // the same, as call 1 of a replayed graph
@@ -163,6 +269,9 @@ int Run(disco::Session& s, const std::string& mode) {
       s.CallPacked(unless, t, s.num_workers() - 1, "skip");
       s.CallPacked(noop);
     });
+    s.SyncAll();
+    std::printf("hang begins\n");  // for tests/CMakeLists.txt's hang matrix
+    std::fflush(stdout);
     g.Replay();
     s.SyncAll();
     std::printf("unreachable: a collective with a missing rank completed\n");

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # Runs a job that must fail in a given way and checks how it ended:
 #   run_fault_test.sh --timeout SECONDS --expect-exit (nonzero|N) --expect REGEX...
-#                     [--reject REGEX...] -- command...
+#                     [--reject REGEX...] [--verdict-within SECONDS REGEX] -- command...
 # Passes when the job ends within SECONDS with the expected exit code and its output matches
 # every --expect REGEX given (extended grep) and no --reject one, and no process of the job is left 5 s later (found by a token in their
-# environment). A job still running at SECONDS + 5 is killed and fails the test.
+# environment). A job still running at SECONDS + 5 is killed and fails the test. With
+# --verdict-within, a line matching REGEX must come at most SECONDS after the job printed "hang
+# begins" (each line is stamped as it arrives).
 set -uo pipefail
-timeout_s=10 expect_exit=nonzero patterns=() rejects=()
+timeout_s=10 expect_exit=nonzero patterns=() rejects=() verdict_s='' verdict_re=''
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --timeout) timeout_s=$2; shift 2 ;;
     --expect-exit) expect_exit=$2; shift 2 ;;
     --expect) patterns+=("$2"); shift 2 ;;
     --reject) rejects+=("$2"); shift 2 ;;
+    --verdict-within) verdict_s=$2; verdict_re=$3; shift 3 ;;
     --) shift; break ;;
     *) echo "run_fault_test.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+stamped=$(mktemp)
+trap 'rm -f "$out" "$stamped"' EXIT
 # Every process of the job inherits this token: a straggler is found by its environment.
 export DISCO_FAULT_TEST_TOKEN="fault-$$-$RANDOM"
 stragglers() {  # "PID command" of each process holding the token, other than this script
@@ -33,8 +37,17 @@ stragglers() {  # "PID command" of each process holding the token, other than th
 }
 echo "+ $*"
 start_ms=$(( $(date +%s%N) / 1000000 ))
-timeout -s KILL $((timeout_s + 5)) "$@" >"$out" 2>&1
-code=$?
+if [[ -n $verdict_s ]]; then
+  # Each line with the time it arrived (microseconds), then the plain output.
+  timeout -s KILL $((timeout_s + 5)) "$@" 2>&1 | while IFS= read -r line; do
+    printf '%s %s\n' "${EPOCHREALTIME/./}" "$line"
+  done >"$stamped"
+  code=${PIPESTATUS[0]}
+  sed 's/^[0-9]* //' "$stamped" >"$out"
+else
+  timeout -s KILL $((timeout_s + 5)) "$@" >"$out" 2>&1
+  code=$?
+fi
 elapsed_ms=$(( $(date +%s%N) / 1000000 - start_ms ))
 elapsed=$(printf "%d.%03d" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)))
 cat "$out"
@@ -55,6 +68,21 @@ for pattern in "${patterns[@]}"; do
     echo "FAIL: output does not match: $pattern"; fail=1
   fi
 done
+if [[ -n $verdict_s ]]; then
+  begun=$(grep -m1 -E '^[0-9]+ hang begins$' "$stamped" | cut -d' ' -f1)
+  said=$(grep -m1 -E -- "^[0-9]+ .*($verdict_re)" "$stamped" | cut -d' ' -f1)
+  if [[ -z $begun ]]; then
+    echo "FAIL: the job never printed 'hang begins'"; fail=1
+  elif [[ -z $said ]]; then
+    echo "FAIL: no verdict line matches: $verdict_re"; fail=1
+  else
+    after_ms=$(( (said - begun) / 1000 ))
+    echo "--- verdict $(printf '%d.%03d' $((after_ms / 1000)) $((after_ms % 1000))) s after the hang began (limit ${verdict_s} s)"
+    if (( after_ms > verdict_s * 1000 )); then
+      echo "FAIL: the verdict came later than ${verdict_s} s after the hang began"; fail=1
+    fi
+  fi
+fi
 for pattern in "${rejects[@]}"; do
   if [[ -n $pattern ]] && grep -Eq -- "$pattern" "$out"; then
     echo "FAIL: output matches what it must not: $pattern"; fail=1
