@@ -187,6 +187,9 @@ node_fault() {
   if [[ $fault == down ]]; then
     grep -q "stopped answering liveness pings\|answered no liveness ping" "$log" ||
       { echo "no line names the silent ranks"; return 1; }
+    # ... and rank 0's hang verdict names them as the culprits, on node2.
+    grep -Eq "rank 0/[0-9]+[^]]*\] error: watchdog: hang culprits?: rank [0-9]+ \(node2\) answered no state request" "$log" ||
+      { echo "no hang verdict names node2's ranks"; return 1; }
   fi
   [[ -z $left ]] || { echo "processes left after the node came back"; return 1; }
 }
