@@ -201,8 +201,27 @@ struct Analysis {
 
 }  // namespace
 
-std::string Verdict(const std::vector<RankView>& ranks) {
-  if (ranks.empty()) return "hang culprit: not known (no rank's state)";
+std::string Verdict(const std::vector<RankView>& given) {
+  if (given.empty()) return "hang culprit: not known (no rank's state)";
+  // One line whatever the names hold (a function registered with a newline in its name).
+  std::vector<RankView> ranks = given;
+  auto printable = [](char* text, size_t cap) {
+    text[cap - 1] = '\0';
+    for (size_t i = 0; i < cap && text[i] != '\0'; ++i) {
+      if (text[i] < 0x20 || text[i] > 0x7e) text[i] = '?';
+    }
+  };
+  for (RankView& v : ranks) {
+    RankState& s = v.state;
+    printable(s.action, sizeof s.action);
+    printable(s.function, sizeof s.function);
+    printable(s.activity, sizeof s.activity);
+    printable(s.foreign_call, sizeof s.foreign_call);
+    printable(s.foreign_caller, sizeof s.foreign_caller);
+    for (char& c : v.host) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+  }
   Analysis a(ranks);
   a.Run();
   std::vector<int> culprits;

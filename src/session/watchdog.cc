@@ -697,11 +697,27 @@ void Fire(double elapsed_s) {
     line << "; the ranks that never arrived are not known to this transport (their own lines "
             "say where they are)";
   }
-  const std::string silent_line = SilentRanks();
-  if (!silent_line.empty()) line << "; " << silent_line;
+  // Rank 0 gathers every rank's state (which also finds the ranks that answer nothing) before
+  // its line, and prints the verdict after it; a worker pings every rank.
+  std::vector<hang::RankView> views;
+  bool silent = false;
+  if (s.rank == 0) {
+    views = Gather();
+    std::vector<bool> alive(views.size(), true);
+    for (size_t r = 0; r < views.size(); ++r) alive[r] = views[r].answered;
+    int count = 0;
+    const std::string names = s.known.size() == views.size() ? Name(s.known, alive, nullptr, &count)
+                                                            : std::string();
+    silent = count > 0;
+    if (silent) line << "; " << names << " answered no state request within 1.5 s: dead, or their "
+                                        "node is off the network";
+  } else {
+    const std::string silent_line = SilentRanks();
+    if (!silent_line.empty()) line << "; " << silent_line;
+  }
   line << "; ending the job";
   LogLine(LogLevel::kError, line.str());
-  const bool silent = s.rank == 0 && PrintVerdict();
+  if (s.rank == 0) LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
   DumpInterpreterStacks();
   Dump("watchdog timeout");
   if (s.rank != 0) AwaitRankZeroVerdict();  // ends the job itself when rank 0 does not

@@ -34,11 +34,13 @@ in_root() { "$here/in-root.sh" "$root" "$src" -- "$@"; }
 # The targets the tests below run.
 targets=(disco disco_unit_tests disco_mpi_tests disco_test_plugin_dup disco_remote_tests
   disco_fault_program disco_h5_save_program disco_liveness_attacker disco-serve disco-remote
-  disco_remote_call disco_refusal_flood disco-demo disco-bench _core)
-# The suites at 1-2 ranks, and the tests of what differs between MPIs (the silent rank: 3).
+  disco_remote_call disco_refusal_flood disco-demo disco-bench _core disco_stall_io)
+# The suites at 1-2 ranks, and the tests of what differs between MPIs (the silent rank and the
+# hang verdicts that read MPI's symbols or its launcher's rank variable: 3).
 tests='^(mpi\.session\.(np[12]|small_frames\.np2)|mpi\.ccl\.(sync_send\.np2|np2\.noshm)'
 tests+='|mpi\.fault\..*\.np[12]|mpi\.fault\.(silent_rank_ends_launcher\.np3|launcher_mismatch.*'
 tests+='|no_shm_left)|mpi\.h5_fault\..*|mpi\.bench_smoke'
+tests+='|hang\.(foreign_mpi_call|controller_in_foreign_mpi_call|stopped_rank|hdf5_read_stalled)\.np3'
 tests+='|remote\.(session\.np2|keyless|keyfile|refusal_flood)'
 tests+='|python\.((injob|served)\.np[12]|jobs|interrupt|examples|process|api)|demo\.np2\..*)$'
 
