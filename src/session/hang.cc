@@ -261,11 +261,28 @@ std::string Verdict(const std::vector<RankView>& given) {
     return os.str();
   }
   os << (culprits.size() > 1 ? "hang culprits: " : "hang culprit: ");
-  for (size_t i = 0; i < culprits.size(); ++i) {
-    const int r = culprits[i];
-    os << (i ? "; " : "") << "rank " << r;
-    if (!ranks[r].host.empty()) os << " (" << ranks[r].host << ")";
-    os << " " << a.why[r];
+  // Ranks with the same reason in one clause: "ranks 2, 3 (node2) answered no ...".
+  std::vector<std::vector<int>> groups;
+  for (int r : culprits) {
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const std::vector<int>& g) { return a.why[g.front()] == a.why[r]; });
+    if (same == groups.end()) {
+      groups.push_back({r});
+    } else {
+      same->push_back(r);
+    }
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::vector<int>& g = groups[i];
+    const bool one_host = std::all_of(g.begin(), g.end(),
+                                      [&](int r) { return ranks[r].host == ranks[g[0]].host; });
+    os << (i ? "; " : "") << (g.size() > 1 ? "ranks " : "rank ");
+    for (size_t k = 0; k < g.size(); ++k) {
+      os << (k ? ", " : "") << g[k];
+      if (!one_host && !ranks[g[k]].host.empty()) os << " (" << ranks[g[k]].host << ")";
+    }
+    if (one_host && !ranks[g[0]].host.empty()) os << " (" << ranks[g[0]].host << ")";
+    os << " " << a.why[g[0]];
   }
   // Who waits, by command.
   for (const auto& [seq, in] : a.waiters) {

@@ -158,7 +158,14 @@ node_fault() {
   sleep 2
   "$vc" fault "$fault" node2
   t0=$SECONDS
-  while kill -0 $job 2>/dev/null && ((SECONDS - t0 < DISCO_TIMEOUT + 10)); do sleep 0.2; done
+  local verdict_after=-1
+  while kill -0 $job 2>/dev/null && ((SECONDS - t0 < DISCO_TIMEOUT + 10)); do
+    if ((verdict_after < 0)) && grep -q "watchdog: hang culprit" "$log" 2>/dev/null; then
+      verdict_after=$((SECONDS - t0))
+    fi
+    sleep 0.2
+  done
+  ((verdict_after < 0)) && grep -q "watchdog: hang culprit" "$log" && verdict_after=$((SECONDS - t0))
   local took=$((SECONDS - t0)) ended=1
   if kill -0 $job 2>/dev/null; then
     ended=0
@@ -182,13 +189,16 @@ node_fault() {
     done
   fi
   cat "$log"
-  echo "--- ended=$ended after ${took} s; left:${left:- nothing}"
+  echo "--- ended=$ended after ${took} s; hang verdict after ${verdict_after} s; left:${left:- nothing}"
   ((ended)) || { echo "the job outlived DISCO_TIMEOUT + 10 s"; return 1; }
   if [[ $fault == down ]]; then
-    grep -q "stopped answering liveness pings\|answered no liveness ping" "$log" ||
+    grep -q "stopped answering liveness pings\|answered no liveness ping\|answered no state request" "$log" ||
       { echo "no line names the silent ranks"; return 1; }
-    # ... and rank 0's hang verdict names them as the culprits, on node2.
-    grep -Eq "rank 0/[0-9]+[^]]*\] error: watchdog: hang culprits?: rank [0-9]+ \(node2\) answered no state request" "$log" ||
+    # ... and rank 0's hang verdict names them as the culprits, on node2, within DISCO_TIMEOUT +
+    # 5 s of the fault.
+    ((verdict_after >= 0 && verdict_after <= DISCO_TIMEOUT + 5)) ||
+      { echo "no hang verdict within DISCO_TIMEOUT + 5 s"; return 1; }
+    grep -Eq "rank 0/[0-9]+[^]]*\] error: watchdog: hang culprits?: ranks? [0-9, ]+ \(node2\) answered no state request" "$log" ||
       { echo "no hang verdict names node2's ranks"; return 1; }
   fi
   [[ -z $left ]] || { echo "processes left after the node came back"; return 1; }
