@@ -113,6 +113,33 @@ expect mpirun.save-dir-on-one-node 60 3 "not writable on node2" \
 expect mpirun.save-node-local-dir 60 3 "is not the one rank 0 writes to" \
   "${mpi[@]}" "${h22[@]}" "$build/tests/disco_h5_save_program" add /tmp/disco-node-local.h5 w 64
 
+# ---- The timeline across hosts: node2 given a boot id of its own (bound over
+# /proc/sys/kernel/random/boot_id in its mount namespace), as a second machine has, so that its
+# ranks' clocks are aligned to rank 0's by MPI round trips. The clocks are in truth one: every
+# offset found must lie within its error bound, and the error must be that of a round trip (not 0).
+trace_across() {
+  local fake=$out/shared/boot_id json=$out/shared/across.json rc=0
+  mkdir -p "$out/shared"
+  echo "00000000-0000-4000-8000-$(printf '%012d' $$)" > "$fake"
+  "$vc" exec node2 mount --bind "$fake" /proc/sys/kernel/random/boot_id || return 1
+  "${mpi[@]}" "${h22[@]}" -x DISCO_TRACE="$json" "$build/tests/disco_fault_program" clean || rc=1
+  "$vc" exec node2 umount /proc/sys/kernel/random/boot_id || rc=1
+  ((rc == 0)) || return 1
+  local py
+  py=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+  PYTHONPATH=$build/python "${py:-python3}" -m disco.trace --check "$json" || return 1
+  "${py:-python3}" - "$json" <<'PY' || return 1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+clock = [e for e in doc["traceEvents"] if e.get("name") == "clock" and e.get("ph") == "M"][0]["args"]
+print("clock alignment:", clock)
+assert clock["max_error_us"] > 0, "no rank was aligned by round trips"
+assert clock["max_offset_us"] <= clock["max_error_us"] + 0.001, "an offset outside its error bound"
+assert doc["otherData"]["ranks"] == 4
+PY
+}
+case_ mpirun.trace-across-hosts.2x2 120 bash -c "$(declare -f trace_across); $(declare -p mpi h22 out build vc); trace_across"
+
 # ---- Slurm: sbatch -N 2 and srun --mpi=pmix across the nodes -----------------------------------
 if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
   on1=("$vc" exec node1)
