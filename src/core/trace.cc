@@ -7,9 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
 #include <climits>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -41,32 +39,6 @@ Ring& TheRing() {
   return *ring;
 }
 
-void AppendEscaped(std::string* out, const char* s) {
-  for (; *s != '\0'; ++s) {
-    const unsigned char c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(static_cast<char>(c));
-    } else if (c < 0x20 || c >= 0x7f) {  // control bytes, and bytes of cut UTF-8: escaped
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out->append(buf);
-    } else {
-      out->push_back(static_cast<char>(c));
-    }
-  }
-}
-
-void AppendF(std::string* out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void AppendF(std::string* out, const char* fmt, ...) {
-  char buf[256];
-  va_list ap;
-  va_start(ap, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (n > 0) out->append(buf, static_cast<size_t>(std::min(n, static_cast<int>(sizeof buf) - 1)));
-}
-
 // The thread (track) of a kind within its rank: 0 the controller, 1 the worker's commands (whose
 // collectives and HDF5 calls nest inside them).
 int TidOf(Kind kind) {
@@ -79,6 +51,171 @@ int TidOf(Kind kind) {
     default:
       return 1;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Text out for the events, in one serializer (WriteEvent) for both of the trace's writers: the
+// merged file's (a std::string) and a failing rank's own file (async-signal-safe: a buffer on the
+// stack flushed with write(2); no allocation, no locks, no stdio). `Out` provides Char.
+template <typename Out>
+class Text {
+ public:
+  void Str(const char* s) {
+    while (*s != '\0') self().Char(*s++);
+  }
+  void Int(int64_t v) {
+    uint64_t u = static_cast<uint64_t>(v);
+    if (v < 0) {
+      self().Char('-');
+      u = ~u + 1;
+    }
+    char digits[24];
+    int n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u > 0);
+    while (n > 0) self().Char(digits[--n]);
+  }
+  // `v` thousandths as a decimal with three places ("12.345"): nanoseconds as microseconds.
+  void Milli(int64_t v) {
+    if (v < 0) {
+      self().Char('-');
+      v = v == INT64_MIN ? INT64_MAX : -v;
+    }
+    Int(v / 1000);
+    self().Char('.');
+    self().Char(static_cast<char>('0' + v % 1000 / 100));
+    self().Char(static_cast<char>('0' + v % 100 / 10));
+    self().Char(static_cast<char>('0' + v % 10));
+  }
+  void Escaped(const char* s) {
+    static const char kHex[] = "0123456789abcdef";
+    for (; *s != '\0'; ++s) {
+      const unsigned char c = static_cast<unsigned char>(*s);
+      if (c == '"' || c == '\\') {
+        self().Char('\\');
+        self().Char(static_cast<char>(c));
+      } else if (c < 0x20 || c >= 0x7f) {  // control bytes, and bytes of cut UTF-8: escaped
+        Str("\\u00");
+        self().Char(kHex[c >> 4]);
+        self().Char(kHex[c & 15]);
+      } else {
+        self().Char(static_cast<char>(c));
+      }
+    }
+  }
+
+ private:
+  Out& self() { return static_cast<Out&>(*this); }
+};
+
+class StringOut : public Text<StringOut> {
+ public:
+  explicit StringOut(std::string* out) : out_(out) {}
+  void Char(char c) { out_->push_back(c); }
+
+ private:
+  std::string* out_;
+};
+
+class SafeWriter : public Text<SafeWriter> {
+ public:
+  explicit SafeWriter(int fd) : fd_(fd) {}
+  ~SafeWriter() { Flush(); }
+  void Char(char c) {
+    if (n_ == sizeof buf_) Flush();
+    buf_[n_++] = c;
+  }
+  void Flush() {
+    size_t done = 0;
+    while (done < n_) {
+      const ssize_t w = write(fd_, buf_ + done, n_ - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += static_cast<size_t>(w);
+    }
+    n_ = 0;
+  }
+
+ private:
+  int fd_;
+  char buf_[4096];
+  size_t n_ = 0;
+};
+
+// One event as a trace-event object followed by ",\n": its name (and `suffix`, when given: the
+// function a command ran), kind, track, start and duration (nanoseconds on the file's clock) and
+// the arguments of its kind.
+template <typename Out>
+void WriteEvent(Text<Out>& w, const Event& e, const char* suffix, int pid, int64_t ts_ns,
+                int64_t dur_ns) {
+  dur_ns = std::max<int64_t>(0, dur_ns);
+  w.Str("{\"name\":\"");
+  w.Escaped(e.name);
+  if (suffix != nullptr) {
+    w.Str(" ");
+    w.Escaped(suffix);
+  }
+  w.Str("\",\"cat\":\"");
+  w.Str(KindName(e.kind));
+  w.Str("\",\"ph\":\"X\",\"pid\":");
+  w.Int(pid);
+  w.Str(",\"tid\":");
+  w.Int(TidOf(e.kind));
+  w.Str(",\"ts\":");
+  w.Milli(ts_ns);
+  w.Str(",\"dur\":");
+  w.Milli(dur_ns);
+  w.Str(",\"args\":{");
+  auto arg = [&](const char* key, int64_t v, bool first = false) {
+    w.Str(first ? "\"" : ",\"");
+    w.Str(key);
+    w.Str("\":");
+    w.Int(v);
+  };
+  switch (e.kind) {
+    case Kind::kCommand:
+      arg("seq", e.a[0], true);
+      arg("frame_bytes", e.a[1]);
+      break;
+    case Kind::kRun:
+      arg("seq", e.a[0], true);
+      break;
+    case Kind::kCollective:
+      arg("bytes", e.a[0], true);
+      w.Str(",\"wait_us\":");
+      w.Milli(e.a[1]);
+      break;
+    case Kind::kH5Read:
+    case Kind::kH5Write:
+      arg("bytes", e.a[0], true);
+      arg("datasets", e.a[1]);
+      // Bytes per microsecond are MB/s; in thousandths: bytes * 1e6 / ns (the bytes of one
+      // event stay far below 2^63 / 1e6).
+      w.Str(",\"MB_per_s\":");
+      w.Milli(dur_ns > 0 && e.a[0] >= 0 && e.a[0] < (int64_t{1} << 43)
+                  ? e.a[0] * 1000000 / dur_ns
+                  : 0);
+      break;
+    case Kind::kSync:
+      arg("worker", e.a[0], true);
+      break;
+    case Kind::kReplay:
+      arg("graph", e.a[0], true);
+      arg("calls", e.a[1]);
+      break;
+    case Kind::kRemote:
+      arg("request_bytes", e.a[0], true);
+      arg("reply_bytes", e.a[1]);
+      break;
+    default:
+      break;
+  }
+  w.Str("}},\n");
 }
 
 }  // namespace
@@ -161,139 +298,32 @@ std::string EventsJson(int64_t t0, int64_t offset0, int64_t t1, int64_t offset1,
   }
   const double slope =
       t1 > t0 ? static_cast<double>(offset1 - offset0) / static_cast<double>(t1 - t0) : 0.0;
-  auto job_us = [&](int64_t t) {
+  auto job_ns = [&](int64_t t) {  // on rank 0's clock, from `origin_ns`
     const double offset = static_cast<double>(offset0) + slope * static_cast<double>(t - t0);
-    return (static_cast<double>(t - origin_ns) - offset) / 1e3;
+    return t - origin_ns - static_cast<int64_t>(offset);
   };
   std::string out;
   out.reserve(events.size() * 160);
+  StringOut w(&out);
   for (const Event& e : events) {
-    const double ts = job_us(e.start_ns);
-    const double dur = std::max(0.0, job_us(e.end_ns) - ts);
-    std::string name = e.name;
+    const char* suffix = nullptr;
     if (e.kind == Kind::kCommand) {
       auto it = run_names.find(e.a[0]);
-      if (it != run_names.end()) name += std::string(" ") + it->second;
+      if (it != run_names.end()) suffix = it->second;
     }
-    out += "{\"name\":\"";
-    AppendEscaped(&out, name.c_str());
-    AppendF(&out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,",
-            KindName(e.kind), pid, TidOf(e.kind), ts, dur);
-    switch (e.kind) {
-      case Kind::kCommand:
-        AppendF(&out, "\"args\":{\"seq\":%" PRId64 ",\"frame_bytes\":%" PRId64 "}", e.a[0], e.a[1]);
-        break;
-      case Kind::kRun:
-        AppendF(&out, "\"args\":{\"seq\":%" PRId64 "}", e.a[0]);
-        break;
-      case Kind::kCollective:
-        AppendF(&out, "\"args\":{\"bytes\":%" PRId64 ",\"wait_us\":%.3f}", e.a[0],
-                static_cast<double>(e.a[1]) / 1e3);
-        break;
-      case Kind::kH5Read:
-      case Kind::kH5Write:
-        AppendF(&out, "\"args\":{\"bytes\":%" PRId64 ",\"datasets\":%" PRId64 ",\"MB_per_s\":%.1f}",
-                e.a[0], e.a[1], dur > 0 ? static_cast<double>(e.a[0]) / dur : 0.0);
-        break;
-      case Kind::kSync:
-        AppendF(&out, "\"args\":{\"worker\":%" PRId64 "}", e.a[0]);
-        break;
-      case Kind::kReplay:
-        AppendF(&out, "\"args\":{\"graph\":%" PRId64 ",\"calls\":%" PRId64 "}", e.a[0], e.a[1]);
-        break;
-      case Kind::kRemote:
-        AppendF(&out, "\"args\":{\"request_bytes\":%" PRId64 ",\"reply_bytes\":%" PRId64 "}",
-                e.a[0], e.a[1]);
-        break;
-      default:
-        out += "\"args\":{}";
-    }
-    out += "},\n";
+    const int64_t ts = job_ns(e.start_ns);
+    WriteEvent(w, e, suffix, pid, ts, job_ns(e.end_ns) - ts);
   }
   if (count != nullptr) *count = events.size();
   if (dropped > 0) {
-    AppendF(&out,
-            "{\"name\":\"dropped\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"events\":%" PRIu64
-            ",\"why\":\"the ring (DISCO_TRACE_EVENTS) overwrote the oldest\"}},\n",
-            pid, dropped);
+    w.Str("{\"name\":\"dropped\",\"ph\":\"M\",\"pid\":");
+    w.Int(pid);
+    w.Str(",\"tid\":1,\"args\":{\"events\":");
+    w.Int(static_cast<int64_t>(dropped));
+    w.Str(",\"why\":\"the ring (DISCO_TRACE_EVENTS) overwrote the oldest\"}},\n");
   }
   return out;
 }
-
-namespace {
-
-// Async-signal-safe text output (the rank file may be written from a SIGTERM handler): a buffer
-// on the stack, flushed with write(2); no allocation, no locks, no stdio.
-class SafeWriter {
- public:
-  explicit SafeWriter(int fd) : fd_(fd) {}
-  ~SafeWriter() { Flush(); }
-  void Str(const char* s) {
-    while (*s != '\0') Char(*s++);
-  }
-  void Char(char c) {
-    if (n_ == sizeof buf_) Flush();
-    buf_[n_++] = c;
-  }
-  void Int(int64_t v) {
-    if (v < 0) {
-      Char('-');
-      v = v == INT64_MIN ? INT64_MAX : -v;
-    }
-    char digits[24];
-    int n = 0;
-    do {
-      digits[n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v > 0);
-    while (n > 0) Char(digits[--n]);
-  }
-  // Nanoseconds as microseconds with three decimals.
-  void Micros(int64_t ns) {
-    if (ns < 0) {
-      Char('-');
-      ns = -ns;
-    }
-    Int(ns / 1000);
-    Char('.');
-    Char(static_cast<char>('0' + ns % 1000 / 100));
-    Char(static_cast<char>('0' + ns % 100 / 10));
-    Char(static_cast<char>('0' + ns % 10));
-  }
-  void Escaped(const char* s) {
-    static const char kHex[] = "0123456789abcdef";
-    for (; *s != '\0'; ++s) {
-      const unsigned char c = static_cast<unsigned char>(*s);
-      if (c == '"' || c == '\\') {
-        Char('\\');
-        Char(static_cast<char>(c));
-      } else if (c < 0x20 || c >= 0x7f) {
-        Str("\\u00");
-        Char(kHex[c >> 4]);
-        Char(kHex[c & 15]);
-      } else {
-        Char(static_cast<char>(c));
-      }
-    }
-  }
-  void Flush() {
-    size_t done = 0;
-    while (done < n_) {
-      const ssize_t w = write(fd_, buf_ + done, n_ - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;
-      done += static_cast<size_t>(w);
-    }
-    n_ = 0;
-  }
-
- private:
-  int fd_;
-  char buf_[4096];
-  size_t n_ = 0;
-};
-
-}  // namespace
 
 void WriteRankFile(const char* why) {
   Ring& r = TheRing();
@@ -348,58 +378,7 @@ void WriteRankFile(const char* why) {
     w.Str("{\"traceEvents\":[\n");
     for (uint64_t i = begin; i < end; ++i) {
       const Event& e = r.events[i & r.mask];
-      w.Str("{\"name\":\"");
-      w.Escaped(e.name);
-      w.Str("\",\"cat\":\"");
-      w.Str(KindName(e.kind));
-      w.Str("\",\"ph\":\"X\",\"pid\":");
-      w.Int(r.rank);
-      w.Str(",\"tid\":");
-      w.Int(TidOf(e.kind));
-      w.Str(",\"ts\":");
-      w.Micros(e.start_ns - origin);
-      w.Str(",\"dur\":");
-      w.Micros(std::max<int64_t>(0, e.end_ns - e.start_ns));
-      w.Str(",\"args\":{");
-      switch (e.kind) {
-        case Kind::kCommand:
-        case Kind::kRun:
-          w.Str("\"seq\":");
-          w.Int(e.a[0]);
-          break;
-        case Kind::kCollective:
-          w.Str("\"bytes\":");
-          w.Int(e.a[0]);
-          w.Str(",\"wait_us\":");
-          w.Micros(e.a[1]);
-          break;
-        case Kind::kH5Read:
-        case Kind::kH5Write:
-          w.Str("\"bytes\":");
-          w.Int(e.a[0]);
-          w.Str(",\"datasets\":");
-          w.Int(e.a[1]);
-          break;
-        case Kind::kSync:
-          w.Str("\"worker\":");
-          w.Int(e.a[0]);
-          break;
-        case Kind::kReplay:
-          w.Str("\"graph\":");
-          w.Int(e.a[0]);
-          w.Str(",\"calls\":");
-          w.Int(e.a[1]);
-          break;
-        case Kind::kRemote:
-          w.Str("\"request_bytes\":");
-          w.Int(e.a[0]);
-          w.Str(",\"reply_bytes\":");
-          w.Int(e.a[1]);
-          break;
-        default:
-          break;
-      }
-      w.Str("}},\n");
+      WriteEvent(w, e, nullptr, r.rank, e.start_ns - origin, e.end_ns - e.start_ns);
     }
     w.Str("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
     w.Int(r.rank);

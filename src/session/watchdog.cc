@@ -1209,8 +1209,9 @@ void End() {
   Record& r = s.records[(next - 1) % kFlightRecords];
   const int64_t now = NowNs();
   r.duration_ns = now - r.start_ns;
-  if (trace::Enabled()) {
-    trace::Record(trace::Kind::kRun, r.function, std::strlen(r.function), r.start_ns, now,
+  if (trace::Enabled()) {  // named after the function, or the command when it runs none
+    const char* name = r.function[0] != '\0' ? r.function : r.action;
+    trace::Record(trace::Kind::kRun, name, std::strlen(name), r.start_ns, now,
                   static_cast<int64_t>(r.seq));
   }
 }
