@@ -1,0 +1,55 @@
+// The timeline's event serializer (core/trace.h): the merged file's events and a failing rank's
+// own file (async-signal-safe) are written by one serializer, and names of any bytes stay JSON.
+#include "core/trace.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace disco {
+namespace trace {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(TraceTest, BothWritersWriteTheSameEvents) {
+  char dir[] = "/tmp/disco-trace-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/t.json";
+  Start(0, path, 16);
+  Record(Kind::kCollective, std::string("allreduce \"x\"\n\xff"), 1000, 3500, 4096, 250);
+  Record(Kind::kH5Read, std::string("read w"), 5000, 1005000, 2000000, 1);
+  Record(Kind::kSync, std::string("SyncAll"), 2000000, 2000001, -1);
+  const std::string merged = EventsJson(0, 0, 0, 0, /*origin_ns=*/1000, /*pid=*/0, nullptr);
+  EXPECT_NE(merged.find("\"name\":\"allreduce \\\"x\\\"\\u000a\\u00ff\""), std::string::npos)
+      << merged;
+  EXPECT_NE(merged.find("\"ts\":0.000,\"dur\":2.500,\"args\":{\"bytes\":4096,\"wait_us\":0.250}"),
+            std::string::npos)
+      << merged;
+  // 2 MB in 1 ms: 2000 MB/s.
+  EXPECT_NE(merged.find("\"bytes\":2000000,\"datasets\":1,\"MB_per_s\":2000.000"),
+            std::string::npos)
+      << merged;
+  EXPECT_NE(merged.find("\"args\":{\"worker\":-1}"), std::string::npos) << merged;
+  WriteRankFile("a test");
+  const std::string own = Slurp(path + ".rank0.json");
+  // The rank file's origin is its first event's start (1000 ns), as the merged file's above.
+  EXPECT_NE(own.find(merged), std::string::npos) << own << "\n---\n" << merged;
+  EXPECT_NE(own.find("\"why\":\"a test\""), std::string::npos) << own;
+  std::remove((path + ".rank0.json").c_str());
+  rmdir(dir);
+  Stop();
+}
+
+}  // namespace
+}  // namespace trace
+}  // namespace disco
