@@ -562,8 +562,7 @@ void CheckFiltersAvailable(hid_t dset, const std::string& where) {
 // the rank's activity (a hang verdict names it).
 struct IoSpan {
   IoSpan(trace::Kind kind, const char* verb, const std::string& dataset, const std::string& path)
-      : kind(kind),
-        doing(std::string("HDF5 ") + verb + " of dataset '" + dataset + "' of '" + path + "'") {
+      : kind(kind), doing(Activity(verb, dataset, path)) {
     if (!trace::Enabled()) return;
     start = trace::NowNs();
     name = std::string(verb) + " " + dataset;
@@ -573,6 +572,15 @@ struct IoSpan {
   }
   IoSpan(const IoSpan&) = delete;
   IoSpan& operator=(const IoSpan&) = delete;
+  // "HDF5 read of '.../ckpt/model.h5' dataset 'w'": the file's name first, its path cut from the
+  // front to fit the activity's bytes (wait_record::kActivityBytes).
+  static std::string Activity(const char* verb, const std::string& dataset,
+                              const std::string& path) {
+    constexpr size_t kPathBytes = 48;
+    const std::string file =
+        path.size() > kPathBytes ? "..." + path.substr(path.size() - (kPathBytes - 3)) : path;
+    return std::string("HDF5 ") + verb + " of '" + file + "' dataset '" + dataset + "'";
+  }
   trace::Kind kind;
   wait_record::Doing doing;
   std::string name;

@@ -155,8 +155,9 @@ void Socket::WaitUntil(short events, int64_t deadline, int timeout_ms, const cha
     int64_t left = deadline < 0 ? -1 : deadline - NowMs();
     DISCO_CHECK(deadline < 0 || left > 0, RuntimeError)
         << "timed out after " << timeout_ms << " ms"
-        << (progress ? " without progress (plus 1 s per MiB still to move)" : "") << " waiting for "
-        << what;
+        << (progress ? " without progress (plus 1 s per MiB still to move, at most as long again)"
+                     : "")
+        << " waiting for " << what;
     pollfd p{fd_, events, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left));
     if (rc < 0 && errno == EINTR) continue;
@@ -175,7 +176,10 @@ namespace {
 // The deadline of a transfer with `remaining` bytes still to move, from now (-1: none).
 int64_t ProgressDeadline(int timeout_ms, size_t remaining) {
   if (timeout_ms < 0) return -1;
-  return NowMs() + timeout_ms + static_cast<int64_t>(remaining) * 1000 / kMinBytesPerSecond;
+  // The allowance for what is still to move is at most the timeout again: a peer that announced
+  // a huge packet and went silent is still given up on within twice the timeout.
+  const int64_t allowance = static_cast<int64_t>(remaining) * 1000 / kMinBytesPerSecond;
+  return NowMs() + timeout_ms + std::min<int64_t>(allowance, timeout_ms);
 }
 
 }  // namespace

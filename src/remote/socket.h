@@ -21,14 +21,15 @@ namespace remote {
 /// Pass as a timeout to wait without a deadline.
 constexpr int kNoTimeout = -1;
 /// The slowest rate a transfer may keep without being given up: a send or receive of n bytes waits
-/// for progress up to its timeout plus n / kMinBytesPerSecond (what is still to move), counted
-/// afresh whenever bytes move.
+/// for progress up to its timeout plus n / kMinBytesPerSecond (what is still to move; at most the
+/// timeout again), counted afresh whenever bytes move.
 constexpr int64_t kMinBytesPerSecond = int64_t{1} << 20;
 
 /// An owned TCP socket (closed by the destructor). Every blocking call takes a time limit in
 /// milliseconds (kNoTimeout: none) and raises RuntimeError naming what it waited for when it
 /// passes. Sends and receives (SendAll*, RecvAll) give up only on a peer that stops moving bytes:
-/// their limit is the timeout plus a second per MiB still to move (kMinBytesPerSecond), and starts
+/// their limit is the timeout plus a second per MiB still to move (kMinBytesPerSecond; at most
+/// twice the timeout in all), and starts
 /// again whenever bytes move, so that a slow peer (a loaded machine) is never dropped while a
 /// silent one still is. RecvAllWithin has one deadline for the whole call, however the peer paces
 /// its bytes (for handshakes, whose peer is not trusted yet).

@@ -25,12 +25,21 @@ std::string Seconds(uint64_t ms) {
   return buf;
 }
 
-// "'fn' (command #7)", "graph 1 call 2 'fn' (command #7)", "sync_worker (command #7)".
+// "'fn' (command #7)", "graph 1 call 2 'fn' (command #7)" (the call a replay is at: its label
+// quotes the function itself), "sync_worker (command #7)". A quote inside a name is escaped, so
+// that a name cannot pass for verdict text.
 std::string Where(const RankState& s) {
-  std::string what = s.function[0] == '\0' ? std::string(s.action)
-                     : std::string(s.function).find('\'') != std::string::npos
-                         ? std::string(s.function)
-                         : "'" + std::string(s.function) + "'";
+  const std::string fn = s.function;
+  std::string what;
+  if (fn.empty()) {
+    what = s.action;
+  } else if (std::string(s.action) == "replay_graph" && fn.rfind("graph ", 0) == 0) {
+    what = fn;
+  } else {
+    what = "'";
+    for (char c : fn) what += c == '\'' ? std::string("\\'") : std::string(1, c);
+    what += "'";
+  }
   return what + " (command #" + std::to_string(s.seq) + ")";
 }
 
@@ -56,15 +65,17 @@ struct Analysis {
     return ranks[r].answered && Busy(S(r)) && S(r).seq == seq;
   }
 
-  // Why rank `p` is not in the collective of command `seq` (`where` names it) that others wait in.
-  std::string Missing(int p, uint64_t seq, const std::string& where) const {
+  // Why rank `p` is not in the collective of command `seq` (`where` names it; `joined` says what
+  // the others wait in: "its collective", "the MPI_Allreduce ... that ranks 0, 1 are inside").
+  std::string Missing(int p, uint64_t seq, const std::string& where,
+                      const std::string& joined) const {
     const RankState& s = S(p);
     if (Busy(s)) {
-      return "is in " + Where(s) + " for " + Seconds(s.elapsed_ms) + ", not in the collective of " +
-             where;
+      return "is in " + Where(s) + " for " + Seconds(s.elapsed_ms) + ", not in " +
+             (joined == "its collective" ? "the collective of " + where : joined);
     }
     if (RanCommand(s) && s.seq >= seq) {
-      std::string line = "finished " + where + " without joining its collective";
+      std::string line = "finished " + where + " without joining " + joined;
       if (s.seq > seq) line += " (it has run to command #" + std::to_string(s.seq) + " since)";
       return line;
     }
@@ -82,7 +93,7 @@ struct Analysis {
   // Whether rank `r`, busy in a command, is known to wait for other ranks there.
   bool Waiting(int r) const {
     const RankState& s = S(r);
-    return waits_for[r] >= 0 || InOp(s) || InMpi(s);
+    return waits_for[r] >= 0 || InOp(s) || InMpi(s) || s.foreign_call[0] != '\0';
   }
 
   void Run() {
@@ -91,12 +102,14 @@ struct Analysis {
       const RankState& s = S(r);
       if (!ranks[r].answered) {
         why[r] = "answered no state request: dead, stopped, or its node is off the network";
+      } else if (s.foreign_call[0] != '\0' && Busy(s)) {
+        // An MPI call of the worker function's own (mpi4py's, say): a wait for the ranks that
+        // are not inside it, like a collective's.
+        waiters[s.seq].push_back(r);
       } else if (s.foreign_call[0] != '\0') {
-        std::string where = Busy(s) ? " in " + Where(s) + " for " + Seconds(s.elapsed_ms)
-                            : r == 0 ? " in the controller's own code, with no command running"
-                                     : "";
         why[r] = std::string("is inside ") + s.foreign_call + ", called from outside disco (" +
-                 s.foreign_caller + ")" + where +
+                 s.foreign_caller + ")" +
+                 (r == 0 ? " in the controller's own code, with no command running" : "") +
                  ": the other ranks wait in disco and never join it";
       } else if (!Busy(s)) {
         continue;
@@ -155,9 +168,23 @@ struct Analysis {
         ++it;
       }
     }
-    // The ranks the waiters wait for: named by the transport, else every rank not in the command.
+    // The ranks the waiters wait for: named by the transport; else, when no rank is stuck at or
+    // before their command already (a rank that never reached it holds every later collective
+    // up: commands run in order), every rank not in the command. Rank 0's controller waiting in
+    // a disco call (SyncAll) takes part in the command it waits for without running it.
     for (const auto& [seq, in] : waiters) {
       const std::string where = Where(S(in.front()));
+      std::vector<int> foreign;
+      for (int r : in) {
+        if (S(r).foreign_call[0] != '\0') foreign.push_back(r);
+      }
+      std::string joined = "its collective";
+      if (!foreign.empty()) {
+        const RankState& f = S(foreign.front());
+        joined = std::string("the ") + f.foreign_call + " (called from outside disco (" +
+                 f.foreign_caller + ")) that " + Ranks(foreign) +
+                 (foreign.size() > 1 ? " are" : " is") + " inside";
+      }
       std::set<int> blamed;
       for (int r : in) {
         const int p = waits_for[r];
@@ -168,13 +195,23 @@ struct Analysis {
       const bool any_peer = std::any_of(in.begin(), in.end(), [&](int r) {
         return waits_for[r] >= 0;
       });
-      if (blamed.empty() && !any_peer) {
+      bool explained = false;
+      for (int q = 0; q < size() && !explained; ++q) {
+        if (why[q].empty()) continue;
+        explained = !ranks[q].answered || (Busy(S(q)) && S(q).seq <= seq);
+      }
+      if (blamed.empty() && !any_peer && !explained) {
         for (int p = 0; p < size(); ++p) {
-          if (!InCommand(p, seq)) blamed.insert(p);
+          if (InCommand(p, seq)) continue;
+          const RankState& s = S(p);
+          const bool controller_waits = p == 0 && !Busy(s) &&
+                                        (s.flags & RankState::kController) != 0 &&
+                                        s.activity[0] != '\0' && (!RanCommand(s) || s.seq < seq);
+          if (!controller_waits) blamed.insert(p);
         }
       }
       for (int p : blamed) {
-        if (why[p].empty()) why[p] = Missing(p, seq, where);
+        if (why[p].empty()) why[p] = Missing(p, seq, where, joined);
       }
     }
   }
@@ -292,8 +329,9 @@ std::string Verdict(const std::vector<RankView>& given) {
     }
     if (waiting.empty()) continue;
     const RankState& s = a.S(waiting.front());
-    os << "; " << Ranks(waiting) << (waiting.size() > 1 ? " wait" : " waits") << " in "
-       << Where(s) << " for " << Seconds(s.elapsed_ms);
+    os << "; " << Ranks(waiting) << (waiting.size() > 1 ? " wait" : " waits");
+    if (s.foreign_call[0] != '\0') os << " inside " << s.foreign_call;
+    os << " in " << Where(s) << " for " << Seconds(s.elapsed_ms);
   }
   return os.str();
 }

@@ -97,6 +97,7 @@ struct State {
   int fired_by = -1;
   int64_t last_check_ns = 0;
   int64_t previous_check_ns = 0;
+  int64_t first_check_ns = 0;  // the first liveness check (rank 0: a rank never heard from)
   int missed_checks = 0;
   // Datagrams dropped since the last warning, by reason (the warning: at most one per 10 s).
   enum Drop { kMalformed, kOtherJob, kWrongSource, kBadMac, kReplay, kDropKinds };
@@ -128,6 +129,10 @@ void PutInt(char* buf, size_t cap, size_t* at, int64_t v) {
 void PutStr(char* buf, size_t cap, size_t* at, const char* s) {
   while (*s != '\0' && *at + 1 < cap) buf[(*at)++] = *s++;
 }
+// PutStr with every byte that is not printable ASCII as '?' (names from the program).
+void PutPrintable(char* buf, size_t cap, size_t* at, const char* s) {
+  for (; *s != '\0' && *at + 1 < cap; ++s) buf[(*at)++] = (*s < 0x20 || *s > 0x7e) ? '?' : *s;
+}
 
 // SIGTERM (the launcher ending the job) or SIGINT: the registered files go (a served job's key
 // file), one line says what this rank was doing, then the default action.
@@ -148,10 +153,10 @@ void OnTerminate(int sig) {
     PutStr(line, sizeof line, &at, busy ? "while running command #" : "idle after command #");
     PutInt(line, sizeof line, &at, static_cast<int64_t>(r.seq));
     PutStr(line, sizeof line, &at, " (");
-    PutStr(line, sizeof line, &at, r.action);
+    PutPrintable(line, sizeof line, &at, r.action);
     if (r.function[0] != '\0') {
       PutStr(line, sizeof line, &at, " '");
-      PutStr(line, sizeof line, &at, r.function);
+      PutPrintable(line, sizeof line, &at, r.function);
       PutStr(line, sizeof line, &at, "'");
     }
     PutStr(line, sizeof line, &at, ")");
@@ -227,10 +232,20 @@ int SampleStack();
 void StartProbe(int rank, double timeout_s);
 void StopSignals();
 
+// `text` with every byte that is not printable ASCII as '?' (a function's name may hold a newline
+// or a terminal's escape codes: one line stays one line).
+std::string Printable(const char* text) {
+  std::string out = text != nullptr ? text : "";
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
 std::string Describe(const Record& r) {
   std::ostringstream os;
-  os << "command #" << r.seq << " (" << r.action;
-  if (r.function[0] != '\0') os << " '" << r.function << "'";
+  os << "command #" << r.seq << " (" << Printable(r.action);
+  if (r.function[0] != '\0') os << " '" << Printable(r.function) << "'";
   os << ")";
   return os.str();
 }
@@ -500,7 +515,7 @@ bool PeersReady() {
 
 // Pings every other rank for up to a second: "ranks 2, 3 (node2) answered no liveness ping ...",
 // or "" (all answered, or no addresses to ping).
-std::string SilentRanks() {
+std::string SilentRanks(std::vector<bool>* alive_out = nullptr) {
   State& s = S();
   if (s.ping_fd < 0 || !PeersReady() || s.known.size() < 2) return "";
   std::vector<int> targets;
@@ -508,6 +523,7 @@ std::string SilentRanks() {
     if (r != s.rank) targets.push_back(r);
   }
   std::vector<bool> alive = Ping(targets, NowNs());
+  if (alive_out != nullptr) *alive_out = alive;
   int silent = 0;
   std::string names = Name(s.known, alive, nullptr, &silent);
   if (silent == 0) return "";
@@ -604,9 +620,27 @@ void CheckLiveness() {
   } else {
     targets.push_back(0);
   }
+  if (s.first_check_ns == 0) s.first_check_ns = now;
   std::vector<bool> alive = Ping(targets, since);
+  // Watched: the ranks that answered before, and (rank 0) those that never did while another rank
+  // of their host (or this rank, on its own host) did: UDP reaches that host, so the rank died or
+  // stopped early (during start-up, say, while the controller waits in a sync, which no command
+  // times). A host none of whose ranks ever answered is not judged (UDP may be filtered to it).
+  std::vector<bool> watched = s.answered;
+  bool never = false;
+  if (s.rank == 0) {
+    for (int r : targets) {
+      if (watched[r]) continue;
+      bool reached = SameHost(s.known[r], s.self);
+      for (int q = 1; q < static_cast<int>(s.known.size()) && !reached; ++q) {
+        reached = q != r && s.answered[q] && SameHost(s.known[q], s.known[r]);
+      }
+      watched[r] = reached;
+      never = never || (reached && !alive[r]);
+    }
+  }
   int silent = 0;
-  std::string names = Name(s.known, alive, &s.answered, &silent);
+  std::string names = Name(s.known, alive, &watched, &silent);
   if (silent == 0) {
     s.missed_checks = 0;
     return;
@@ -614,15 +648,21 @@ void CheckLiveness() {
   if (++s.missed_checks < 2 || s.shutting_down.load()) return;
   // Checks come every DISCO_TIMEOUT / 3 (at least 1 s): with a short timeout, a live rank on a
   // node whose cores are overloaded may miss two in a row. It is declared dead only once nothing
-  // was heard from it for DISCO_TIMEOUT (at most 10 s, which two checks take anyway past 15 s).
+  // was heard from it for DISCO_TIMEOUT (at most 10 s, which two checks take anyway past 15 s;
+  // for a rank never heard from, since the first check).
   const int64_t grace_ns = static_cast<int64_t>(std::min(s.timeout_s, 10.0) * 1e9);
   for (int r : targets) {
-    if (!alive[r] && s.heard_ns[r] != 0 && now - s.heard_ns[r] < grace_ns) return;
+    if (alive[r] || !watched[r]) continue;
+    const int64_t last = s.heard_ns[r] != 0 ? s.heard_ns[r] : s.first_check_ns;
+    if (now - last < grace_ns) return;
   }
   exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   const std::string launcher = LocalLauncher();
   LogLine(LogLevel::kError, "watchdog: " + names +
-                                " stopped answering liveness pings (they answered before): "
+                                (never ? " answered no liveness ping (some never did, while "
+                                         "other ranks of their host answered): "
+                                       : " stopped answering liveness pings (they answered "
+                                         "before): ") +
                                 "dead, or their node is off the network; ending the job" +
                                 (launcher.empty() ? "" : " and this node's launcher, " + launcher));
   PrintVerdict();
@@ -657,9 +697,26 @@ void AwaitRankZeroVerdict() {
     ServePings();
   }
   LogLine(LogLevel::kError,
-          "watchdog: the job did not end within 4 s of this rank's timeout (rank 0 silent, or a "
-          "launcher that keeps the job); this rank's view follows");
+          "watchdog: the job did not end within 4 s of this rank's timeout (rank 0 did not act on "
+          "it: its job may be ending otherwise); this rank's view follows");
   EndJob(PrintVerdict());
+}
+
+// A worker whose watchdog fired while rank 0 answers nothing: gathers every rank's state and
+// prints the verdict itself, unless a lower worker's command ran past DISCO_TIMEOUT too (that
+// worker prints it: one line for the job). Returns whether some rank answered nothing.
+bool WorkerVerdict() {
+  State& s = S();
+  std::vector<hang::RankView> views = Gather();
+  bool defer = false;
+  for (int q = 1; q < s.rank && q < static_cast<int>(views.size()) && !defer; ++q) {
+    const liveness::RankState& st = views[q].state;
+    defer = views[q].answered && (st.flags & liveness::RankState::kBusy) != 0 &&
+            static_cast<double>(st.elapsed_ms) >= s.timeout_s * 1000;
+  }
+  if (!defer) LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
+  return std::any_of(views.begin(), views.end(),
+                     [](const hang::RankView& v) { return !v.answered; });
 }
 
 // Rank 0, told by rank `rank` that its watchdog fired: every rank's state, the verdict, the end of
@@ -683,7 +740,9 @@ void Fire(double elapsed_s) {
   const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
   std::ostringstream line;
   line << "watchdog: " << Describe(current);
-  if (const char* step = s.step_label.load(std::memory_order_relaxed)) line << " at " << step;
+  if (const char* step = s.step_label.load(std::memory_order_relaxed)) {
+    line << " at " << Printable(step);
+  }
   line << " has run for " << elapsed_s << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
   int peer = wait_record::Peer();
   if (peer >= 0) {
@@ -711,8 +770,10 @@ void Fire(double elapsed_s) {
     silent = count > 0;
     if (silent) line << "; " << names << " answered no state request within 1.5 s: dead, or their "
                                         "node is off the network";
-  } else {
-    const std::string silent_line = SilentRanks();
+  }
+  std::vector<bool> alive;
+  if (s.rank != 0) {
+    const std::string silent_line = SilentRanks(&alive);
     if (!silent_line.empty()) line << "; " << silent_line;
   }
   line << "; ending the job";
@@ -720,7 +781,13 @@ void Fire(double elapsed_s) {
   if (s.rank == 0) LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
   DumpInterpreterStacks();
   Dump("watchdog timeout");
-  if (s.rank != 0) AwaitRankZeroVerdict();  // ends the job itself when rank 0 does not
+  if (s.rank != 0) {
+    if (alive.empty() || alive[0]) {
+      AwaitRankZeroVerdict();  // ends the job itself when rank 0 does not
+    } else {
+      silent = WorkerVerdict();  // rank 0 answers nothing: no waiting for it
+    }
+  }
   // Give the other stuck ranks' watchdogs a moment to print their lines before the launcher,
   // seeing this rank exit, terminates them (srun without --kill-on-bad-exit would not: the step
   // is cancelled).
@@ -865,6 +932,17 @@ void DumpInterpreterStacks() {
   if (void (*dump)() = P().dump_stacks.load()) dump();
 }
 
+// Whether an MPI entry point can wait for other processes: not one that starts an operation
+// (MPI_Isend, MPI_Iallreduce), tests or probes one (MPI_Test, MPI_Iprobe) or reads the clock or
+// the communicator; a controller that polls them in a loop is computing, not blocked.
+bool MayBlock(const std::string& call) {
+  for (const char* quick : {"MPI_I", "MPI_Test", "MPI_Wtime", "MPI_Wtick", "MPI_Comm_rank",
+                            "MPI_Comm_size", "MPI_Request_get_status", "MPI_Get_"}) {
+    if (call.rfind(quick, 0) == 0) return false;
+  }
+  return true;
+}
+
 // The MPI entry point (MPI_Barrier) the sampled stack is inside, when it was called from outside
 // libdisco (and outside HDF5, which disco's I/O calls MPI-IO through), with the path of the
 // library that called it; "" otherwise. `*in_mpi` (when given): whether the stack is inside any
@@ -899,8 +977,10 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller,
       const char* path = up.dli_fname != nullptr ? up.dli_fname : "";
       const char* base = std::strrchr(path, '/') != nullptr ? std::strrchr(path, '/') + 1 : path;
       if (std::strncmp(base, "libhdf5", 7) == 0) return "";  // disco's HDF5 I/O (MPI-IO)
+      const std::string call = name[0] == 'P' ? name.substr(1) : name;
+      if (!MayBlock(call)) return "";  // a loop that polls (MPI_Iprobe, MPI_Test) computes
       *caller = up.dli_fname != nullptr ? up.dli_fname : "an unknown library";
-      return name[0] == 'P' ? name.substr(1) : name;
+      return call;
     }
     return "";
   }
@@ -940,8 +1020,11 @@ int SampleStack() {
   return depth;
 }
 
+// Copies `src` into a state's field; a text cut short ends in "..." (a name cut silently could
+// pass for another function's).
 void CopyField(char* dst, size_t cap, const std::string& src) {
   CopyTruncated(dst, cap, src.data(), src.size());
+  if (src.size() > cap - 1 && cap > 4) std::memcpy(dst + cap - 4, "...", 3);
 }
 
 liveness::RankState OwnState() {
@@ -1115,6 +1198,7 @@ void Start(int rank, int world_size, double timeout_s, const liveness::JobSecret
   s.fired_by = -1;
   s.last_check_ns = 0;
   s.previous_check_ns = 0;
+  s.first_check_ns = 0;
   s.missed_checks = 0;
   std::snprintf(s.prefix, sizeof s.prefix, "[rank %d/%d] watchdog: ", rank, world_size);
 #if DISCO_SIMULATED
@@ -1184,6 +1268,9 @@ void Begin(uint64_t seq, const char* action, const std::string& function) {
   r.seq = seq;
   CopyTruncated(r.action, sizeof r.action, action, std::strlen(action));
   CopyTruncated(r.function, sizeof r.function, function.data(), function.size());
+  if (function.size() >= sizeof r.function) {  // cut: said so
+    std::memcpy(r.function + sizeof r.function - 4, "...", 3);
+  }
   r.start_ns = now;
   r.duration_ns = -1;
   s.next.store(next + 1, std::memory_order_release);
@@ -1240,7 +1327,7 @@ void Dump(const std::string& why) {
     os << "\n  " << Describe(r) << ": ";
     if (r.duration_ns < 0) {
       const char* step = s.step_label.load(std::memory_order_relaxed);
-      if (i + 1 == next && step != nullptr) os << "at " << step << ", ";  // a replay's call
+      if (i + 1 == next && step != nullptr) os << "at " << Printable(step) << ", ";  // a replay's
       os << "running for " << (now - r.start_ns) / 1e6 << " ms";
     } else {
       os << r.duration_ns / 1e6 << " ms";

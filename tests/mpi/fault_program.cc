@@ -200,6 +200,31 @@ int Run(disco::Session& s, const std::string& mode) {
     std::printf("unreachable: the job went on past a stuck function\n");
     return 0;
   }
+  if (mode == "hang-spin-sync") {  // the last worker runs on; the controller syncs
+    s.SyncAll();
+    begins();
+    s.CallPacked(s.GetGlobalFunc("fault.spin_on"), s.num_workers() - 1);
+    s.SyncAll();
+    std::printf("unreachable: the job went on past a stuck function\n");
+    return 0;
+  }
+  if (mode == "hang-stop-early") {  // the last worker stops at the first command
+    begins();
+    s.CallPacked(s.GetGlobalFunc("fault.stop_self"), s.num_workers() - 1);
+    s.SyncAll();
+    std::printf("unreachable: the job went on with a stopped worker\n");
+    return 0;
+  }
+  if (mode == "hang-stop-rank0") {  // worker 0 stops inside a collective
+    s.InitCCL("mpi");
+    disco::DRef t = s.Empty(disco::Shape{1024}, disco::DataType("float32"));
+    s.SyncAll();
+    begins();
+    s.CallPacked(s.GetGlobalFunc("fault.collective_unless"), t, 0, "stop");
+    s.SyncAll();
+    std::printf("unreachable: a collective with a stopped rank 0 completed\n");
+    return 0;
+  }
   if (mode == "hang-foreign-mpi") {  // worker 1 enters MPI_Barrier of its own
     s.SyncAll();
     begins();

@@ -73,14 +73,58 @@ TEST(HangVerdictTest, ARankThatSkippedTheCollectiveWithNoPeerKnown) {
 }
 
 TEST(HangVerdictTest, ARankInAForeignMpiCall) {
+  // An MPI call of a worker function's own is a wait for the ranks not inside it.
   RankState stuck = Busy(4, "fault.foreign_barrier");
   std::strcpy(stuck.foreign_call, "MPI_Barrier");
   std::strcpy(stuck.foreign_caller, "disco_fault_program");
   std::string v = Verdict(Views({Idle(4), stuck, Idle(4)}));
   EXPECT_EQ(v,
-            "hang culprit: rank 1 (node0) is inside MPI_Barrier, called from outside disco "
-            "(disco_fault_program) in 'fault.foreign_barrier' (command #4) for 3.1 s: the other "
-            "ranks wait in disco and never join it");
+            "hang culprits: ranks 0 (node0), 2 (node1) finished 'fault.foreign_barrier' (command "
+            "#4) without joining the MPI_Barrier (called from outside disco (disco_fault_program)) "
+            "that rank 1 is inside; rank 1 waits inside MPI_Barrier in 'fault.foreign_barrier' "
+            "(command #4) for 3.1 s");
+}
+
+TEST(HangVerdictTest, ARankThatSkippedAnMpiCollectiveOfTheFunctionsOwn) {
+  // mpi4py's allreduce in a worker function, which rank 2 skips: ranks 0 and 1 are innocent.
+  RankState in = Busy(5, "user.fn");
+  std::strcpy(in.foreign_call, "MPI_Allreduce");
+  std::strcpy(in.foreign_caller, "MPI.cpython-311.so");
+  std::string v = Verdict(Views({in, in, Idle(5, "user.fn")}));
+  EXPECT_EQ(v,
+            "hang culprit: rank 2 (node1) finished 'user.fn' (command #5) without joining the "
+            "MPI_Allreduce (called from outside disco (MPI.cpython-311.so)) that ranks 0, 1 are "
+            "inside; ranks 0, 1 wait inside MPI_Allreduce in 'user.fn' (command #5) for 3.1 s");
+  // ... or runs on before it.
+  v = Verdict(Views({in, in, Busy(5, "user.fn")}));
+  EXPECT_EQ(v,
+            "hang culprit: rank 2 (node1) is still running 'user.fn' (command #5) for 3.1 s, "
+            "outside any collective: its own code does not return; ranks 0, 1 wait inside "
+            "MPI_Allreduce in 'user.fn' (command #5) for 3.1 s");
+}
+
+TEST(HangVerdictTest, AStuckRankHoldsUpTheSyncAfterIt) {
+  // Rank 3 runs command #3 on; the controller's SyncAll (command #4, a reduction over every rank)
+  // waits on rank 1, which waits for rank 3; rank 2 passed its part of it. Only rank 3 is named.
+  RankState controller = Idle(3, "p.spin_on");
+  controller.flags |= RankState::kController;
+  std::strcpy(controller.activity, "the controller waits in SyncAll");
+  RankState sync = Busy(4, "", RankState::kInMpi);
+  std::strcpy(sync.action, "sync_worker");
+  RankState synced = Idle(4, "");
+  std::strcpy(synced.action, "sync_worker");
+  std::string v = Verdict(Views({controller, sync, synced, Busy(3, "p.spin_on")}));
+  EXPECT_EQ(v,
+            "hang culprit: rank 3 (node1) is still running 'p.spin_on' (command #3) for 3.1 s, "
+            "outside any collective: its own code does not return; rank 1 waits in sync_worker "
+            "(command #4) for 3.1 s");
+}
+
+TEST(HangVerdictTest, AQuoteInANameCannotPassForVerdictText) {
+  std::string v = Verdict(Views({Idle(2), Busy(3, "it's (command #1); rank 0")}));
+  EXPECT_EQ(v,
+            "hang culprit: rank 1 (node0) is still running 'it\\'s (command #1); rank 0' (command "
+            "#3) for 3.1 s, outside any collective: its own code does not return");
 }
 
 TEST(HangVerdictTest, AControllerInAForeignMpiCall) {
@@ -105,19 +149,19 @@ TEST(HangVerdictTest, ARankThatAnswersNothing) {
 
 TEST(HangVerdictTest, AnHdf5ReadThatDoesNotReturnWhileTheOthersWaitInMpi) {
   RankState reading = Busy(3, "disco.h5.load", kColl);
-  std::strcpy(reading.activity, "HDF5 read of dataset 'w' of '/tmp/x.h5'");
+  std::strcpy(reading.activity, "HDF5 read of '/tmp/x.h5' dataset 'w'");
   RankState waiting = Busy(3, "disco.h5.load", kColl | RankState::kInMpi);
-  std::strcpy(waiting.activity, "HDF5 read of dataset 'w' of '/tmp/x.h5'");
+  std::strcpy(waiting.activity, "HDF5 read of '/tmp/x.h5' dataset 'w'");
   std::string v = Verdict(Views({waiting, reading, waiting}));
   EXPECT_EQ(v,
             "hang culprit: rank 1 (node0) is still running 'disco.h5.load' (command #3) for 3.1 s, "
-            "HDF5 read of dataset 'w' of '/tmp/x.h5', outside its collective, which the other "
+            "HDF5 read of '/tmp/x.h5' dataset 'w', outside its collective, which the other "
             "ranks wait in; ranks 0, 2 wait in 'disco.h5.load' (command #3) for 3.1 s");
 }
 
 TEST(HangVerdictTest, AnHdf5ReadThatEveryOtherRankFinished) {
   RankState reading = Busy(3, "disco.h5.load", kColl);
-  std::strcpy(reading.activity, "HDF5 read of dataset 'w' of '/tmp/x.h5'");
+  std::strcpy(reading.activity, "HDF5 read of '/tmp/x.h5' dataset 'w'");
   std::string v = Verdict(Views({Idle(3), Idle(3), reading}));
   EXPECT_EQ(v,
             "hang culprit: rank 2 (node1) is still in 'disco.h5.load' (command #3) for 3.1 s, HDF5 "
@@ -125,14 +169,14 @@ TEST(HangVerdictTest, AnHdf5ReadThatEveryOtherRankFinished) {
 }
 
 TEST(HangVerdictTest, ARankThatHasNotStartedTheCommand) {
+  // Worker 0 runs its share of a command when the controller next enters disco; a controller
+  // that computes in code of its own meanwhile leaves the collective short of rank 0.
   RankState controller = Idle(4);
   controller.flags |= RankState::kController;
-  std::strcpy(controller.activity, "the controller waits in SyncAll");
   std::string v = Verdict(Views({controller, Busy(5, "c", kOp), Busy(5, "c", kOp)}));
   EXPECT_EQ(v,
             "hang culprit: rank 0 (node0) has not started 'c' (command #5) (its controller runs "
-            "code of its own: the controller waits in SyncAll); ranks 1, 2 wait in 'c' (command "
-            "#5) for 3.1 s");
+            "code of its own); ranks 1, 2 wait in 'c' (command #5) for 3.1 s");
 }
 
 TEST(HangVerdictTest, RanksThatWaitForEachOther) {
@@ -151,8 +195,11 @@ TEST(HangVerdictTest, EveryRankInTheCollective) {
 }
 
 TEST(HangVerdictTest, AReplayNamesTheCallItIsAt) {
-  std::string v = Verdict(Views({Busy(5, "graph 1 call 1 'c'", kOp, 2),
-                                 Busy(5, "graph 1 call 1 'c'", kOp, 2), Idle(5, "graph 1")}));
+  RankState waiting = Busy(5, "graph 1 call 1 'c'", kOp, 2);
+  std::strcpy(waiting.action, "replay_graph");
+  RankState done = Idle(5, "graph 1");
+  std::strcpy(done.action, "replay_graph");
+  std::string v = Verdict(Views({waiting, waiting, done}));
   EXPECT_EQ(v,
             "hang culprit: rank 2 (node1) finished graph 1 call 1 'c' (command #5) without "
             "joining its collective; ranks 0, 1 wait in graph 1 call 1 'c' (command #5) for 3.1 s");
