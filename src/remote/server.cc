@@ -454,7 +454,7 @@ class ClientConnection {
         const int first_ms = idle_ms < 0 ? kParkAfterMs : std::min(kParkAfterMs, idle_ms);
         bool ready = sock_.WaitReadable(first_ms);
         if (!ready) {
-          impl_->ParkWorkers();
+          if (!impl_->capturing()) impl_->ParkWorkers();  // (a capture sends them nothing)
           ready = sock_.WaitReadable(idle_ms < 0 ? -1 : idle_ms - first_ms);
         }
         if (!ready) {
@@ -606,7 +606,7 @@ class ClientConnection {
       case Op::kCopyFrom:
         expect(4);
         copy_ = CheckedTensor(a, "CopyFromWorker0");
-        if (copy_.nbytes() >= kParkForCopyBytes) impl_->ParkWorkers();
+        if (copy_.nbytes() >= kParkForCopyBytes && !impl_->capturing()) impl_->ParkWorkers();
         if (!memory::IsHost(copy_.device())) {  // stage device memory on the host
           Tensor host = Tensor::Empty(copy_.shape(), copy_.dtype());
           host.CopyFrom(copy_);
@@ -708,7 +708,7 @@ class ClientConnection {
       Io([&] { remote::RecvChunks(&sock_, nullptr, nbytes, ChunkLimit(), Deadline()); });
       throw;
     }
-    if (nbytes >= kParkForCopyBytes) impl_->ParkWorkers();
+    if (nbytes >= kParkForCopyBytes && !impl_->capturing()) impl_->ParkWorkers();
     if (memory::IsHost(dst.device())) {
       Io([&] { remote::RecvChunks(&sock_, dst.data(), nbytes, ChunkLimit(), Deadline()); });
     } else {  // stage on the host, then one copy to the device

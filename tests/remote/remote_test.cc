@@ -89,6 +89,22 @@ TEST_F(RemoteTest, ExitCodesOutsideAByteAreRefused) {
   EXPECT_EQ(r.DebugGetFromRemote(0).cast<int64_t>(), 1000);
 }
 
+// A client that pauses inside a capture (longer than the server waits before it parks the
+// workers, 20 ms: a loaded machine, Python's overhead) is not dropped: nothing is sent to the
+// workers during a capture, and parking is not recorded.
+TEST_F(RemoteTest, APauseInsideACaptureKeepsTheClient) {
+  DRef affine = S().GetGlobalFunc("test.affine");
+  Graph g = S().Capture(1, [&](const std::vector<Any>& in) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    S().CallPacked(affine, in[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  g.Replay({Any(int64_t{2})});
+  S().SyncAll();
+  DRef r = S().CallPacked(affine, 1);
+  EXPECT_EQ(r.DebugGetFromRemote(0).cast<int64_t>(), 1000);
+}
+
 TEST_F(RemoteTest, TensorCopiesRoundTripBitForBit) {
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{4093}, int64_t{64} << 20}) {
     DRef remote = S().Empty(Shape{n}, DataType("uint8"));

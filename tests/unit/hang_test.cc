@@ -165,7 +165,7 @@ TEST(HangVerdictTest, AnHdf5ReadThatEveryOtherRankFinished) {
   std::string v = Verdict(Views({Idle(3), Idle(3), reading}));
   EXPECT_EQ(v,
             "hang culprit: rank 2 (node1) is still in 'disco.h5.load' (command #3) for 3.1 s, HDF5 "
-            "read of dataset 'w' of '/tmp/x.h5', which every other rank finished");
+            "read of '/tmp/x.h5' dataset 'w', which every other rank finished");
 }
 
 TEST(HangVerdictTest, ARankThatHasNotStartedTheCommand) {
