@@ -13,6 +13,9 @@ std::atomic<const char*> g_collective{nullptr};
 // in between sees "" rather than a mix of two texts).
 std::atomic<char> g_activity[kActivityBytes];
 
+// Or a text that outlives the scope (a literal), by its address alone: one store.
+std::atomic<const char*> g_activity_literal{nullptr};
+
 void SetActivity(const char* text, size_t n) {
   n = std::min(n, kActivityBytes - 1);
   g_activity[0].store('\0', std::memory_order_relaxed);
@@ -30,10 +33,17 @@ void Clear() {
   g_peer.store(-1, std::memory_order_relaxed);
   g_collective.store(nullptr, std::memory_order_relaxed);
   g_activity[0].store('\0', std::memory_order_relaxed);
+  g_activity_literal.store(nullptr, std::memory_order_relaxed);
 }
 
 void Activity(char* out, size_t cap) {
   if (cap == 0) return;
+  if (const char* literal = g_activity_literal.load(std::memory_order_acquire)) {
+    const size_t n = std::min(cap - 1, std::strlen(literal));
+    std::memcpy(out, literal, n);
+    out[n] = '\0';
+    return;
+  }
   const size_t n = std::min(cap, kActivityBytes);
   out[0] = g_activity[0].load(std::memory_order_acquire);
   for (size_t i = 1; i < n; ++i) out[i] = g_activity[i].load(std::memory_order_relaxed);
@@ -44,8 +54,16 @@ void Activity(char* out, size_t cap) {
 }
 
 Doing::Doing(const std::string& text) { SetActivity(text.data(), text.size()); }
-Doing::Doing(const char* text) { SetActivity(text, std::strlen(text)); }
-Doing::~Doing() { g_activity[0].store('\0', std::memory_order_relaxed); }
+Doing::Doing(const char* literal) : literal_(true) {
+  g_activity_literal.store(literal, std::memory_order_release);
+}
+Doing::~Doing() {
+  if (literal_) {
+    g_activity_literal.store(nullptr, std::memory_order_relaxed);
+  } else {
+    g_activity[0].store('\0', std::memory_order_relaxed);
+  }
+}
 
 }  // namespace wait_record
 }  // namespace disco

@@ -30,15 +30,19 @@ void Clear();
 /// Copies what this rank does now into `out` (`cap` bytes, NUL-terminated; "" when nothing).
 void Activity(char* out, size_t cap);
 
-/// Records `text` ("HDF5 read of dataset 'w' of 'model.h5'", cut to kActivityBytes - 1) as this
-/// rank's activity for as long as the scope lives.
+/// Records `text` ("HDF5 read of 'model.h5' dataset 'w'", cut to kActivityBytes - 1) as this
+/// rank's activity for as long as the scope lives; a `literal` (a text that outlives the scope)
+/// by its address alone, which costs one store (SyncAll's).
 class Doing {
  public:
   explicit Doing(const std::string& text);
-  explicit Doing(const char* text);
+  explicit Doing(const char* literal);
   ~Doing();
   Doing(const Doing&) = delete;
   Doing& operator=(const Doing&) = delete;
+
+ private:
+  bool literal_ = false;
 };
 
 }  // namespace wait_record

@@ -458,9 +458,9 @@ void SessionImpl::SyncWorker(int worker_id) {
   CheckLive("SyncWorker");
   CheckNotCapturing("SyncWorker");
   trace::Span span(trace::Kind::kSync, "SyncWorker");
-  wait_record::Doing doing("the controller waits in SyncWorker");
   span.set(0, worker_id);
-  FlushWorker0();
+  FlushWorker0();  // (worker 0's commands clear the activity as they end: it is set after)
+  wait_record::Doing doing("the controller waits in SyncWorker");
   CheckWorker(worker_id, "SyncWorker");
   if (worker_id != 0) {
     Any head[1] = {Any(worker_id)};
@@ -482,9 +482,9 @@ void SessionImpl::SyncAll() {
   CheckLive("SyncAll");
   CheckNotCapturing("SyncAll");
   trace::Span span(trace::Kind::kSync, "SyncAll");
-  wait_record::Doing doing("the controller waits in SyncAll");
   span.set(0, -1);
   FlushWorker0();
+  wait_record::Doing doing("the controller waits in SyncAll");
   if (transport_->size() > 1) {
     Any head[1] = {Any(-1)};
     Broadcast(protocol::Action::kSyncWorker, head, 1, nullptr, 0);

@@ -3,6 +3,8 @@
 // for real.
 #include "session/hang.h"
 
+#include "core/wait_record.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -210,6 +212,36 @@ TEST(HangVerdictTest, NothingStuck) {
   EXPECT_EQ(v,
             "hang culprit: not found: no rank is stuck in a command or in an MPI call of its own "
             "(rank 0 idle after command #5; rank 1 idle after command #5)");
+}
+
+TEST(WaitRecordTest, ActivitiesLastAsLongAsTheirScope) {
+  char out[wait_record::kActivityBytes];
+  wait_record::Activity(out, sizeof out);
+  EXPECT_STREQ(out, "");
+  {
+    wait_record::Doing doing("the controller waits in SyncAll");  // a literal: by address
+    wait_record::Activity(out, sizeof out);
+    EXPECT_STREQ(out, "the controller waits in SyncAll");
+    char small[8];
+    wait_record::Activity(small, sizeof small);
+    EXPECT_STREQ(small, "the con");
+  }
+  wait_record::Activity(out, sizeof out);
+  EXPECT_STREQ(out, "");
+  {
+    const std::string long_text(200, 'x');
+    wait_record::Doing doing(long_text + "\n");  // copied, cut, made printable
+    wait_record::Activity(out, sizeof out);
+    EXPECT_EQ(std::string(out), std::string(wait_record::kActivityBytes - 1, 'x'));
+    wait_record::Clear();  // a command's end clears it
+    wait_record::Activity(out, sizeof out);
+    EXPECT_STREQ(out, "");
+  }
+  {
+    wait_record::Doing doing(std::string("HDF5 read \x01"));
+    wait_record::Activity(out, sizeof out);
+    EXPECT_STREQ(out, "HDF5 read ?");
+  }
 }
 
 TEST(StateDatagramTest, RoundTripsAndRefusesAlteredBits) {
