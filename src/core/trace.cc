@@ -197,9 +197,8 @@ void WriteEvent(Text<Out>& w, const Event& e, const char* suffix, int pid, int64
       // Bytes per microsecond are MB/s; in thousandths: bytes * 1e6 / ns (the bytes of one
       // event stay far below 2^63 / 1e6).
       w.Str(",\"MB_per_s\":");
-      w.Milli(dur_ns > 0 && e.a[0] >= 0 && e.a[0] < (int64_t{1} << 43)
-                  ? e.a[0] * 1000000 / dur_ns
-                  : 0);
+      w.Milli(dur_ns > 0 && e.a[0] >= 0 && e.a[0] < (int64_t{1} << 43) ? e.a[0] * 1000000 / dur_ns
+                                                                       : 0);
       break;
     case Kind::kSync:
       arg("worker", e.a[0], true);

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/printable.h"
+
 namespace disco {
 namespace wait_record {
 namespace {
@@ -47,10 +49,7 @@ void Activity(char* out, size_t cap) {
   const size_t n = std::min(cap, kActivityBytes);
   out[0] = g_activity[0].load(std::memory_order_acquire);
   for (size_t i = 1; i < n; ++i) out[i] = g_activity[i].load(std::memory_order_relaxed);
-  out[n - 1] = '\0';
-  for (size_t i = 0; i < n && out[i] != '\0'; ++i) {
-    if (out[i] < 0x20 || out[i] > 0x7e) out[i] = '?';
-  }
+  MakePrintable(out, n);
 }
 
 Doing::Doing(const std::string& text) { SetActivity(text.data(), text.size()); }

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/printable.h"
+
 namespace disco {
 namespace hang {
 namespace {
@@ -52,8 +54,8 @@ std::string Ranks(const std::vector<int>& ranks) {
 
 struct Analysis {
   const std::vector<RankView>& ranks;
-  std::vector<std::string> why;           // per rank: why it holds the others up ("": it does not)
-  std::vector<int> waits_for;             // per rank: whom it waits for (-1: nobody known)
+  std::vector<std::string> why;  // per rank: why it holds the others up ("": it does not)
+  std::vector<int> waits_for;    // per rank: whom it waits for (-1: nobody known)
   std::map<uint64_t, std::vector<int>> waiters;  // by command: the ranks waiting in its collective
 
   explicit Analysis(const std::vector<RankView>& r)
@@ -192,9 +194,8 @@ struct Analysis {
         // that waits for nobody, or closes a cycle).
         if (p >= 0 && !InCommand(p, seq) && waits_for[p] < 0) blamed.insert(p);
       }
-      const bool any_peer = std::any_of(in.begin(), in.end(), [&](int r) {
-        return waits_for[r] >= 0;
-      });
+      const bool any_peer =
+          std::any_of(in.begin(), in.end(), [&](int r) { return waits_for[r] >= 0; });
       bool explained = false;
       for (int q = 0; q < size() && !explained; ++q) {
         if (why[q].empty()) continue;
@@ -242,22 +243,9 @@ std::string Verdict(const std::vector<RankView>& given) {
   if (given.empty()) return "hang culprit: not known (no rank's state)";
   // One line whatever the names hold (a function registered with a newline in its name).
   std::vector<RankView> ranks = given;
-  auto printable = [](char* text, size_t cap) {
-    text[cap - 1] = '\0';
-    for (size_t i = 0; i < cap && text[i] != '\0'; ++i) {
-      if (text[i] < 0x20 || text[i] > 0x7e) text[i] = '?';
-    }
-  };
   for (RankView& v : ranks) {
-    RankState& s = v.state;
-    printable(s.action, sizeof s.action);
-    printable(s.function, sizeof s.function);
-    printable(s.activity, sizeof s.activity);
-    printable(s.foreign_call, sizeof s.foreign_call);
-    printable(s.foreign_caller, sizeof s.foreign_caller);
-    for (char& c : v.host) {
-      if (c < 0x20 || c > 0x7e) c = '?';
-    }
+    liveness::MakePrintable(&v.state);
+    for (char& c : v.host) c = PrintableChar(c);
   }
   Analysis a(ranks);
   a.Run();
@@ -290,9 +278,9 @@ std::string Verdict(const std::vector<RankView>& given) {
     for (int r = 0; r < a.size(); ++r) {
       const RankState& s = a.S(r);
       os << (r ? "; " : "") << "rank " << r << " "
-         << (Busy(s) ? "in " + Where(s) : RanCommand(s) ? "idle after command #" +
-                                                              std::to_string(s.seq)
-                                                        : std::string("idle"));
+         << (Busy(s)         ? "in " + Where(s)
+             : RanCommand(s) ? "idle after command #" + std::to_string(s.seq)
+                             : std::string("idle"));
     }
     os << ")";
     return os.str();
@@ -301,8 +289,9 @@ std::string Verdict(const std::vector<RankView>& given) {
   // Ranks with the same reason in one clause: "ranks 2, 3 (node2) answered no ...".
   std::vector<std::vector<int>> groups;
   for (int r : culprits) {
-    auto same = std::find_if(groups.begin(), groups.end(),
-                             [&](const std::vector<int>& g) { return a.why[g.front()] == a.why[r]; });
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<int>& g) {
+      return a.why[g.front()] == a.why[r];
+    });
     if (same == groups.end()) {
       groups.push_back({r});
     } else {
@@ -311,8 +300,8 @@ std::string Verdict(const std::vector<RankView>& given) {
   }
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::vector<int>& g = groups[i];
-    const bool one_host = std::all_of(g.begin(), g.end(),
-                                      [&](int r) { return ranks[r].host == ranks[g[0]].host; });
+    const bool one_host =
+        std::all_of(g.begin(), g.end(), [&](int r) { return ranks[r].host == ranks[g[0]].host; });
     os << (i ? "; " : "") << (g.size() > 1 ? "ranks " : "rank ");
     for (size_t k = 0; k < g.size(); ++k) {
       os << (k ? ", " : "") << g[k];

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/printable.h"
+
 namespace disco {
 namespace liveness {
 namespace {
@@ -98,12 +100,13 @@ RankState DecodeState(const uint8_t* data) {
   ForEachString(&s, [&](char* field, size_t size) {
     std::memcpy(field, at, size);
     at += size;
-    field[size - 1] = '\0';
-    for (size_t i = 0; i < size && field[i] != '\0'; ++i) {
-      if (field[i] < 0x20 || field[i] > 0x7e) field[i] = '?';
-    }
   });
+  MakePrintable(&s);
   return s;
+}
+
+void MakePrintable(RankState* state) {
+  ForEachString(state, [](char* field, size_t size) { disco::MakePrintable(field, size); });
 }
 
 Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_id, Packet* out) {

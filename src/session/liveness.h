@@ -45,20 +45,20 @@ constexpr size_t kStatePacketBytes = kPacketBytes + kStateBytes;
 /// What a rank is doing, as its watchdog tells it (a state datagram's payload). Strings are
 /// NUL-terminated (DecodeState makes them so, and printable).
 struct RankState {
-  static constexpr uint32_t kBusy = 1;         // running command `seq`
-  static constexpr uint32_t kCollective = 2;   // ... a collective (or a command all ranks join)
-  static constexpr uint32_t kController = 4;   // rank 0: its controller program is running
-  static constexpr uint32_t kRanCommand = 8;   // `seq` names a command (run now or last)
+  static constexpr uint32_t kBusy = 1;           // running command `seq`
+  static constexpr uint32_t kCollective = 2;     // ... a collective (or a command all ranks join)
+  static constexpr uint32_t kController = 4;     // rank 0: its controller program is running
+  static constexpr uint32_t kRanCommand = 8;     // `seq` names a command (run now or last)
   static constexpr uint32_t kInCollective = 16;  // inside a collective builtin (disco.allreduce)
   static constexpr uint32_t kInMpi = 32;  // its command thread was inside an MPI call (sampled)
-  uint64_t seq = 0;         // the command running (kBusy) or run last
-  uint64_t elapsed_ms = 0;  // in it (kBusy), or since it ended
+  uint64_t seq = 0;                       // the command running (kBusy) or run last
+  uint64_t elapsed_ms = 0;                // in it (kBusy), or since it ended
   uint32_t flags = 0;
-  int32_t peer = -1;           // the rank a collective waits for, when the transport knows it
-  char action[16] = {0};       // "call_packed", "replay_graph", ...
-  char function[64] = {0};     // its function, or the call a replay is at
-  char activity[80] = {0};     // what the rank does inside it ("HDF5 read of ..."), or ""
-  char foreign_call[32] = {0};  // an MPI entry point its command thread is inside, called from
+  int32_t peer = -1;              // the rank a collective waits for, when the transport knows it
+  char action[16] = {0};          // "call_packed", "replay_graph", ...
+  char function[64] = {0};        // its function, or the call a replay is at
+  char activity[80] = {0};        // what the rank does inside it ("HDF5 read of ..."), or ""
+  char foreign_call[32] = {0};    // an MPI entry point its command thread is inside, called from
   char foreign_caller[40] = {0};  // outside disco (by this library, basename), or ""
 };
 static_assert(8 + 8 + 4 + 4 + 16 + 64 + 80 + 32 + 40 == kStateBytes, "RankState layout");
@@ -95,6 +95,8 @@ void EncodeState(const Packet& p, const RankState& state, const crypto::HmacSha2
 /// The state of a datagram that Decode accepted as kState (kStatePacketBytes); every string ends
 /// in NUL, and a byte that is not printable ASCII reads '?'.
 RankState DecodeState(const uint8_t* data);
+/// Ends every string of `state` in NUL and makes it printable ('?' for any other byte).
+void MakePrintable(RankState* state);
 /// The cheap checks of the `n` bytes of `data` for rank `self` of a job of `world` ranks with id
 /// `job_id` (everything but the MAC); fills `*out` when it returns kAccepted.
 Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_id, Packet* out);

@@ -29,6 +29,7 @@
 
 #include "core/exit_cleanup.h"
 #include "core/launcher.h"
+#include "core/printable.h"
 #include "core/trace.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
@@ -131,7 +132,7 @@ void PutStr(char* buf, size_t cap, size_t* at, const char* s) {
 }
 // PutStr with every byte that is not printable ASCII as '?' (names from the program).
 void PutPrintable(char* buf, size_t cap, size_t* at, const char* s) {
-  for (; *s != '\0' && *at + 1 < cap; ++s) buf[(*at)++] = (*s < 0x20 || *s > 0x7e) ? '?' : *s;
+  for (; *s != '\0' && *at + 1 < cap; ++s) buf[(*at)++] = PrintableChar(*s);
 }
 
 // SIGTERM (the launcher ending the job) or SIGINT: the registered files go (a served job's key
@@ -236,9 +237,7 @@ void StopSignals();
 // or a terminal's escape codes: one line stays one line).
 std::string Printable(const char* text) {
   std::string out = text != nullptr ? text : "";
-  for (char& c : out) {
-    if (c < 0x20 || c > 0x7e) c = '?';
-  }
+  for (char& c : out) c = PrintableChar(c);
   return out;
 }
 
@@ -266,6 +265,17 @@ bool FromRank(const sockaddr_in& from, int r) {
     if (x != 0 && x == a) return true;
   }
   return SameHost(p, s.self) && (ntohl(a) >> 24) == 127;
+}
+
+// A datagram of `kind` from this rank to rank `receiver` of this job, with `nonce`.
+liveness::Packet Outgoing(uint8_t kind, int receiver, uint64_t nonce) {
+  liveness::Packet p;
+  p.kind = kind;
+  p.sender = static_cast<uint32_t>(S().rank);
+  p.receiver = static_cast<uint32_t>(receiver);
+  p.job_id = S().job_id;
+  p.nonce = nonce;
+  return p;
 }
 
 // One datagram that arrived: a ping is answered, a pong settles its ping; either proves its
@@ -309,14 +319,8 @@ void Take(const uint8_t* data, size_t n, bool truncated, const sockaddr_in& from
     return;
   }
   if (p.kind == liveness::kStateRequest) {
-    liveness::Packet reply;
-    reply.kind = liveness::kState;
-    reply.sender = static_cast<uint32_t>(s.rank);
-    reply.receiver = p.sender;
-    reply.job_id = s.job_id;
-    reply.nonce = p.nonce;
     uint8_t out[liveness::kStatePacketBytes];
-    liveness::EncodeState(reply, OwnState(), s.mac, out);
+    liveness::EncodeState(Outgoing(liveness::kState, sender, p.nonce), OwnState(), s.mac, out);
     sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<const sockaddr*>(&from), sizeof from);
     return;
   }
@@ -334,14 +338,8 @@ void Take(const uint8_t* data, size_t n, bool truncated, const sockaddr_in& from
     return;
   }
   if (p.kind == liveness::kPing) {
-    liveness::Packet pong;
-    pong.kind = liveness::kPong;
-    pong.sender = static_cast<uint32_t>(s.rank);
-    pong.receiver = p.sender;
-    pong.job_id = s.job_id;
-    pong.nonce = p.nonce;
     uint8_t out[liveness::kPacketBytes];
-    liveness::Encode(pong, s.mac, out);
+    liveness::Encode(Outgoing(liveness::kPong, sender, p.nonce), s.mac, out);
     sendto(s.ping_fd, out, sizeof out, 0, reinterpret_cast<const sockaddr*>(&from), sizeof from);
     return;
   }
@@ -437,12 +435,7 @@ void SendTo(int r, uint8_t kind, int64_t now) {
     to.sin_family = AF_INET;
     to.sin_addr.s_addr = a;
     to.sin_port = s.known[r].port;
-    liveness::Packet p;
-    p.kind = kind;
-    p.sender = static_cast<uint32_t>(s.rank);
-    p.receiver = static_cast<uint32_t>(r);
-    p.job_id = s.job_id;
-    p.nonce = s.next_nonce++;
+    const liveness::Packet p = Outgoing(kind, r, s.next_nonce++);
     uint8_t out[liveness::kPacketBytes];
     liveness::Encode(p, s.mac, out);
     if (kind == liveness::kPing) s.outstanding[p.nonce] = State::Outstanding{r, now};
@@ -765,11 +758,13 @@ void Fire(double elapsed_s) {
     std::vector<bool> alive(views.size(), true);
     for (size_t r = 0; r < views.size(); ++r) alive[r] = views[r].answered;
     int count = 0;
-    const std::string names = s.known.size() == views.size() ? Name(s.known, alive, nullptr, &count)
-                                                            : std::string();
+    const std::string names =
+        s.known.size() == views.size() ? Name(s.known, alive, nullptr, &count) : std::string();
     silent = count > 0;
-    if (silent) line << "; " << names << " answered no state request within 1.5 s: dead, or their "
-                                        "node is off the network";
+    if (silent)
+      line << "; " << names
+           << " answered no state request within 1.5 s: dead, or their "
+              "node is off the network";
   }
   std::vector<bool> alive;
   if (s.rank != 0) {
@@ -1040,7 +1035,8 @@ liveness::RankState OwnState() {
     CopyField(st.action, sizeof st.action, r.action);
     const char* step = busy ? s.step_label.load(std::memory_order_relaxed) : nullptr;
     CopyField(st.function, sizeof st.function, step != nullptr ? step : r.function);
-    const int64_t since = busy ? s.start_ns.load() : r.start_ns + std::max<int64_t>(0, r.duration_ns);
+    const int64_t since =
+        busy ? s.start_ns.load() : r.start_ns + std::max<int64_t>(0, r.duration_ns);
     st.elapsed_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - since) / 1000000);
   }
   if (busy) {

@@ -58,8 +58,8 @@ TEST(HangVerdictTest, AFunctionStuckOnOneRank) {
 }
 
 TEST(HangVerdictTest, ARankThatSkippedTheCollectiveWithItsPeerNamed) {
-  std::string v = Verdict(Views({Busy(5, "c", kOp, 3), Busy(5, "c", kOp, 3), Busy(5, "c", kOp, 3),
-                                 Idle(5, "c")}));
+  std::string v = Verdict(
+      Views({Busy(5, "c", kOp, 3), Busy(5, "c", kOp, 3), Busy(5, "c", kOp, 3), Idle(5, "c")}));
   EXPECT_EQ(v,
             "hang culprit: rank 3 (node1) finished 'c' (command #5) without joining its "
             "collective; ranks 0, 1, 2 wait in 'c' (command #5) for 3.1 s");
