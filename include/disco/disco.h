@@ -6,6 +6,7 @@
 #include <disco/any.h>
 #include <disco/config.h>
 #include <disco/error.h>
+#include <disco/files.h>
 #include <disco/function.h>
 #include <disco/graph.h>
 #include <disco/h5.h>

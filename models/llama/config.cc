@@ -8,8 +8,10 @@
 namespace llama {
 namespace {
 
+// A positive integer of at most `max`, named in the error: config.json comes from anyone, and every
+// buffer the model allocates is a product of these (each bound keeps those products in int64).
 int64_t PositiveInt(const Json& j, const char* key, const std::string& what, bool required,
-                    int64_t fallback) {
+                    int64_t fallback, int64_t max) {
   const Json* v = j.Find(key);
   if (v == nullptr || v->is_null()) {
     DISCO_CHECK(!required, ValueError) << what << ": \"" << key << "\" is missing";
@@ -17,7 +19,31 @@ int64_t PositiveInt(const Json& j, const char* key, const std::string& what, boo
   }
   DISCO_CHECK(v->is_int() && v->as_int() > 0, ValueError)
       << what << ": \"" << key << "\" must be a positive integer, not " << v->Dump();
+  DISCO_CHECK(v->as_int() <= max, ValueError) << what << ": \"" << key << "\" is " << v->as_int()
+                                              << ", more than this loader accepts (" << max << ")";
   return v->as_int();
+}
+
+// The model this loader implements: model_type "llama" (LlamaForCausalLM). Qwen2, Qwen3 and
+// Mistral checkpoints have Llama's tensor names plus weights or rules of their own (biases, q/k
+// norms, a sliding window): read as Llama they would compute silently wrong, so they are refused.
+void CheckArchitecture(const Json& j, const std::string& what) {
+  const Json* type = j.Find("model_type");
+  DISCO_CHECK(type != nullptr && type->is_string(), ValueError)
+      << what << ": \"model_type\" is " << (type == nullptr ? "missing" : type->Dump())
+      << "; this loader reads \"llama\" checkpoints only";
+  DISCO_CHECK(type->as_string() == "llama", ValueError)
+      << what << ": model_type " << type->Dump()
+      << " is not supported; this loader reads \"llama\" checkpoints only";
+  const Json* arch = j.Find("architectures");
+  if (arch == nullptr || arch->is_null()) return;
+  DISCO_CHECK(arch->is_array(), ValueError)
+      << what << ": \"architectures\" must be a list, not " << arch->Dump();
+  for (const Json& a : arch->items()) {
+    DISCO_CHECK(a.is_string() && a.as_string() == "LlamaForCausalLM", ValueError)
+        << what << ": architectures " << arch->Dump()
+        << " is not supported; this loader reads LlamaForCausalLM only";
+  }
 }
 
 double PositiveNumber(const Json& j, const char* key, const std::string& what, double fallback) {
@@ -33,24 +59,34 @@ double PositiveNumber(const Json& j, const char* key, const std::string& what, d
 Config Config::FromJson(const Json& j, const std::string& what) {
   DISCO_CHECK(j.is_object(), ValueError)
       << what << ": expected a JSON object, got a " << j.kind_name();
+  CheckArchitecture(j, what);
   Config c;
-  c.hidden_size = PositiveInt(j, "hidden_size", what, true, 0);
-  c.intermediate_size = PositiveInt(j, "intermediate_size", what, true, 0);
-  c.num_hidden_layers = PositiveInt(j, "num_hidden_layers", what, true, 0);
-  c.num_attention_heads = PositiveInt(j, "num_attention_heads", what, true, 0);
-  c.num_key_value_heads = PositiveInt(j, "num_key_value_heads", what, false, c.num_attention_heads);
-  c.vocab_size = PositiveInt(j, "vocab_size", what, true, 0);
-  c.max_position_embeddings = PositiveInt(j, "max_position_embeddings", what, false, 2048);
+  c.hidden_size = PositiveInt(j, "hidden_size", what, true, 0, kMaxHidden);
+  c.intermediate_size = PositiveInt(j, "intermediate_size", what, true, 0, kMaxHidden * 16);
+  c.num_hidden_layers = PositiveInt(j, "num_hidden_layers", what, true, 0, kMaxLayers);
+  c.num_attention_heads = PositiveInt(j, "num_attention_heads", what, true, 0, kMaxHeads);
+  c.num_key_value_heads =
+      PositiveInt(j, "num_key_value_heads", what, false, c.num_attention_heads, kMaxHeads);
+  c.vocab_size = PositiveInt(j, "vocab_size", what, true, 0, kMaxVocab);
+  c.max_position_embeddings =
+      PositiveInt(j, "max_position_embeddings", what, false, 2048, kMaxPositions);
   DISCO_CHECK(c.hidden_size % c.num_attention_heads == 0 || j.Find("head_dim") != nullptr,
               ValueError)
       << what << ": hidden_size " << c.hidden_size << " is not a multiple of num_attention_heads "
       << c.num_attention_heads << " (and there is no head_dim)";
-  c.head_dim = PositiveInt(j, "head_dim", what, false, c.hidden_size / c.num_attention_heads);
+  c.head_dim =
+      PositiveInt(j, "head_dim", what, false, c.hidden_size / c.num_attention_heads, kMaxHeadDim);
   DISCO_CHECK(c.head_dim % 2 == 0, ValueError)
       << what << ": head_dim " << c.head_dim << " must be even (rotary embedding)";
   DISCO_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, ValueError)
       << what << ": num_attention_heads " << c.num_attention_heads
       << " is not a multiple of num_key_value_heads " << c.num_key_value_heads;
+  // The largest weights: each product within int64 by the bounds above, and within kMaxElements.
+  CheckedProduct({c.num_attention_heads, c.head_dim, c.hidden_size},
+                 what + ": num_attention_heads x head_dim x hidden_size (q_proj)");
+  CheckedProduct({c.vocab_size, c.hidden_size}, what + ": vocab_size x hidden_size (embeddings)");
+  CheckedProduct({c.intermediate_size, c.hidden_size},
+                 what + ": intermediate_size x hidden_size (mlp)");
   c.rms_norm_eps = PositiveNumber(j, "rms_norm_eps", what, 1e-6);
   c.rope_theta = PositiveNumber(j, "rope_theta", what, 10000.0);
   if (const Json* t = j.Find("tie_word_embeddings"); t != nullptr && !t->is_null()) {
@@ -74,6 +110,17 @@ Config Config::FromJson(const Json& j, const std::string& what) {
         << what << ": rope_scaling " << r->Dump() << " is not supported (plain RoPE only)";
   }
   return c;
+}
+
+int64_t CheckedProduct(std::initializer_list<int64_t> factors, const std::string& what,
+                       int64_t limit) {
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    DISCO_CHECK(f >= 0 && (f == 0 || p <= limit / f), ValueError)
+        << what << " is more than " << limit << " elements";
+    p *= f;
+  }
+  return p;
 }
 
 Config Config::FromText(const std::string& text, const std::string& what) {

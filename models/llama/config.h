@@ -3,12 +3,30 @@
 #define DISCO_MODELS_LLAMA_CONFIG_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "llama/json.h"
 
 namespace llama {
+
+// The largest value config.json may give each size (the largest checkpoints published use a
+// tenth of each or less). Every size a buffer is made of is bounded before anything is allocated,
+// and so is every product of them (CheckedProduct).
+constexpr int64_t kMaxHidden = int64_t{1} << 17;
+constexpr int64_t kMaxLayers = int64_t{1} << 12;
+constexpr int64_t kMaxHeads = int64_t{1} << 12;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+// The most elements one buffer of the model may have (2^40 floats: 4 TiB).
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+/// The product of `factors`, or a ValueError "WHAT is more than LIMIT elements" when it would
+/// pass `limit` (never a wrapped value).
+int64_t CheckedProduct(std::initializer_list<int64_t> factors, const std::string& what,
+                       int64_t limit = kMaxElements);
 
 /// The fields of config.json that the model uses (names as Hugging Face spells them).
 struct Config {
@@ -25,7 +43,9 @@ struct Config {
   bool tie_word_embeddings = false;
 
   /// Reads and checks a config (`what` names it in errors: "DIR/config.json"). Unsupported
-  /// variants (hidden_act other than silu, attention or MLP biases, rope_scaling) are errors.
+  /// variants (a model_type other than "llama", architectures other than LlamaForCausalLM,
+  /// hidden_act other than silu, attention or MLP biases, rope_scaling) and sizes past the bounds
+  /// above are errors naming the field.
   static Config FromJson(const Json& j, const std::string& what);
   static Config FromText(const std::string& text, const std::string& what);
   /// config.json text with every field above (and model_type "llama").

@@ -5,8 +5,11 @@
 // model.cc.
 #include "llama/driver.h"
 
+#include <dirent.h>
 #include <disco/disco.h>
 #include <disco/h5.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,24 +79,110 @@ float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
 
 std::string DefaultCheckpointDir(const Options& o) {
   const Config& c = o.config;
-  const char* base = std::getenv("TMPDIR");
-  std::string dir = base != nullptr && base[0] != '\0' ? base : "/tmp";
-  // The user's id in the name: users of one machine do not share (or plant) default checkpoints.
-  dir += "/disco-demo-llama-u" + std::to_string(geteuid()) + "-h" + std::to_string(c.hidden_size) +
-         "-l" + std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) +
-         "-k" + std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
+  // In a directory only this user can create names in: no other user of a shared /tmp can plant
+  // the checkpoint, or swap it in while this run writes it.
+  return disco::PrivateTempDir() + "/llama-h" + std::to_string(c.hidden_size) + "-l" +
+         std::to_string(c.num_hidden_layers) + "-a" + std::to_string(c.num_attention_heads) + "-k" +
+         std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
          std::to_string(c.intermediate_size) + "-v" + std::to_string(c.vocab_size) +
          (c.tie_word_embeddings ? "-tied" : "") + "-s" + std::to_string(o.seed);
-  return dir;
+}
+
+// A checkpoint being written: DIR.partial.XXXXXX, removed unless Commit renames it to DIR. It is
+// removed on an error (the destructor) and on SIGTERM/SIGINT (registered with the runtime); while
+// it exists its writer holds a lock on it, so a later run removes one whose writer was killed
+// (RemoveStalePartials).
+class PartialCheckpoint {
+ public:
+  explicit PartialCheckpoint(const std::string& dir) {
+    std::string tmpl = dir + ".partial.XXXXXX";
+    DISCO_CHECK(mkdtemp(tmpl.data()) != nullptr, ValueError)
+        << "cannot create a directory like " << tmpl << ": " << std::strerror(errno);
+    path_ = tmpl;
+    disco::RemoveOnAbnormalExit(path_);  // with the files in it
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd_ < 0 || ::flock(fd_, LOCK_EX) != 0) {
+      const int err = errno;
+      Remove();
+      DISCO_THROW(ValueError) << "cannot lock " << path_ << ": " << std::strerror(err);
+    }
+  }
+  ~PartialCheckpoint() { Remove(); }
+  PartialCheckpoint(const PartialCheckpoint&) = delete;
+  PartialCheckpoint& operator=(const PartialCheckpoint&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Renames the checkpoint to `dir`. When that fails (a run of this user made it first), `dir`
+  // must be a directory of this user's (not a link to one); the partial one goes either way.
+  void Commit(const std::string& dir) {
+    if (std::rename(path_.c_str(), dir.c_str()) == 0) {
+      Forget();
+      path_.clear();
+      return;
+    }
+    const int err = errno;
+    Remove();
+    struct stat st;
+    DISCO_CHECK(::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid(),
+                ValueError)
+        << "cannot rename the checkpoint written to " << dir << ": " << std::strerror(err)
+        << ", and " << dir << " is not a directory of yours";
+  }
+
+ private:
+  std::vector<std::string> Paths() const {
+    return {path_ + "/config.json", path_ + "/model.safetensors", path_};
+  }
+  void Forget() {
+    disco::ForgetOnAbnormalExit(path_);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  void Remove() {
+    if (path_.empty()) return;
+    for (const std::string& p : Paths()) {
+      if (::unlink(p.c_str()) != 0) ::rmdir(p.c_str());
+    }
+    Forget();
+    path_.clear();
+  }
+
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Removes the partial checkpoints in `parent` (this user's private directory) whose writer is gone:
+// a run killed while it wrote one (SIGKILL, a crash) holds no lock on it any more.
+void RemoveStalePartials(const std::string& parent) {
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.find(".partial.") == std::string::npos) continue;
+    const std::string path = parent + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    // A minute old at least: a run that has just made its partial directory may not hold the
+    // lock on it yet.
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && st.st_mtime < ::time(nullptr) - 60 &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      for (const char* f : {"/config.json", "/model.safetensors"}) ::unlink((path + f).c_str());
+      if (::rmdir(path.c_str()) == 0)
+        std::printf("[checkpoint] removed a stale %s\n", path.c_str());
+    }
+    ::close(fd);
+  }
+  ::closedir(d);
 }
 
 // Writes config.json and model.safetensors (float32) into a new directory next to `dir`, then
 // renames it to `dir`: a run never sees half a checkpoint, and two runs racing keep one.
 void WriteDefaultCheckpoint(const std::string& dir, const Config& c, uint64_t seed) {
-  std::string tmpl = dir + ".partial.XXXXXX";
-  DISCO_CHECK(mkdtemp(tmpl.data()) != nullptr, ValueError)
-      << "cannot create a directory like " << tmpl << ": " << std::strerror(errno);
-  const std::string tmp = tmpl;
+  RemoveStalePartials(dir.substr(0, dir.rfind('/')));
+  PartialCheckpoint partial(dir);
+  const std::string& tmp = partial.path();
   {
     FILE* f = std::fopen((tmp + "/config.json").c_str(), "w");
     DISCO_CHECK(f != nullptr, ValueError) << "cannot write " << tmp << "/config.json";
@@ -118,14 +207,7 @@ void WriteDefaultCheckpoint(const std::string& dir, const Config& c, uint64_t se
                        }});
   }
   WriteSafetensors(tmp + "/model.safetensors", tensors, DType::kF32);
-  if (std::rename(tmp.c_str(), dir.c_str()) != 0) {
-    // Another run made it first: keep theirs.
-    std::remove((tmp + "/config.json").c_str());
-    std::remove((tmp + "/model.safetensors").c_str());
-    ::rmdir(tmp.c_str());
-    DISCO_CHECK(IsDirectory(dir), ValueError)
-        << "cannot rename " << tmp << " to " << dir << ": " << std::strerror(errno);
-  }
+  partial.Commit(dir);
 }
 
 // ---- .npy ------------------------------------------------------------------------------------

@@ -431,6 +431,7 @@ class State {
         << ": each must be positive, and max_rows at least batch";
     const Config& c = m->config;
     const int64_t h = c.hidden_size, hd = c.head_dim;
+    CheckSizes();
     cache_stride = max_len * hd;
     const size_t cache = static_cast<size_t>(c.num_hidden_layers * batch * m->kv_heads) *
                          static_cast<size_t>(cache_stride);
@@ -476,6 +477,21 @@ class State {
     logits.resize(static_cast<size_t>(batch * m->vocab));
     best = Tensor::Empty(Shape{batch}, disco::DataType("int64"));
     if (keep_logits) kept.assign(static_cast<size_t>(max_new * batch * m->vocab), 0.0f);
+  }
+
+  // Every buffer's size, formed without wrapping before anything is allocated: the arguments
+  // come from a caller and the config from a file.
+  void CheckSizes() const {
+    const Config& c = m->config;
+    const std::string fn = "llama.new_state: ";
+    CheckedProduct({c.num_hidden_layers, batch, m->kv_heads, max_len, c.head_dim},
+                   fn + "the kv cache (num_hidden_layers x batch x kv heads x max_len x head_dim)");
+    CheckedProduct({max_rows, m->heads, std::max(max_len, c.head_dim)},
+                   fn + "max_rows x heads x max(max_len, head_dim) (queries and scores)");
+    CheckedProduct({max_rows, std::max({m->ffn, c.hidden_size})},
+                   fn + "max_rows x max(intermediate_size, hidden_size) (activations)");
+    CheckedProduct({max_new, batch, m->vocab},
+                   fn + "max_new_tokens x batch x vocab_size (tokens and kept logits)");
   }
 
   // The GPU's buffers; the host keeps the rotary tables' source and the batch's rows.

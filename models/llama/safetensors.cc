@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <utility>
 
 namespace llama {
@@ -16,6 +17,8 @@ namespace {
 
 // Reads and writes go through buffers of at most this many bytes.
 constexpr size_t kChunkBytes = size_t{4} << 20;
+// The most elements one tensor may have (2^50: 4 PiB of float32, far past any real checkpoint).
+constexpr uint64_t kMaxTensorElements = uint64_t{1} << 50;
 // A header longer than this is not a header (safetensors itself refuses 100 MB).
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
@@ -30,14 +33,29 @@ float BitsFloat(uint32_t u) {
   return f;
 }
 
-// An open file descriptor, closed on destruction.
+const char* KindOf(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+// An open regular file, closed on destruction.
 class File {
  public:
   File(const std::string& path, int flags, mode_t mode = 0644) : path_(path) {
+    // O_NONBLOCK: a FIFO planted as a checkpoint file opens at once (and is refused below)
+    // instead of waiting forever for a writer. It changes nothing for a regular file.
     do {
-      fd_ = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+      fd_ = ::open(path.c_str(), flags | O_CLOEXEC | O_NONBLOCK, mode);
     } while (fd_ < 0 && errno == EINTR);
     DISCO_CHECK(fd_ >= 0, ValueError) << "cannot open " << path << ": " << std::strerror(errno);
+    struct stat st;
+    DISCO_CHECK(::fstat(fd_, &st) == 0, ValueError)
+        << "cannot stat " << path << ": " << std::strerror(errno);
+    DISCO_CHECK(S_ISREG(st.st_mode), ValueError)
+        << path << " is not a regular file (" << KindOf(st.st_mode) << ")";
   }
   ~File() {
     if (fd_ >= 0) ::close(fd_);
@@ -142,8 +160,12 @@ void ReadHeader(const std::string& path, std::map<std::string, TensorInfo>* out)
       DISCO_CHECK(d.is_int() && d.as_int() >= 0 && d.as_int() < (int64_t{1} << 40), ValueError)
           << where << ": bad dimension " << d.Dump() << " in its shape";
       t.shape.push_back(d.as_int());
-      numel *= static_cast<uint64_t>(d.as_int());
-      DISCO_CHECK(numel < (uint64_t{1} << 50), ValueError) << where << ": the shape is too large";
+      // Checked before the product is formed: [2^39, 2^39] must not wrap to 0.
+      const uint64_t dim = static_cast<uint64_t>(d.as_int());
+      DISCO_CHECK(dim == 0 || numel <= kMaxTensorElements / dim, ValueError)
+          << where << ": shape " << shape->Dump() << " has more than " << kMaxTensorElements
+          << " elements";
+      numel *= dim;
     }
     const Json& b = offsets->items()[0];
     const Json& e = offsets->items()[1];
@@ -323,7 +345,22 @@ const TensorInfo* Checkpoint::Find(const std::string& name) const {
 }
 
 void Checkpoint::CheckWeights() const {
-  for (const WeightSpec& w : WeightSpecs(config_)) {
+  const std::vector<WeightSpec> specs = WeightSpecs(config_);
+  std::set<std::string> read;
+  for (const WeightSpec& w : specs) read.insert(w.name);
+  // A tensor the model would not read means a model it does not implement (Qwen2's q/k/v biases,
+  // Qwen3's q/k norms): computing without it is silently wrong. Older Llama checkpoints carry the
+  // rotary inverse frequencies, which the model computes from rope_theta as Hugging Face does.
+  const std::string inv_freq = ".self_attn.rotary_emb.inv_freq";
+  for (const auto& [name, t] : tensors_) {
+    const bool rotary = name.size() > inv_freq.size() &&
+                        name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;
+    DISCO_CHECK(read.count(name) != 0 || rotary, ValueError)
+        << "checkpoint " << dir_ << ": tensor '" << name << "' in " << t.file
+        << " is not one this model reads (a llama model: " << config_.Summary()
+        << "): a checkpoint of another architecture, or of other settings, is refused";
+  }
+  for (const WeightSpec& w : specs) {
     const TensorInfo* t = Find(w.name);
     DISCO_CHECK(t != nullptr, ValueError)
         << "checkpoint " << dir_ << ": tensor '" << w.name << "' is missing (the config needs "

@@ -1,8 +1,11 @@
 #include "core/exit_cleanup.h"
 
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace disco {
@@ -19,6 +22,30 @@ struct Slot {
   char path[kPathBytes];
 };
 Slot g_slots[kSlots];
+
+// Removes the directory `path` and the files in it (one level), async-signal-safe: getdents64,
+// unlinkat and rmdir. Another thread of the process may still be creating a file in it, so it
+// tries a few times.
+void RemoveDirectory(const char* path) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    alignas(8) char buf[4096];
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+      for (long at = 0; at < n;) {
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+        unsigned short reclen;
+        std::memcpy(&reclen, buf + at + 16, sizeof reclen);
+        const char* name = buf + at + 19;
+        if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0) unlinkat(fd, name, 0);
+        at += reclen;
+      }
+    }
+    close(fd);
+    if (rmdir(path) == 0 || errno == ENOENT) return;
+  }
+}
 
 }  // namespace
 
@@ -47,9 +74,12 @@ void UnregisterFile(const std::string& path) {
 }
 
 void RemoveRegisteredFiles() {
+  const int saved = errno;
   for (Slot& s : g_slots) {
-    if (s.state.load() == 2) unlink(s.path);
+    if (s.state.load() != 2) continue;
+    if (unlink(s.path) != 0 && errno == EISDIR) RemoveDirectory(s.path);
   }
+  errno = saved;
 }
 
 }  // namespace exit_cleanup

@@ -392,6 +392,10 @@ std::string OpenFailure(const std::string& hdf5_message) {
 Id OpenReadOnly(const std::string& path, const std::string& where) {
   DISCO_CHECK(access(path.c_str(), R_OK) == 0, ValueError)
       << where << ": cannot read the file: " << std::strerror(errno);
+  // HDF5 opens by name, and a FIFO would block it: only regular files are opened.
+  struct stat st;
+  DISCO_CHECK(stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode), ValueError)
+      << where << ": not a regular file (a FIFO, a device or a directory cannot be an HDF5 file)";
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   DISCO_CHECK(is_hdf5 > 0, ValueError)
       << where << ": not an HDF5 file"
@@ -496,6 +500,8 @@ FileIdentity IdentityOf(const std::string& path, const std::string& where) {
       << where << ": cannot read the file on " << GetProcessInfo().host << ": "
       << std::strerror(errno) << " (every worker reads it: it must be on a file system all nodes "
       << "share)";
+  DISCO_CHECK(S_ISREG(st.st_mode), ValueError)
+      << where << ": not a regular file (a FIFO, a device or a directory cannot be an HDF5 file)";
   return FileIdentity{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
                       static_cast<int64_t>(st.st_size),
                       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};

@@ -213,7 +213,7 @@ void Usage() {
       "                              [--checkpoint FILE.h5] [--tolerance REL]\n"
       "                              [--calls (each layer its own command, not a replay)]\n"
       "The tensor-parallel MLP demo (without --mlp: the Llama decoder, disco-demo --help).\n"
-      "A missing checkpoint (by default /tmp/disco-demo-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
+      "A missing checkpoint (by default $TMPDIR/disco-u<uid>/mlp-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
       "first, with the seed's weights.\n");
 }
 

@@ -389,10 +389,10 @@ DISCO_REGISTER_GLOBAL("demo.stats").set_body_typed([]() {
 // ---- The controller ----------------------------------------------------------------------------
 
 std::string DefaultCheckpoint(const Config& c) {
-  // The user's id in the name: users of one machine do not share (or plant) default checkpoints.
-  return "/tmp/disco-demo-u" + std::to_string(geteuid()) + "-" + c.dtype + "-h" +
-         std::to_string(c.hidden) + "-f" + std::to_string(c.ffn) + "-l" + std::to_string(c.layers) +
-         "-s" + std::to_string(c.seed) + ".h5";
+  // In a directory only this user can create names in: no other user can plant the file.
+  return disco::PrivateTempDir() + "/mlp-" + c.dtype + "-h" + std::to_string(c.hidden) + "-f" +
+         std::to_string(c.ffn) + "-l" + std::to_string(c.layers) + "-s" + std::to_string(c.seed) +
+         ".h5";
 }
 
 void WriteCheckpoint(Session& s, const Config& c, const std::string& path) {

@@ -48,7 +48,7 @@ float ToFloat(const Tensor& t, int64_t i);
 /// The input batch (tokens, hidden) of `c`'s seed, and the same values as float.
 Tensor MakeInput(const Config& c, std::vector<float>* as_float);
 
-/// /tmp/disco-demo-DTYPE-hH-fF-lL-sSEED.h5
+/// $TMPDIR/disco-u<uid>/mlp-DTYPE-hH-fF-lL-sSEED.h5 (disco::PrivateTempDir)
 std::string DefaultCheckpoint(const Config& c);
 /// Every worker generates its shards from the seed; h5::SaveTensors writes the file.
 void WriteCheckpoint(Session& s, const Config& c, const std::string& path);

@@ -363,6 +363,11 @@ TEST_F(H5Test, BadInputIsARemoteErrorNamingFileAndDataset) {
   expect("not hdf5", "not an HDF5 file");
   LoadOne(Path("truncated.h5"), "plain/int8", 0, false);
   expect("truncated", "damaged or truncated");
+  // A FIFO is refused at once: HDF5 opens by name and would wait for a writer forever.
+  const std::string fifo = Path("fifo.h5");
+  ASSERT_TRUE(mkfifo(fifo.c_str(), 0600) == 0 || errno == EEXIST) << std::strerror(errno);
+  LoadOne(fifo, "x", 0, false);
+  expect("a FIFO", "not a regular file (a FIFO, a device or a directory cannot be an HDF5 file)");
   LoadOne(fx, "plain/nope", 0, false);
   expect("missing dataset", "disco.h5.load('" + fx + "', 'plain/nope'): no such dataset");
   LoadOne(fx, "no/such/group", 0, false);

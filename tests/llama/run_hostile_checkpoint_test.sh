@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Checkpoints made to break the loader (outside testing, round 3) are refused at once with one
+# line naming the field, tensor or file, and nothing is allocated from their sizes first:
+#   - architectures this loader does not implement (Qwen2's q/k/v biases, Qwen3's q/k norms, a
+#     model_type or architectures other than llama's) and tensors the model would not read (T8);
+#     the rotary inverse frequencies older Llama checkpoints carry are not refused;
+#   - config.json sizes past their bounds (head_dim 2^61+2 wrapped a product to 16 and wrote past
+#     a buffer: T2; num_hidden_layers 2^40 built specs until memory ran out: T3), and products of
+#     sizes that are each in bounds;
+#   - a FIFO as config.json, model.safetensors or a shard (the loader waited forever: T5);
+#   - tensor shapes whose element count wraps (T11);
+#   - llama.new_state arguments whose buffers would not fit (with the Python package).
+#   run_hostile_checkpoint_test.sh PYTHON MPIEXEC DEMO [mpiexec flags...]
+set -uo pipefail
+py=$1 mpiexec=$2 demo=$3
+shift 3
+flags=("$@")
+here=$(cd "$(dirname "$0")" && pwd)
+base=${DISCO_TEST_SHARED_DIR:-${TMPDIR:-/tmp}}
+mkdir -p "$base"
+dir=$(mktemp -d -p "$base")
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+"$py" "$here/tiny_checkpoint.py" "$dir/good" || exit 1
+ref=$(timeout 300 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/good" --prompt 1,2 \
+  --max-new-tokens 2 --warmup 0 2>&1 | grep '^generated:') || { echo "FAIL: the good checkpoint"; exit 1; }
+
+# variant NAME PYTHON-CODE: a copy of the good checkpoint, changed by the code (cfg: config.json as
+# a dict, written back; tensors: extra tensors (name -> (dtype, shape, bytes)) added to the file).
+variant() {
+  local name=$1 code=$2
+  cp -r "$dir/good" "$dir/$name"
+  "$py" - "$dir/$name" "$here" <<PYEOF || { echo "FAIL: making $name"; fail=1; }
+import json, os, struct, sys
+sys.path.insert(0, sys.argv[2])
+d = sys.argv[1]
+cfg = json.load(open(os.path.join(d, "config.json")))
+tensors = {}
+$code
+json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+if tensors:
+    path = os.path.join(d, "model.safetensors")
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    for k, (dt, shape, b) in tensors.items():
+        header[k] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+PYEOF
+}
+
+# expect NEEDLE MODEL: disco-demo at 2 ranks on MODEL fails (not by the guard's timeout) with a line
+# holding NEEDLE.
+expect() {
+  local needle=$1 model=$2 out rc=0
+  out=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$model" --prompt 1,2 \
+    --max-new-tokens 2 --warmup 0 2>&1) || rc=$?
+  if ((rc == 0 || rc == 124)); then
+    echo "FAIL: exit $rc for $model"; echo "$out" | tail -5; fail=1
+  elif ! grep -qF -- "$needle" <<<"$out"; then
+    echo "FAIL: no '$needle' for $model:"; echo "$out" | tail -5; fail=1
+  else
+    echo "ok: $(basename "$model"): $needle"
+  fi
+}
+
+f32() { echo "('F32', [$1], struct.pack('<$1f', *([0.5] * $1)))"; }
+variant qwen2 "cfg['model_type'] = 'qwen2'; cfg['architectures'] = ['Qwen2ForCausalLM']
+tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
+expect "model_type \"qwen2\" is not supported; this loader reads \"llama\" checkpoints only" "$dir/qwen2"
+# Qwen2's tensors under a llama model_type: the bias the model would drop is named.
+variant bias "tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
+expect "tensor 'model.layers.0.self_attn.q_proj.bias' in $dir/bias/model.safetensors is not one this model reads" "$dir/bias"
+variant qknorm "cfg['attention_bias'] = False
+tensors['model.layers.1.self_attn.q_norm.weight'] = $(f32 8)"
+expect "tensor 'model.layers.1.self_attn.q_norm.weight' in" "$dir/qknorm"
+variant mistral "cfg['architectures'] = ['MistralForCausalLM']"
+expect "architectures [\"MistralForCausalLM\"] is not supported" "$dir/mistral"
+variant notype "del cfg['model_type']"
+expect "\"model_type\" is missing; this loader reads \"llama\" checkpoints only" "$dir/notype"
+# What older Llama checkpoints carry and the model computes itself is read past.
+variant invfreq "tensors['model.layers.0.self_attn.rotary_emb.inv_freq'] = $(f32 4)"
+got=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/invfreq" --prompt 1,2 \
+  --max-new-tokens 2 --warmup 0 2>&1 | grep '^generated:')
+[[ $got == "$ref" ]] && echo "ok: rotary_emb.inv_freq read past" ||
+  { echo "FAIL: a checkpoint with rotary_emb.inv_freq: '$got', not '$ref'"; fail=1; }
+
+# Sizes (T2, T3) and their products.
+variant headdim "cfg['head_dim'] = 2**61 + 2"
+expect "\"head_dim\" is 2305843009213693954, more than this loader accepts (4096)" "$dir/headdim"
+variant layers "cfg['num_hidden_layers'] = 2**40"
+expect "\"num_hidden_layers\" is 1099511627776, more than this loader accepts (4096)" "$dir/layers"
+variant vocab "cfg['vocab_size'] = 2**24; cfg['hidden_size'] = 2**17; cfg['head_dim'] = 8"
+expect "vocab_size x hidden_size (embeddings) is more than 1099511627776 elements" "$dir/vocab"
+variant heads "cfg['num_attention_heads'] = 4096; cfg['num_key_value_heads'] = 4096
+cfg['head_dim'] = 4096; cfg['hidden_size'] = 2**17"
+expect "num_attention_heads x head_dim x hidden_size (q_proj) is more than" "$dir/heads"
+
+# Shapes that wrap (T11): refused by the header's check, before the model looks at them.
+variant wrap "tensors['extra'] = ('F32', [2**39, 2**39], b'')"
+expect "tensor 'extra': shape [549755813888,549755813888] has more than 1125899906842624 elements" "$dir/wrap"
+variant wrap2 "tensors['extra'] = ('F32', [2**39, 2**25], b'')"
+expect "tensor 'extra': shape [549755813888,33554432] has more than" "$dir/wrap2"
+
+# FIFOs (T5): refused at once, named.
+for f in config.json model.safetensors; do
+  cp -r "$dir/good" "$dir/fifo-$f"
+  rm "$dir/fifo-$f/$f" && mkfifo "$dir/fifo-$f/$f"
+  expect "$dir/fifo-$f/$f is not a regular file (a FIFO)" "$dir/fifo-$f"
+done
+"$py" "$here/tiny_checkpoint.py" "$dir/fifo-shard" --shards 2 >/dev/null || fail=1
+rm "$dir/fifo-shard/model-00002-of-00002.safetensors"
+mkfifo "$dir/fifo-shard/model-00002-of-00002.safetensors"
+expect "model-00002-of-00002.safetensors is not a regular file (a FIFO)" "$dir/fifo-shard"
+
+# llama.new_state's arguments: every buffer's size is checked before anything is allocated.
+if "$py" -c "import disco" 2>/dev/null; then
+  cat >"$dir/new_state.py" <<'PYEOF'
+import sys
+import disco
+sys.path.insert(0, sys.argv[2])
+from generate import find_library
+
+
+def controller(sess):
+    fn = sess.get_global_func
+    fn("disco.load_library")(find_library(None))
+    sess.init_ccl("mpi")
+    model = fn("llama.open")(sys.argv[1], "float32")
+    sess.sync_all()
+    for args in [(2**40, 2**40, 2**40, 1), (1, 2**62, 1, 1), (2**20, 2**20, 2**20, 2**20)]:
+        try:
+            fn("llama.new_state")(model, *args, False)
+            sess.sync_all()
+            print("accepted", args, flush=True)
+        except disco.RemoteError as e:
+            print("refused:", str(e).splitlines()[0][-160:], flush=True)
+    return 0
+
+
+sys.exit(disco.main(controller))
+PYEOF
+  out=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$py" "$dir/new_state.py" "$dir/good" \
+    "$here/../../examples" 2>&1)
+  echo "$out" | grep -E "refused|accepted"
+  if [[ $(grep -c "is more than 1099511627776 elements" <<<"$out") -ne 3 ]]; then
+    echo "FAIL: llama.new_state with sizes that do not fit"; echo "$out" | tail -8; fail=1
+  fi
+else
+  echo "skipped: llama.new_state from Python (no disco package for $py)"
+fi
+((fail == 0)) && echo "PASS: hostile checkpoints refused"
+exit $fail
