@@ -130,7 +130,10 @@ class Json::Builder {
     return Add(Json::Number(static_cast<double>(v)));
   }
   bool number_float(double v, const std::string& /*literal*/) { return Add(Json::Number(v)); }
-  bool string(std::string& v) { return Add(Json::String(std::move(v))); }
+  bool string(std::string& v) {
+    if (InMetadata()) return true;  // a string in __metadata__: checked (nlohmann), dropped
+    return Add(Json::String(std::move(v)));
+  }
   bool binary(nlohmann::json::binary_t& /*v*/) { Fail("binary data is not JSON"); }
   bool start_object(size_t /*elements*/) { return Open(Json::Object()); }
   bool start_array(size_t /*elements*/) { return Open(Json::Array()); }
@@ -141,7 +144,7 @@ class Json::Builder {
     if (object != nullptr && object->Find(k) != nullptr) {
       Fail("duplicate key \"" + Printable(k) + "\"");
     }
-    key_ = std::move(k);
+    key_ = k;  // a copy: the parser keeps its buffer, and key_ its capacity in __metadata__
     return true;
   }
   bool parse_error(size_t position, const std::string& /*last_token*/,
@@ -217,13 +220,12 @@ class Json::Builder {
     return &members.emplace(std::move(key_), std::move(v)).first->second;
   }
 
+  bool InMetadata() const { return !stack_.empty() && stack_.back().metadata; }
+
   bool Add(Json v) {
-    if (!stack_.empty() && stack_.back().metadata) {
-      if (!v.is_string()) {
-        Fail("\"__metadata__\" holds " + WithArticle(v) + " at \"" + Printable(key_) +
-             "\": it maps names to strings");
-      }
-      return true;  // checked and dropped
+    if (InMetadata()) {
+      Fail("\"__metadata__\" holds " + WithArticle(v) + " at \"" + Printable(key_) +
+           "\": it maps names to strings");
     }
     Check(v);
     Put(std::move(v));
@@ -231,7 +233,7 @@ class Json::Builder {
   }
 
   bool Open(Json container) {
-    if (!stack_.empty() && stack_.back().metadata) {
+    if (InMetadata()) {
       Fail("\"__metadata__\" holds " + WithArticle(container) + " at \"" + Printable(key_) +
            "\": it maps names to strings");
     }
