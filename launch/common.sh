@@ -18,7 +18,7 @@ disco_packages() {
     *) echo "DISCO_MPI must be openmpi or mpich, not '$DISCO_MPI'" >&2; exit 2 ;;
   esac
   DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev
-    libopenblas-dev pybind11-dev python3-dev python3-numpy)
+    nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
 }
 disco_packages
 

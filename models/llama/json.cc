@@ -2,57 +2,341 @@
 
 #include <disco/error.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <type_traits>
 #include <utility>
 
 namespace llama {
+namespace {
+
+using StringPtr = std::unique_ptr<std::string>;
+using ArrayPtr = std::unique_ptr<std::vector<Json>>;
+using ObjectPtr = std::unique_ptr<std::map<std::string, Json>>;
+
+template <typename T>
+struct IsUniquePtr : std::false_type {};
+template <typename T>
+struct IsUniquePtr<std::unique_ptr<T>> : std::true_type {};
+
+// Text from the input shown in an error: bytes outside printable ASCII as \xNN.
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7F) {
+      out.push_back(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<unsigned>(u));
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// "an array", "a number", ...: the kind of `v` in a sentence.
+std::string WithArticle(const Json& v) {
+  const std::string kind = v.kind_name();
+  return (kind == "array" || kind == "object" ? "an " : "a ") + kind;
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1, column
+// 5: " prefix (the caller names the byte).
+std::string Why(const nlohmann::detail::exception& e) {
+  std::string s = e.what();
+  if (size_t p = s.find("] "); s.rfind("[json.exception.", 0) == 0 && p != std::string::npos) {
+    s = s.substr(p + 2);
+  }
+  if (s.rfind("parse error", 0) == 0) {
+    if (size_t p = s.find(": "); p != std::string::npos) s = s.substr(p + 2);
+  }
+  return Printable(s);
+}
+
+// A pointer into the text that records how far the parser has read: the byte offset of the
+// refusals the builder makes (nlohmann passes its own errors' offset).
+class TrackedPointer {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  TrackedPointer(const char* p, const char** furthest) : p_(p), furthest_(furthest) {}
+  reference operator*() const { return *p_; }
+  TrackedPointer& operator++() {
+    *furthest_ = ++p_;
+    return *this;
+  }
+  bool operator==(const TrackedPointer& o) const { return p_ == o.p_; }
+  bool operator!=(const TrackedPointer& o) const { return p_ != o.p_; }
+
+ private:
+  const char* p_;
+  const char** furthest_;
+};
+
+nlohmann::json ToNlohmann(const Json& j) {
+  switch (j.kind()) {
+    case Json::Kind::kNull:
+      return nullptr;
+    case Json::Kind::kBool:
+      return j.as_bool();
+    case Json::Kind::kNumber:
+      if (j.is_int()) return j.as_int();
+      return j.as_double();
+    case Json::Kind::kString:
+      return j.as_string();
+    case Json::Kind::kArray: {
+      nlohmann::json a = nlohmann::json::array();
+      for (const Json& v : j.items()) a.push_back(ToNlohmann(v));
+      return a;
+    }
+    case Json::Kind::kObject: {
+      nlohmann::json o = nlohmann::json::object();
+      for (const auto& [k, v] : j.members()) o[k] = ToNlohmann(v);
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// Receives nlohmann's parse events (its SAX interface) and builds the tree, refusing what passes
+// the limits, a duplicate key and, for a safetensors header, what the format does not allow, as
+// soon as it is read.
+class Json::Builder {
+ public:
+  Builder(const std::string& what, const JsonLimits& limits, bool header, const char* begin,
+          const char* const* read)
+      : what_(what), limits_(limits), header_(header), begin_(begin), read_(read) {}
+
+  Json Take() { return std::move(root_); }
+
+  // The events (nlohmann::json_sax); each returns true (go on) or throws.
+  bool null() { return Add(Json()); }
+  bool boolean(bool v) { return Add(Json::Bool(v)); }
+  bool number_integer(int64_t v) { return Add(Json::Int(v)); }
+  bool number_unsigned(uint64_t v) {
+    if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Add(Json::Int(static_cast<int64_t>(v)));
+    }
+    return Add(Json::Number(static_cast<double>(v)));
+  }
+  bool number_float(double v, const std::string& /*literal*/) { return Add(Json::Number(v)); }
+  bool string(std::string& v) {
+    if (InMetadata()) return true;  // a string in __metadata__: checked (nlohmann), dropped
+    return Add(Json::String(std::move(v)));
+  }
+  bool binary(nlohmann::json::binary_t& /*v*/) { Fail("binary data is not JSON"); }
+  bool start_object(size_t /*elements*/) { return Open(Json::Object()); }
+  bool start_array(size_t /*elements*/) { return Open(Json::Array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(std::string& k) {
+    const Json* object = stack_.back().container;
+    if (object != nullptr && object->Find(k) != nullptr) {
+      Fail("duplicate key \"" + Printable(k) + "\"");
+    }
+    key_ = k;  // a copy: the parser keeps its buffer, and key_ its capacity in __metadata__
+    return true;
+  }
+  bool parse_error(size_t position, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& e) {
+    DISCO_THROW(ValueError) << what_ << ": byte " << position << ": " << Why(e);
+  }
+
+ private:
+  // An open array or object; `container` is nullptr for a safetensors header's __metadata__,
+  // whose strings are checked and dropped.
+  struct Level {
+    Json* container;
+    bool metadata;
+  };
+
+  [[noreturn]] void Fail(const std::string& why) const {
+    DISCO_THROW(ValueError) << what_ << ": byte " << (*read_ - begin_) << ": " << why;
+  }
+
+  // The value's depth is stack_.size(): 0 for the document, 1 for the members of the top object.
+  void Check(const Json& v) {
+    const size_t depth = stack_.size();
+    if (depth > static_cast<size_t>(limits_.max_depth)) {
+      Fail("nested deeper than " + std::to_string(limits_.max_depth) + " levels");
+    }
+    if (++values_ > limits_.max_values) {
+      Fail("the document holds more than " + std::to_string(limits_.max_values) + " values");
+    }
+    if (header_) CheckHeader(v, depth);
+  }
+
+  // The safetensors format: {"__metadata__": {string: string}, tensor: {dtype, shape,
+  // data_offsets}, ...}; a few values per tensor.
+  void CheckHeader(const Json& v, size_t depth) {
+    if (depth == 0 && !v.is_object()) {
+      Fail("the safetensors header is " + WithArticle(v) + ", not an object");
+    }
+    if (depth == 1) {
+      if (key_ == "__metadata__") {
+        if (!v.is_null() && !v.is_object()) {
+          Fail("\"__metadata__\" is " + WithArticle(v) + ", not an object of strings");
+        }
+        return;
+      }
+      if (!v.is_object()) {
+        Fail("tensor '" + Printable(key_) + "': the entry is " + WithArticle(v) +
+             ", not an object");
+      }
+      entry_ = key_;
+      entry_values_ = 0;
+    }
+    if (depth >= 2 && ++entry_values_ > kMaxValuesPerTensor) {
+      Fail("tensor '" + Printable(entry_) + "': the entry holds more than " +
+           std::to_string(kMaxValuesPerTensor) +
+           " values (a safetensors entry is a dtype, a shape and a data_offsets pair)");
+    }
+  }
+
+  // Puts `v` where the parser is; returns where it went (nullptr: dropped).
+  Json* Put(Json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Json* parent = stack_.back().container;
+    if (parent == nullptr) return nullptr;
+    if (parent->is_array()) {
+      auto& items = *std::get<ArrayPtr>(parent->v_);
+      items.push_back(std::move(v));
+      return &items.back();
+    }
+    auto& members = *std::get<ObjectPtr>(parent->v_);
+    return &members.emplace(std::move(key_), std::move(v)).first->second;
+  }
+
+  bool InMetadata() const { return !stack_.empty() && stack_.back().metadata; }
+
+  bool Add(Json v) {
+    if (InMetadata()) {
+      Fail("\"__metadata__\" holds " + WithArticle(v) + " at \"" + Printable(key_) +
+           "\": it maps names to strings");
+    }
+    Check(v);
+    Put(std::move(v));
+    return true;
+  }
+
+  bool Open(Json container) {
+    if (InMetadata()) {
+      Fail("\"__metadata__\" holds " + WithArticle(container) + " at \"" + Printable(key_) +
+           "\": it maps names to strings");
+    }
+    Check(container);
+    const bool metadata = header_ && stack_.size() == 1 && key_ == "__metadata__";
+    Json* placed = Put(std::move(container));
+    stack_.push_back({metadata ? nullptr : placed, metadata});
+    return true;
+  }
+
+  bool Close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  const std::string& what_;
+  const JsonLimits& limits_;
+  const bool header_;
+  const char* const begin_;
+  const char* const* const read_;
+  Json root_;
+  std::vector<Level> stack_;
+  std::string key_;  // the key of the member being read
+  size_t values_ = 0;
+  std::string entry_;  // a header's tensor being read, and its values so far
+  size_t entry_values_ = 0;
+};
+
+Json::Json(const Json& other) { *this = other; }
+Json::Json(Json&& other) noexcept = default;
+Json& Json::operator=(Json&& other) noexcept = default;
+Json::~Json() = default;
+
+Json& Json::operator=(const Json& other) {
+  if (this == &other) return *this;
+  std::visit(
+      [this](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (IsUniquePtr<T>::value) {
+          v_ = std::make_unique<typename T::element_type>(*x);
+        } else {
+          v_ = x;
+        }
+      },
+      other.v_);
+  return *this;
+}
 
 Json Json::Bool(bool v) {
   Json j;
-  j.kind_ = Kind::kBool;
-  j.bool_ = v;
+  j.v_ = v;
   return j;
 }
 Json Json::Number(double v) {
   Json j;
-  j.kind_ = Kind::kNumber;
-  j.number_ = v;
-  j.is_int_ = std::isfinite(v) && std::floor(v) == v && std::fabs(v) <= 9007199254740992.0;
-  j.int_ = j.is_int_ ? static_cast<int64_t>(v) : 0;
+  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) <= 9007199254740992.0) {
+    j.v_ = static_cast<int64_t>(v);
+  } else {
+    j.v_ = v;
+  }
   return j;
 }
 Json Json::Int(int64_t v) {
   Json j;
-  j.kind_ = Kind::kNumber;
-  j.number_ = static_cast<double>(v);
-  j.is_int_ = true;
-  j.int_ = v;
+  j.v_ = v;
   return j;
 }
 Json Json::String(std::string v) {
   Json j;
-  j.kind_ = Kind::kString;
-  j.string_ = std::move(v);
+  j.v_ = std::make_unique<std::string>(std::move(v));
   return j;
 }
 Json Json::Array(std::vector<Json> v) {
   Json j;
-  j.kind_ = Kind::kArray;
-  j.array_ = std::move(v);
+  j.v_ = std::make_unique<std::vector<Json>>(std::move(v));
   return j;
 }
 Json Json::Object(std::map<std::string, Json> v) {
   Json j;
-  j.kind_ = Kind::kObject;
-  j.object_ = std::move(v);
+  j.v_ = std::make_unique<std::map<std::string, Json>>(std::move(v));
   return j;
 }
 
+Json::Kind Json::kind() const {
+  switch (v_.index()) {
+    case 1:
+      return Kind::kBool;
+    case 2:
+    case 3:
+      return Kind::kNumber;
+    case 4:
+      return Kind::kString;
+    case 5:
+      return Kind::kArray;
+    case 6:
+      return Kind::kObject;
+    default:
+      return Kind::kNull;
+  }
+}
+
 const char* Json::kind_name() const {
-  switch (kind_) {
+  switch (kind()) {
     case Kind::kNull:
       return "null";
     case Kind::kBool:
@@ -69,353 +353,72 @@ const char* Json::kind_name() const {
   return "?";
 }
 
+bool Json::as_bool() const {
+  const bool* b = std::get_if<bool>(&v_);
+  return b != nullptr && *b;
+}
+double Json::as_double() const {
+  if (const int64_t* i = std::get_if<int64_t>(&v_)) return static_cast<double>(*i);
+  const double* d = std::get_if<double>(&v_);
+  return d != nullptr ? *d : 0;
+}
+int64_t Json::as_int() const {
+  const int64_t* i = std::get_if<int64_t>(&v_);
+  return i != nullptr ? *i : 0;
+}
+const std::string& Json::as_string() const {
+  static const auto* kEmpty = new std::string();
+  const StringPtr* s = std::get_if<StringPtr>(&v_);
+  return s != nullptr ? **s : *kEmpty;
+}
+const std::vector<Json>& Json::items() const {
+  static const auto* kEmpty = new std::vector<Json>();
+  const ArrayPtr* a = std::get_if<ArrayPtr>(&v_);
+  return a != nullptr ? **a : *kEmpty;
+}
+const std::map<std::string, Json>& Json::members() const {
+  static const auto* kEmpty = new std::map<std::string, Json>();
+  const ObjectPtr* o = std::get_if<ObjectPtr>(&v_);
+  return o != nullptr ? **o : *kEmpty;
+}
+
 const Json* Json::Find(const std::string& key) const {
-  if (kind_ != Kind::kObject) return nullptr;
-  auto it = object_.find(key);
-  return it == object_.end() ? nullptr : &it->second;
+  const ObjectPtr* o = std::get_if<ObjectPtr>(&v_);
+  if (o == nullptr) return nullptr;
+  auto it = (*o)->find(key);
+  return it == (*o)->end() ? nullptr : &it->second;
 }
 
-namespace {
-
-constexpr int kMaxDepth = 64;
-
-class Parser {
- public:
-  Parser(const std::string& text, const std::string& what) : s_(text), what_(what) {}
-
-  Json ParseDocument() {
-    SkipSpace();
-    Json v = ParseValue(0);
-    SkipSpace();
-    if (pos_ != s_.size()) Fail("unexpected text after the JSON value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void Fail(const std::string& why) const {
-    DISCO_THROW(ValueError) << what_ << ": byte " << pos_ << ": " << why;
-  }
-  void SkipSpace() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-  bool Eat(char c) {
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void Literal(const char* word) {
-    for (const char* p = word; *p != '\0'; ++p) {
-      if (pos_ >= s_.size() || s_[pos_] != *p) Fail(std::string("expected '") + word + "'");
-      ++pos_;
-    }
-  }
-
-  Json ParseValue(int depth) {
-    if (depth > kMaxDepth) Fail("nested deeper than 64 levels");
-    if (pos_ >= s_.size()) Fail("unexpected end of the text (a value was expected)");
-    char c = s_[pos_];
-    switch (c) {
-      case '{':
-        return ParseObject(depth);
-      case '[':
-        return ParseArray(depth);
-      case '"':
-        return Json::String(ParseString());
-      case 't':
-        Literal("true");
-        return Json::Bool(true);
-      case 'f':
-        Literal("false");
-        return Json::Bool(false);
-      case 'n':
-        Literal("null");
-        return Json();
-      default:
-        if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber();
-        Fail(std::string("unexpected character '") + c + "'");
-    }
-  }
-
-  Json ParseObject(int depth) {
-    ++pos_;  // '{'
-    std::map<std::string, Json> members;
-    SkipSpace();
-    if (Eat('}')) return Json::Object(std::move(members));
-    while (true) {
-      SkipSpace();
-      if (pos_ >= s_.size() || s_[pos_] != '"') Fail("expected a string key in an object");
-      const size_t key_pos = pos_;
-      std::string key = ParseString();
-      SkipSpace();
-      if (!Eat(':')) Fail("expected ':' after an object key");
-      SkipSpace();
-      Json v = ParseValue(depth + 1);
-      if (members.count(key) != 0) {
-        pos_ = key_pos;
-        Fail("duplicate key \"" + key + "\"");
-      }
-      members.emplace(std::move(key), std::move(v));
-      SkipSpace();
-      if (Eat('}')) break;
-      if (!Eat(',')) Fail("expected ',' or '}' in an object");
-    }
-    return Json::Object(std::move(members));
-  }
-
-  Json ParseArray(int depth) {
-    ++pos_;  // '['
-    std::vector<Json> items;
-    SkipSpace();
-    if (Eat(']')) return Json::Array(std::move(items));
-    while (true) {
-      SkipSpace();
-      items.push_back(ParseValue(depth + 1));
-      SkipSpace();
-      if (Eat(']')) break;
-      if (!Eat(',')) Fail("expected ',' or ']' in an array");
-    }
-    return Json::Array(std::move(items));
-  }
-
-  unsigned Hex4() {
-    if (pos_ + 4 > s_.size()) Fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        v |= static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        v |= static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        --pos_;
-        Fail("bad hex digit in a \\u escape");
-      }
-    }
-    return v;
-  }
-
-  static void AppendUtf8(unsigned cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  std::string ParseString() {
-    ++pos_;  // '"'
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) Fail("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) {
-        --pos_;
-        Fail("control character in a string");
-      }
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) Fail("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          unsigned cp = Hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!(pos_ + 2 <= s_.size() && s_[pos_] == '\\' && s_[pos_ + 1] == 'u')) {
-              Fail("a high surrogate without its low surrogate");
-            }
-            pos_ += 2;
-            unsigned lo = Hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) Fail("a high surrogate without its low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            Fail("a lone low surrogate");
-          }
-          AppendUtf8(cp, &out);
-          break;
-        }
-        default:
-          --pos_;
-          Fail(std::string("unknown escape '\\") + e + "'");
-      }
-    }
-  }
-
-  Json ParseNumber() {
-    const size_t start = pos_;
-    bool integral = true;
-    Eat('-');
-    if (pos_ >= s_.size()) Fail("truncated number");
-    if (s_[pos_] == '0') {
-      ++pos_;
-    } else if (s_[pos_] >= '1' && s_[pos_] <= '9') {
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-    } else {
-      Fail("bad number");
-    }
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      integral = false;
-      ++pos_;
-      if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') Fail("bad fraction");
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      integral = false;
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') Fail("bad exponent");
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-    }
-    const std::string literal = s_.substr(start, pos_ - start);
-    if (integral) {
-      errno = 0;
-      char* end = nullptr;
-      long long v = std::strtoll(literal.c_str(), &end, 10);  // NOLINT(runtime/int)
-      if (errno == 0 && end != nullptr && *end == '\0') return Json::Int(v);
-    }
-    double d = std::strtod(literal.c_str(), nullptr);
-    if (!std::isfinite(d)) {
-      pos_ = start;
-      Fail("number out of range: " + literal);
-    }
-    return Json::Number(d);
-  }
-
-  const std::string& s_;
-  const std::string& what_;
-  size_t pos_ = 0;
-};
-
-void DumpString(const std::string& s, std::string* out) {
-  out->push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          *out += buf;
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
+Json Json::Parse(const std::string& text, const std::string& what, const JsonLimits& limits) {
+  return ParseWith(text, what, limits, /*header=*/false);
 }
 
-void DumpTo(const Json& j, std::string* out) {
-  switch (j.kind()) {
-    case Json::Kind::kNull:
-      *out += "null";
-      break;
-    case Json::Kind::kBool:
-      *out += j.as_bool() ? "true" : "false";
-      break;
-    case Json::Kind::kNumber: {
-      if (j.is_int()) {
-        *out += std::to_string(j.as_int());
-      } else {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", j.as_double());
-        *out += buf;
-      }
-      break;
-    }
-    case Json::Kind::kString:
-      DumpString(j.as_string(), out);
-      break;
-    case Json::Kind::kArray: {
-      out->push_back('[');
-      bool first = true;
-      for (const Json& v : j.items()) {
-        if (!first) out->push_back(',');
-        first = false;
-        DumpTo(v, out);
-      }
-      out->push_back(']');
-      break;
-    }
-    case Json::Kind::kObject: {
-      out->push_back('{');
-      bool first = true;
-      for (const auto& [k, v] : j.members()) {
-        if (!first) out->push_back(',');
-        first = false;
-        DumpString(k, out);
-        out->push_back(':');
-        DumpTo(v, out);
-      }
-      out->push_back('}');
-      break;
-    }
-  }
+Json Json::ParseSafetensorsHeader(const std::string& text, const std::string& what) {
+  JsonLimits limits;
+  limits.max_values = kMaxHeaderValues;
+  return ParseWith(text, what, limits, /*header=*/true);
 }
 
-}  // namespace
-
-Json Json::Parse(const std::string& text, const std::string& what) {
-  return Parser(text, what).ParseDocument();
+Json Json::ParseWith(const std::string& text, const std::string& what, const JsonLimits& limits,
+                     bool header) {
+  DISCO_CHECK(text.size() <= limits.max_bytes, ValueError)
+      << what << ": " << text.size() << " bytes of JSON, more than the " << limits.max_bytes
+      << " this reader accepts";
+  const char* read = text.data();
+  Builder builder(what, limits, header, text.data(), &read);
+  const bool parsed =
+      nlohmann::json::sax_parse(TrackedPointer(text.data(), &read),
+                                TrackedPointer(text.data() + text.size(), &read), &builder);
+  DISCO_ICHECK(parsed) << what << ": the JSON parser stopped without an error";
+  return builder.Take();
 }
 
 std::string Json::Dump() const {
-  std::string out;
-  DumpTo(*this, &out);
-  return out;
+  try {
+    return ToNlohmann(*this).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  } catch (const nlohmann::json::type_error& e) {
+    DISCO_THROW(ValueError) << "cannot write JSON: " << Why(e);
+  }
 }
 
 }  // namespace llama

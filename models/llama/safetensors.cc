@@ -132,7 +132,7 @@ void ReadHeader(const std::string& path, std::map<std::string, TensorInfo>* out)
       << " bytes): not a safetensors file, or truncated";
   std::string text(len, '\0');
   f.ReadAt(text.data(), len, 8, "the header");
-  Json header = Json::Parse(text, path + " (safetensors header)");
+  Json header = Json::ParseSafetensorsHeader(text, path + " (safetensors header)");
   DISCO_CHECK(header.is_object(), ValueError)
       << path << ": the safetensors header is a " << header.kind_name() << ", not an object";
   const uint64_t data_start = 8 + len, data_size = size - data_start;

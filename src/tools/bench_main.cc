@@ -80,46 +80,6 @@ void Table::WriteCsv(const std::string& path, const std::vector<std::string>& me
   }
 }
 
-namespace {
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out + "\"";
-}
-bool LooksNumeric(const std::string& s) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  std::strtod(s.c_str(), &end);
-  return end != nullptr && *end == '\0';
-}
-}  // namespace
-
-void Table::WriteJson(const std::string& path, const std::vector<std::string>& metadata) const {
-  std::ofstream f(path);
-  DISCO_CHECK(f.good(), ValueError) << "disco-bench: cannot write '" << path << "'";
-  f << "{\n  \"metadata\": {";
-  for (size_t i = 0; i < metadata.size(); ++i) {
-    size_t eq = metadata[i].find('=');
-    std::string key = metadata[i].substr(0, eq),
-                value = eq == std::string::npos ? "" : metadata[i].substr(eq + 1);
-    f << (i ? ", " : "") << JsonString(key) << ": " << JsonString(value);
-  }
-  f << "},\n  \"rows\": [";
-  for (size_t r = 0; r < rows_.size(); ++r) {
-    f << (r ? ",\n    {" : "\n    {");
-    for (size_t c = 0; c < columns_.size(); ++c) {
-      f << (c ? ", " : "") << JsonString(columns_[c]) << ": "
-        << (LooksNumeric(rows_[r][c]) ? rows_[r][c] : JsonString(rows_[r][c]));
-    }
-    f << "}";
-  }
-  f << "\n  ]\n}\n";
-}
-
 // Nodes = ranks whose node-local rank is 0, counted by every rank together.
 DISCO_REGISTER_GLOBAL("bench.num_nodes").set_body_typed([]() {
   int leader = ThisWorker().local_rank == 0 ? 1 : 0, nodes = 0;

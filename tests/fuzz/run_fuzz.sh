@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the frame fuzzer for SECONDS (default 60) from a copy of the checked-in corpus, and prints
-# what the closing notes report: executions, corpus size before and after, and the verdict.
+# Runs a fuzzer (the frames', the checkpoint JSON's) for SECONDS (default 60) from a copy of its
+# checked-in corpus, and prints what the closing notes report: executions, corpus size before and
+# after, and the verdict.
 #   run_fuzz.sh FUZZER CORPUS [SECONDS]
 set -euo pipefail
 fuzzer=$1 corpus=$2 seconds=${3:-60}
@@ -9,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 cp -r "$corpus" "$work/corpus"
 before=$(ls "$work/corpus" | wc -l)
 # Leak checking stays on (this process has no MPI); -rss_limit_mb bounds what a bad length could
-# make the decoder allocate.
+# make a decoder allocate.
 "$fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$work/" "$work/corpus" > "$work/log" 2>&1 || {
   tail -n 60 "$work/log"
