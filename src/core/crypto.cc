@@ -28,9 +28,9 @@ std::string OpenSslReason() {
   DISCO_CHECK(cond, RuntimeError) << "OpenSSL's libcrypto could not " << what << ": " \
                                   << OpenSslReason()
 
-// OpenSSL frees its state in an atexit handler unless told not to, under a watchdog thread that
-// may still be MACing a datagram when a program calls exit(): asked first, it keeps it (the
-// process's memory goes anyway). Someone else's earlier first call decides otherwise.
+// OpenSSL frees its global state in an atexit handler unless told otherwise; the watchdog thread
+// may still be MACing a datagram when a program calls exit(), so disco asks it not to (the memory
+// goes with the process). When another library initialized OpenSSL first, its choice stands.
 void InitOnce() {
   static const bool done = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
   DISCO_OPENSSL_CHECK(done, "initialize");
@@ -95,3 +95,5 @@ void RandomBytes(void* out, size_t n) {
 
 }  // namespace crypto
 }  // namespace disco
+
+#undef DISCO_OPENSSL_CHECK
