@@ -17,8 +17,8 @@ disco_packages() {
     mpich) mpi=(mpich libmpich-dev libhdf5-mpich-dev) ;;
     *) echo "DISCO_MPI must be openmpi or mpich, not '$DISCO_MPI'" >&2; exit 2 ;;
   esac
-  DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev
-    nlohmann-json3-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
+  DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev libssl-dev
+    nlohmann-json3-dev libcli11-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
 }
 disco_packages
 

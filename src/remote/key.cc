@@ -3,7 +3,6 @@
 #include <disco/error.h>
 #include <fcntl.h>
 #include <pwd.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,18 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/crypto.h"
+
 namespace disco {
 namespace remote {
 
 std::string GenerateKey() {
   unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    DISCO_CHECK(n > 0, RuntimeError) << "getrandom failed: " << std::strerror(errno);
-    got += static_cast<size_t>(n);
-  }
+  crypto::RandomBytes(bytes, sizeof bytes);
   static const char kHex[] = "0123456789abcdef";
   std::string key;
   for (unsigned char b : bytes) {

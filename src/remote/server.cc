@@ -29,10 +29,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/crypto.h"
 #include "core/device_memory.h"
 #include "core/env.h"
 #include "core/exit_cleanup.h"
-#include "core/sha256.h"
 #include "core/trace.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"

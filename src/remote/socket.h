@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "core/sha256.h"
+#include "core/crypto.h"
 #include "protocol/frame.h"
 
 namespace disco {

@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/sha256.h"
+#include "core/crypto.h"
 
 namespace disco {
 namespace liveness {

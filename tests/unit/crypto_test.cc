@@ -1,10 +1,14 @@
-// SHA-256 against the examples of FIPS 180-4 (NIST's "SHA256.pdf" and the one-million-'a' message),
-// and HMAC-SHA256 against the test cases of RFC 4231.
-#include "core/sha256.h"
+// core/crypto.h, OpenSSL's libcrypto underneath: HMAC-SHA256 against the test cases of RFC 4231
+// (the liveness datagrams and the remote handshake keep their MACs), the constant-time comparison
+// and the random bytes.
+#include "core/crypto.h"
 
+#include <disco/error.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace disco {
@@ -21,30 +25,6 @@ std::string Hex(const uint8_t* p, size_t n) {
   return s;
 }
 std::string Hex(const Digest& d) { return Hex(d.data(), d.size()); }
-std::string HashHex(const std::string& m) { return Hex(Sha256Of(m.data(), m.size())); }
-
-TEST(Sha256Test, Fips180Examples) {
-  EXPECT_EQ(HashHex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(HashHex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(HashHex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(HashHex(std::string(1000000, 'a')),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST(Sha256Test, IncrementalUpdatesMatchOneShotAtEveryPadBoundary) {
-  for (size_t n : {0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000}) {
-    std::string m(n, '\0');
-    for (size_t i = 0; i < n; ++i) m[i] = static_cast<char>(i * 7 + 3);
-    for (size_t split : {size_t{0}, size_t{1}, n / 2, n}) {
-      if (split > n) continue;
-      Sha256 h;
-      h.Update(m.data(), split);
-      h.Update(m.data() + split, n - split);
-      EXPECT_EQ(Hex(h.Final()), HashHex(m)) << n << " bytes split at " << split;
-    }
-  }
-}
 
 struct HmacCase {
   std::string key, data, mac;
@@ -86,8 +66,36 @@ TEST(HmacSha256Test, PartsAreConcatenatedAndTheKeyedStateIsReusable) {
   EXPECT_EQ(mac.Mac(m.data(), m.size()), whole);  // the precomputed pads are not consumed
 }
 
+TEST(HmacSha256Test, AnEmptyKeyIsAKeyAndAKeyedObjectMoves) {
+  // HMAC-SHA256("", ""), as Python's hmac module computes it.
+  EXPECT_EQ(Hex(HmacSha256(std::string()).Mac(nullptr, 0)),
+            "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+  HmacSha256 later;  // unkeyed, as the watchdog's is until a job starts
+  EXPECT_THROW(later.Mac("x", 1), InternalError);
+  later = HmacSha256("Jefe");
+  EXPECT_EQ(Hex(later.Mac("what do ya want for nothing?", 28)),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(HmacSha256Test, OneKeyedObjectServesSeveralThreads) {
+  const HmacSha256 mac("Jefe");
+  const std::string m = "what do ya want for nothing?";
+  const Digest want = mac.Mac(m.data(), m.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) {
+        if (mac.Mac(m.data(), 4, m.data() + 4, m.size() - 4) != want) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST(HmacSha256Test, DigestsEqualComparesEveryByte) {
-  Digest a = Sha256Of("x", 1), b = a;
+  Digest a = HmacSha256("k").Mac("x", 1), b = a;
   EXPECT_TRUE(DigestsEqual(a.data(), b.data(), a.size()));
   for (size_t i = 0; i < b.size(); ++i) {
     Digest c = a;
@@ -101,6 +109,8 @@ TEST(HmacSha256Test, RandomBytesAreNotAllTheSame) {
   RandomBytes(a, sizeof a);
   RandomBytes(b, sizeof b);
   EXPECT_FALSE(DigestsEqual(a, b, sizeof a));
+  std::vector<uint8_t> none(0);
+  RandomBytes(none.data(), 0);  // nothing asked, nothing drawn
 }
 
 }  // namespace
