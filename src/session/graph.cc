@@ -216,28 +216,41 @@ std::vector<Any> InstallOperands(int64_t id, int num_inputs, const int64_t* rese
   ops.insert(ops.end(), steps, steps + num_step_operands);
   return ops;
 }
+
+// An error's message without its "[rank R/N host] " prefix, for a message that wraps it.
+std::string WithoutRankPrefix(const std::string& what) {
+  const size_t end = what.rfind("[rank ", 0) == 0 ? what.find("] ") : std::string::npos;
+  return end == std::string::npos ? what : what.substr(end + 2);
+}
 }  // namespace
 
-void SessionImpl::SendInstall(const std::vector<Any>& ops) {
-  const uint64_t seq =
-      Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+bool SessionImpl::SendInstall(const std::vector<Any>& ops, std::string* why) {
+  uint64_t seq = 0;
+  try {
+    seq = Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
+  } catch (const ValueError& e) {
+    // Broadcast encodes and checks a frame before it sends any of it: no worker heard of it.
+    *why = WithoutRankPrefix(e.what());
+    return false;
+  }
   FlushWorker0();
   worker0_.InstallGraph(seq, ops.data(), ops.size());
+  return true;
 }
 
 void SessionImpl::Install(const Recording& rec, int64_t id) {
-  try {
-    SendInstall(InstallOperands(id, rec.num_inputs, rec.reserved.data(), rec.reserved.size(),
-                                rec.num_steps, rec.steps.data(), rec.steps.size()));
-  } catch (const ValueError& e) {
-    // Broadcast encodes and checks a frame before it sends it: a ValueError (over
-    // DISCO_MAX_FRAME_BYTES, or a value that cannot be sent, such as an empty DRef) means that no
-    // worker heard of this program. What the body was handed must exist all the same.
-    InstallHandedOut(rec);
-    DISCO_THROW(ValueError) << "Capture: the program cannot be installed (" << e.what()
-                            << "); the capture was discarded, its lookups and Empty tensors were "
-                               "installed";
+  std::string why;
+  if (SendInstall(InstallOperands(id, rec.num_inputs, rec.reserved.data(), rec.reserved.size(),
+                                  rec.num_steps, rec.steps.data(), rec.steps.size()),
+                  &why)) {
+    return;
   }
+  // Over DISCO_MAX_FRAME_BYTES, or a value that cannot be sent (an empty DRef, an Object): what
+  // the body was handed must exist all the same.
+  InstallHandedOut(rec);
+  DISCO_THROW(ValueError) << "Capture: the program cannot be installed (" << why
+                          << "); the capture was discarded, its lookups and Empty tensors were "
+                             "installed";
 }
 
 void SessionImpl::InstallHandedOut(const Recording& rec) {
@@ -251,28 +264,29 @@ void SessionImpl::InstallHandedOut(const Recording& rec) {
     spans.emplace_back(begin, end);
     steps.insert(steps.end(), rec.steps.begin() + begin, rec.steps.begin() + end);
   }
-  try {  // one frame, as a rule
-    SendInstall(InstallOperands(0, 0, rec.reserved.data(), rec.reserved.size(),
-                                static_cast<int64_t>(spans.size()), steps.data(), steps.size()));
+  std::string why;
+  if (SendInstall(InstallOperands(0, 0, rec.reserved.data(), rec.reserved.size(),
+                                  static_cast<int64_t>(spans.size()), steps.data(), steps.size()),
+                  &why)) {
     return;
-  } catch (const ValueError&) {
-    // Still too large, or a value of an Empty call cannot be sent: a frame per step below.
   }
-  // The registers to reserve, in order (a worker's register file grows one id at a time), in
-  // frames of kReserveChunk ids, far below the smallest DISCO_MAX_FRAME_BYTES.
+  // Still too large, or a value of an Empty call cannot be sent. The registers to reserve, in
+  // order (a worker's register file grows one id at a time), in frames of kReserveChunk ids, far
+  // below the smallest DISCO_MAX_FRAME_BYTES; then a frame per step.
   constexpr size_t kReserveChunk = 4096;
   for (size_t at = 0; at < rec.reserved.size(); at += kReserveChunk) {
     const size_t n = std::min(kReserveChunk, rec.reserved.size() - at);
-    SendInstall(InstallOperands(0, 0, rec.reserved.data() + at, n, 0, nullptr, 0));
+    const bool sent =
+        SendInstall(InstallOperands(0, 0, rec.reserved.data() + at, n, 0, nullptr, 0), &why);
+    DISCO_ICHECK(sent) << "reserving " << n << " registers: " << why;
   }
   for (const auto& [begin, end] : spans) {
-    try {
-      SendInstall(InstallOperands(0, 0, nullptr, 0, 1, rec.steps.data() + begin, end - begin));
-    } catch (const ValueError& e) {
-      // Its register stays empty ("does not exist" at its first use), the others are installed.
-      DISCO_LOG(WARN) << "Capture: a lookup or Empty call of a discarded capture cannot be "
-                         "installed: "
-                      << e.what();
+    if (!SendInstall(InstallOperands(0, 0, nullptr, 0, 1, rec.steps.data() + begin, end - begin),
+                     &why)) {
+      // Its register stays empty ("does not exist" at its first use); the others are installed.
+      DISCO_LOG(WARN) << "Capture: a lookup or Empty call of a capture that was not installed "
+                         "cannot be sent either: "
+                      << why;
     }
   }
 }

@@ -108,9 +108,9 @@ class SessionImpl final : public SessionBackend {
   /// calls on every worker (the DRefs the body got, a builtin's cached one among them, must
   /// work), in one frame, or in a frame per step when one is too large.
   void InstallHandedOut(const Recording& rec);
-  /// Broadcasts install operands (protocol/graph.h) and runs them on worker 0. A ValueError:
-  /// nothing was sent.
-  void SendInstall(const std::vector<Any>& ops);
+  /// Broadcasts install operands (protocol/graph.h) and runs them on worker 0; false, with
+  /// `why`, when they cannot be sent (a ValueError of Broadcast: nothing was sent).
+  bool SendInstall(const std::vector<Any>& ops, std::string* why);
   void CheckWorker(int worker_id, const char* what) const;
   void CheckRegister(int64_t reg, const char* what) const;
   /// Refuses DRefs of another session among `func` (may be null) and `values` (ValueError).
