@@ -1,10 +1,13 @@
 """A disco timeline (DISCO_TRACE) in the terminal, and as a PNG.
 
-    python3 -m disco.trace TRACE.json [--png OUT.png] [--top N] [--check]
+    python3 -m disco.trace TRACE.json [--png OUT.png] [--top N] [--check] [--max-mib N]
 
 TRACE.json is what a job with DISCO_TRACE=TRACE.json wrote at its end, or, for a job that failed
 or hung, the files TRACE.json.rank<r>.json its ranks left (given as TRACE.json, or each by name:
-they are merged; their clocks are each rank's own, not aligned). It prints, per rank, the shares
+they are merged; their clocks are each rank's own, not aligned). Rank files found beside
+TRACE.json are read only when they are regular files of yours (not links; others are skipped with
+a note); every file is read without blocking (a FIFO is refused) and only up to --max-mib, and a
+note names each file read and whose it is. It prints, per rank, the shares
 of the trace's window spent running commands (compute), in collectives (moving data and waiting
 in their agreement rounds for the slowest rank) and idle (waiting for the next command); the
 slowest collectives; the functions that took the most time; and the controller's commands and
@@ -15,10 +18,14 @@ chrome://tracing.
 """
 
 import argparse
+import errno
 import glob
 import json
+import math
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,17 +38,85 @@ class TraceError(ValueError):
     pass
 
 
+# The largest file read (--max-mib); the runtime's default ring (DISCO_TRACE_EVENTS) writes tens
+# of MiB per rank.
+DEFAULT_MAX_MIB = 1024
+# disco writes integers and finite floats of int64's range; anything else is not its trace (and
+# would make the summary's arithmetic inf, nan or an OverflowError).
+_NUMBER_LIMIT = 2 ** 63
+
+
 def _no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def _load_one(path):
-    if not os.path.isfile(path):
-        raise TraceError(f"{path}: not a regular file")
+def _parse_int(text):
+    if len(text.lstrip("-")) > 19 or not -_NUMBER_LIMIT <= int(text) < _NUMBER_LIMIT:
+        raise ValueError(f"the integer {text[:30]}{'...' if len(text) > 30 else ''} is out of "
+                         "range (disco writes numbers below 2^63)")
+    return int(text)
+
+
+def _parse_float(text):
+    value = float(text)
+    if not math.isfinite(value) or abs(value) >= _NUMBER_LIMIT:
+        raise ValueError(f"the number {text[:30]}{'...' if len(text) > 30 else ''} is out of "
+                         "range (disco writes finite numbers below 2^63)")
+    return value
+
+
+def _whose(uid):
+    return "yours" if uid == os.getuid() else f"uid {uid}'s, not yours"
+
+
+def _not_a_rank_file_of_yours(st):
+    """Why a rank file found beside the trace is not read ("" when it is read)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}, not a file of yours"
+    return ""
+
+
+def _read(path, max_bytes, found):
+    """The bytes of `path` and its owner's uid: a regular file (opened without blocking, so that a
+    FIFO is refused, not waited on), at most max_bytes. A rank file `found` beside a trace (not
+    named by the user) is opened without following a link and must be this uid's."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if found:
+        flags |= os.O_NOFOLLOW
     try:
-        with open(path, "rb") as f:
-            data = json.load(f, parse_constant=_no_constant)  # NaN and Infinity are not JSON
-    except (OSError, ValueError, RecursionError) as e:
+        fd = os.open(path, flags)
+    except OSError as e:
+        why = "a symbolic link" if found and e.errno == errno.ELOOP else e.strerror
+        raise TraceError(f"{path}: cannot open it: {why}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        why = _not_a_rank_file_of_yours(st) if found else (
+            "" if stat.S_ISREG(st.st_mode) else "not a regular file")
+        if why:
+            raise TraceError(f"{path}: {why}")
+        if st.st_size > max_bytes:
+            raise TraceError(f"{path}: {st.st_size} bytes, more than --max-mib "
+                             f"{max_bytes >> 20} MiB")
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read it: {e.strerror}") from None
+        if len(data) > max_bytes:
+            raise TraceError(f"{path}: more than --max-mib {max_bytes >> 20} MiB")
+    return data, st.st_uid
+
+
+def _load_one(path, max_bytes, found, notes):
+    raw, uid = _read(path, max_bytes, found)
+    notes.append(f"read {path} ({len(raw)} bytes, {_whose(uid)})")
+    try:
+        data = json.loads(raw, parse_constant=_no_constant,  # NaN and Infinity are not JSON
+                          parse_int=_parse_int, parse_float=_parse_float)
+    except (ValueError, RecursionError) as e:
         raise TraceError(f"{path}: not a trace-event JSON file: {e}") from None
     if isinstance(data, list):  # the JSON Array Format
         data = {"traceEvents": data}
@@ -50,25 +125,46 @@ def _load_one(path):
     return data
 
 
-def load(paths):
+def _rank_files(path, notes):
+    """The rank files PATH.rank<r>.json a failed job left beside `path`, with their times: only
+    regular files of this uid (as the runtime writes them); the others are skipped with a note."""
+    found = []
+    for r in sorted(glob.glob(glob.escape(path) + ".rank*.json")):
+        if not re.fullmatch(r"\.rank[0-9]+\.json", r[len(path):]):
+            continue
+        try:
+            st = os.lstat(r)
+        except OSError:
+            continue
+        why = _not_a_rank_file_of_yours(st)
+        if why:
+            notes.append(f"skipped {r}: {why}")
+        else:
+            found.append((r, st.st_mtime))
+    return found
+
+
+def load(paths, max_mib=DEFAULT_MAX_MIB):
     """The events of one merged trace, or of rank files merged; (events, notes)."""
-    files, notes = [], []
+    max_bytes = max_mib << 20
+    files, notes = [], []  # files: (path, found beside a named one)
     for p in paths:
-        ranks = sorted(glob.glob(glob.escape(p) + ".rank*.json"))
+        ranks = _rank_files(p, notes)
         # A job that failed leaves rank files; a merged file older than them is an earlier job's.
-        if os.path.exists(p) and not (ranks and os.path.getmtime(ranks[0]) >= os.path.getmtime(p)):
-            files.append(p)
+        if os.path.exists(p) and not (ranks and ranks[0][1] >= os.path.getmtime(p)):
+            files.append((p, False))
         elif ranks:
             if os.path.exists(p):
                 notes.append(f"{p} is older than its rank files (an earlier job's): read the "
                              "rank files")
-            files.extend(ranks)
+            files.extend((r, True) for r, _ in ranks)
         else:
-            raise TraceError(f"{p}: no such file, and no {p}.rank<r>.json beside it")
+            raise TraceError(f"{p}: no such file, and no {p}.rank<r>.json of yours beside it")
     events = []
-    for f in files:
-        data = _load_one(f)
-        other = data.get("otherData") or {}
+    for f, found in files:
+        data = _load_one(f, max_bytes, found, notes)
+        other = data.get("otherData")
+        other = other if isinstance(other, dict) else {}
         if other.get("disco_rank_file"):
             notes.append(f"{os.path.basename(f)}: rank {other.get('rank')}'s own file "
                          f"({other.get('why', '?')}); its clock is not aligned with the others'")
@@ -260,11 +356,17 @@ def main(argv=None):
     p.add_argument("--png", help="draw the timeline into this PNG (gnuplot)")
     p.add_argument("--top", type=int, default=10, help="functions listed (default 10)")
     p.add_argument("--check", action="store_true", help="validate the structure only")
+    p.add_argument("--max-mib", type=int, default=DEFAULT_MAX_MIB,
+                   help=f"the largest file read, in MiB (default {DEFAULT_MAX_MIB})")
     a = p.parse_args(argv)
     if a.top < 1:
         p.error(f"--top must be at least 1, not {a.top}")
+    if not 1 <= a.max_mib <= 1 << 30:
+        p.error(f"--max-mib must be 1 to {1 << 30}, not {a.max_mib}")
+    # Names from the file are printed as they are: a lone surrogate must not end the run.
+    sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        events, notes = load(a.trace)
+        events, notes = load(a.trace, a.max_mib)
         check(events)
         for n in notes:
             print(f"note: {n}")
@@ -277,6 +379,9 @@ def main(argv=None):
             print(f"timeline: {a.png}")
     except TraceError as e:
         print(f"disco.trace: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug of this tool: still one line, never a traceback
+        print(f"disco.trace: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0
 

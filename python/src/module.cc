@@ -204,6 +204,15 @@ DRef RefOf(py::handle h, const char* what) {
   return h.cast<const PyDRef&>().ref;
 }
 
+// A DRef the call cannot do without (a collective's tensors, as in TVM's Session.allreduce): None
+// is refused here, naming the argument, rather than sent as an empty register.
+DRef RequiredRefOf(py::handle h, const char* what) {
+  DISCO_CHECK(!h.is_none(), TypeError)
+      << what << ": expected a disco.DRef of a tensor, got None (for in place, pass the same DRef "
+      << "as src and dst)";
+  return RefOf(h, what);
+}
+
 // What Python gets for a register of the session `ps`.
 PyDRef Ref(PySession& ps, DRef r) { return PyDRef(std::move(r), ps.state); }
 py::object Wrap(PySession& ps, DRef r) { return py::cast(Ref(ps, std::move(r))); }
@@ -843,7 +852,7 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
             CallScope call(s.state.get());
             disco::Session& x = s.get(call);
-            DRef a = RefOf(src, "allreduce(src)"), b = RefOf(dst, "allreduce(dst)");
+            DRef a = RequiredRefOf(src, "allreduce(src)"), b = RequiredRefOf(dst, "allreduce(dst)");
             return Ref(s, Released([&] { return x.AllReduce(a, op, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true,
@@ -855,7 +864,7 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           [](PySession& s, py::handle src, py::handle dst, bool in_group) {
             CallScope call(s.state.get());
             disco::Session& x = s.get(call);
-            DRef a = RefOf(src, "allgather(src)"), b = RefOf(dst, "allgather(dst)");
+            DRef a = RequiredRefOf(src, "allgather(src)"), b = RequiredRefOf(dst, "allgather(dst)");
             return Ref(s, Released([&] { return x.AllGather(a, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("in_group") = true,
@@ -866,7 +875,8 @@ disco.RemoteError. A context manager: leaving it shuts the session down.)doc")
           [](PySession& s, py::handle src, py::handle dst, const std::string& op, bool in_group) {
             CallScope call(s.state.get());
             disco::Session& x = s.get(call);
-            DRef a = RefOf(src, "reduce_scatter(src)"), b = RefOf(dst, "reduce_scatter(dst)");
+            DRef a = RequiredRefOf(src, "reduce_scatter(src)");
+            DRef b = RequiredRefOf(dst, "reduce_scatter(dst)");
             return Ref(s, Released([&] { return x.ReduceScatter(a, op, in_group, b); }));
           },
           py::arg("src"), py::arg("dst"), py::arg("op") = "sum", py::arg("in_group") = true,

@@ -2,8 +2,10 @@
 // program once (install_graph) and each replay as one small frame (replay_graph); workers keep the
 // program and run it with the inputs substituted (Worker::InstallGraph / ReplayGraph).
 #include <disco/graph.h>
+#include <disco/log.h>
 #include <disco/session.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -106,7 +108,7 @@ Graph SessionImpl::EndCapture(bool discard) {
   std::unique_ptr<Recording> rec = std::move(recording_);
   if (discard || !rec->discarded.empty()) {
     // Its lookups and Empty tensors were handed out as DRefs: install them, without a graph.
-    Install(*rec, 0);
+    InstallHandedOut(*rec);
     DISCO_THROW(ValueError) << "Capture: "
                             << (rec->discarded.empty() ? std::string("the body raised")
                                                        : "the body called " + rec->discarded +
@@ -128,6 +130,7 @@ DRef SessionImpl::RecordLookup(const std::string& name) {
   Recording& rec = *recording_;
   const int64_t reg = AllocateReg();
   rec.reserved.push_back(reg);
+  rec.step_offsets.push_back(rec.steps.size());
   rec.steps.insert(rec.steps.end(), {Any(int64_t{0}), Any(reg), Any(name)});
   ++rec.num_steps;
   rec.names[reg] = name;
@@ -179,6 +182,7 @@ DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args)
   }
   const int64_t reg = AllocateReg();
   rec.reserved.push_back(reg);
+  rec.step_offsets.push_back(rec.steps.size());
   rec.steps.insert(
       rec.steps.end(),
       {Any(int64_t{at_install ? 1 : 2}), Any(reg), Any(func), Any(int64_t{collective ? 1 : 0}),
@@ -196,33 +200,95 @@ DRef SessionImpl::RecordCall(const DRef& func, const Any* args, size_t num_args)
   return out;
 }
 
-void SessionImpl::Install(Recording& rec, int64_t id) {
+namespace {
+// The install operands of a program: graph `id` (0: steps only), its input count, the registers
+// to reserve, then `num_steps` steps.
+std::vector<Any> InstallOperands(int64_t id, int num_inputs, const int64_t* reserved,
+                                 size_t num_reserved, int64_t num_steps, const Any* steps,
+                                 size_t num_step_operands) {
   std::vector<Any> ops;
-  ops.reserve(5 + rec.reserved.size() + rec.steps.size());
+  ops.reserve(5 + num_reserved + num_step_operands);
   ops.push_back(Any(id));
-  ops.push_back(Any(static_cast<int64_t>(rec.num_inputs)));
-  ops.push_back(Any(static_cast<int64_t>(rec.reserved.size())));
-  for (int64_t reg : rec.reserved) ops.push_back(Any(reg));
-  const size_t reserve_only = ops.size();
-  ops.push_back(Any(rec.num_steps));
-  ops.insert(ops.end(), rec.steps.begin(), rec.steps.end());
+  ops.push_back(Any(static_cast<int64_t>(num_inputs)));
+  ops.push_back(Any(static_cast<int64_t>(num_reserved)));
+  for (size_t i = 0; i < num_reserved; ++i) ops.push_back(Any(reserved[i]));
+  ops.push_back(Any(num_steps));
+  ops.insert(ops.end(), steps, steps + num_step_operands);
+  return ops;
+}
+
+// An error's message without its "[rank R/N host] " prefix, for a message that wraps it.
+std::string WithoutRankPrefix(const std::string& what) {
+  const size_t end = what.rfind("[rank ", 0) == 0 ? what.find("] ") : std::string::npos;
+  return end == std::string::npos ? what : what.substr(end + 2);
+}
+}  // namespace
+
+bool SessionImpl::SendInstall(const std::vector<Any>& ops, std::string* why) {
   uint64_t seq = 0;
   try {
     seq = Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
-  } catch (const ValueError&) {
-    // Too large for one frame (DISCO_MAX_FRAME_BYTES), and nothing was sent. The workers must
-    // still make room for the registers the capture handed out (ids are allocated one past the
-    // end, and later ones would fall beyond it): reserve them, install nothing, and say why.
-    ops.resize(reserve_only);
-    ops[0] = Any(int64_t{0});
-    ops.push_back(Any(int64_t{0}));
-    seq = Broadcast(protocol::Action::kInstallGraph, nullptr, 0, ops.data(), ops.size());
-    FlushWorker0();
-    worker0_.InstallGraph(seq, ops.data(), ops.size());
-    throw;
+  } catch (const ValueError& e) {
+    // Broadcast encodes and checks a frame before it sends any of it: no worker heard of it.
+    *why = WithoutRankPrefix(e.what());
+    return false;
   }
   FlushWorker0();
   worker0_.InstallGraph(seq, ops.data(), ops.size());
+  return true;
+}
+
+void SessionImpl::Install(const Recording& rec, int64_t id) {
+  std::string why;
+  if (SendInstall(InstallOperands(id, rec.num_inputs, rec.reserved.data(), rec.reserved.size(),
+                                  rec.num_steps, rec.steps.data(), rec.steps.size()),
+                  &why)) {
+    return;
+  }
+  // Over DISCO_MAX_FRAME_BYTES, or a value that cannot be sent (an empty DRef, an Object): what
+  // the body was handed must exist all the same.
+  InstallHandedOut(rec);
+  DISCO_THROW(ValueError) << "Capture: the program cannot be installed (" << why
+                          << "); the capture was discarded, its lookups and Empty tensors were "
+                             "installed";
+}
+
+void SessionImpl::InstallHandedOut(const Recording& rec) {
+  // The steps the body got DRefs from, in order: its lookups and Empty calls (kinds 0 and 1).
+  std::vector<std::pair<size_t, size_t>> spans;  // [begin, end) in rec.steps
+  std::vector<Any> steps;
+  for (size_t i = 0; i < rec.step_offsets.size(); ++i) {
+    const size_t begin = rec.step_offsets[i];
+    const size_t end = i + 1 < rec.step_offsets.size() ? rec.step_offsets[i + 1] : rec.steps.size();
+    if (std::get<int64_t>(rec.steps[begin].storage()) == protocol::GraphStep::kCall) continue;
+    spans.emplace_back(begin, end);
+    steps.insert(steps.end(), rec.steps.begin() + begin, rec.steps.begin() + end);
+  }
+  std::string why;
+  if (SendInstall(InstallOperands(0, 0, rec.reserved.data(), rec.reserved.size(),
+                                  static_cast<int64_t>(spans.size()), steps.data(), steps.size()),
+                  &why)) {
+    return;
+  }
+  // Still too large, or a value of an Empty call cannot be sent. The registers to reserve, in
+  // order (a worker's register file grows one id at a time), in frames of kReserveChunk ids, far
+  // below the smallest DISCO_MAX_FRAME_BYTES; then a frame per step.
+  constexpr size_t kReserveChunk = 4096;
+  for (size_t at = 0; at < rec.reserved.size(); at += kReserveChunk) {
+    const size_t n = std::min(kReserveChunk, rec.reserved.size() - at);
+    const bool sent =
+        SendInstall(InstallOperands(0, 0, rec.reserved.data() + at, n, 0, nullptr, 0), &why);
+    DISCO_ICHECK(sent) << "reserving " << n << " registers: " << why;
+  }
+  for (const auto& [begin, end] : spans) {
+    if (!SendInstall(InstallOperands(0, 0, nullptr, 0, 1, rec.steps.data() + begin, end - begin),
+                     &why)) {
+      // Its register stays empty ("does not exist" at its first use); the others are installed.
+      DISCO_LOG(WARN) << "Capture: a lookup or Empty call of a capture that was not installed "
+                         "cannot be sent either: "
+                      << why;
+    }
+  }
 }
 
 void SessionImpl::ReplayGraph(int64_t id, const std::vector<Any>& inputs) {

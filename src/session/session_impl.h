@@ -72,6 +72,8 @@ class SessionImpl final : public SessionBackend {
   void TestSkipSequence(uint64_t delta) { seq_ += delta; }
   /// For tests: broadcasts `n` raw bytes as if they were a frame (n <= inline bytes).
   void TestBroadcastRaw(const uint8_t* data, size_t n);
+  /// For tests: forgets the cached builtins, so that the next use of each looks it up anew.
+  void TestClearBuiltins() { ClearBuiltins(); }
   int64_t register_count() const { return reg_count_; }
 
  private:
@@ -88,6 +90,7 @@ class SessionImpl final : public SessionBackend {
     int num_inputs = 0;
     std::vector<int64_t> reserved;
     std::vector<Any> steps;
+    std::vector<size_t> step_offsets;  // where each step begins in `steps`
     int64_t num_steps = 0;
     size_t num_calls = 0;
     std::map<int64_t, std::string> names;
@@ -97,8 +100,17 @@ class SessionImpl final : public SessionBackend {
   };
   DRef RecordLookup(const std::string& name);
   DRef RecordCall(const DRef& func, const Any* args, size_t num_args);
-  /// Sends the install frame of `rec` (graph id 0: only its install steps, for a discarded one).
-  void Install(Recording& rec, int64_t id);
+  /// Installs `rec` as graph `id`. When its program cannot be sent (a ValueError: over
+  /// DISCO_MAX_FRAME_BYTES, or a value that cannot be sent), installs what the body was handed
+  /// (InstallHandedOut) and throws ValueError.
+  void Install(const Recording& rec, int64_t id);
+  /// For a capture that is not installed: reserves its registers and runs its lookups and Empty
+  /// calls on every worker (the DRefs the body got, a builtin's cached one among them, must
+  /// work), in one frame, or in a frame per step when one is too large.
+  void InstallHandedOut(const Recording& rec);
+  /// Broadcasts install operands (protocol/graph.h) and runs them on worker 0; false, with
+  /// `why`, when they cannot be sent (a ValueError of Broadcast: nothing was sent).
+  bool SendInstall(const std::vector<Any>& ops, std::string* why);
   void CheckWorker(int worker_id, const char* what) const;
   void CheckRegister(int64_t reg, const char* what) const;
   /// Refuses DRefs of another session among `func` (may be null) and `values` (ValueError).
@@ -106,7 +118,8 @@ class SessionImpl final : public SessionBackend {
   int64_t AllocateReg();
   DRef MakeDRef(int64_t reg);
   /// Encodes and broadcasts one command (with the pending kills) with frame `flags`; returns its
-  /// sequence number.
+  /// sequence number. Every ValueError (too large, a value that cannot be sent) is raised before
+  /// any byte of the command is sent.
   uint64_t Broadcast(protocol::Action action, const Any* head, size_t num_head, const Any* args,
                      size_t num_args, uint16_t flags = 0);
   /// Broadcasts the first `inline_bytes` of frame_, whose header has `flags`: by MPI_Ibcast when

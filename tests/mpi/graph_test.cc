@@ -247,8 +247,39 @@ TEST_F(GraphTest, BadInputsAreValueErrorsAndGraphsAreFreedWithTheirLastCopy) {
   EXPECT_THROW(Graph().Replay(), ValueError);
 }
 
+// A capture the workers never install (here: a value that cannot be sent, the empty DRef of
+// AllReduce's recv) still installs what its body was handed: a builtin first looked up inside
+// (disco.empty, disco.allreduce) and a DRef from GetGlobalFunc keep working afterwards.
+TEST_F(GraphTest, ACaptureThatCannotBeInstalledKeepsItsLookupsAndBuiltins) {
+  if (s().impl() != nullptr) s().impl()->TestClearBuiltins();  // first looked up in the capture
+  DRef mine, x;
+  try {
+    s().Capture(0, [&](const std::vector<Any>&) {
+      mine = F("test.graph.add");
+      x = s().Empty(Shape{4}, DataType("float32"));
+      s().CallPacked(F("test.graph.fill"), x, 1.0);
+      s().AllReduce(x, "sum", false, DRef());
+    });
+    ADD_FAILURE() << "a capture with an empty DRef was installed";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty DRef"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s().CallPacked(mine, 2, 3).DebugGetFromRemote(n() - 1).cast<int64_t>(), 5);
+  s().CallPacked(F("test.graph.fill"), x, 1.0);
+  s().AllReduce(x, "sum", false, x);
+  DRef y = s().Empty(Shape{4}, DataType("float32"));
+  s().CallPacked(F("test.graph.fill"), y, 2.0);
+  s().AllReduce(y, "sum", false, y);
+  for (int w : {0, n() - 1}) {
+    EXPECT_EQ(x.DebugGetFromRemote(w).cast<Tensor>().data_as<float>()[3], 1.0f * n());
+    EXPECT_EQ(y.DebugGetFromRemote(w).cast<Tensor>().data_as<float>()[0], 2.0f * n());
+  }
+  Check("after a capture that could not be installed");
+}
+
 // Under DISCO_MAX_FRAME_BYTES=65536 (mpi.session.small_frames.np2): a program larger than a frame
-// is a ValueError, its registers are still reserved on every worker, and later calls work.
+// is a ValueError, its registers are still reserved on every worker, what the body was handed
+// (lookups, Empty tensors, a builtin first looked up inside) is installed, and later calls work.
 TEST_F(GraphTest, AGraphOverTheFrameLimitIsRefusedAndTheSessionGoesOn) {
   if (s().impl() == nullptr || s().impl()->config().max_frame_bytes > (1 << 20)) {
     GTEST_SKIP() << "needs the in-job session under a small DISCO_MAX_FRAME_BYTES";
@@ -256,20 +287,53 @@ TEST_F(GraphTest, AGraphOverTheFrameLimitIsRefusedAndTheSessionGoesOn) {
   DRef echo = F("test.graph.add");
   const std::string big(200, 'x');
   std::vector<DRef> made;
+  DRef looked_up, x;
+  s().impl()->TestClearBuiltins();  // disco.empty is first looked up inside the capture
   try {
     s().Capture(0, [&](const std::vector<Any>&) {
-      DRef looked_up = F("test.graph.noop");  // a lookup inside, handed out as a DRef
+      looked_up = F("test.graph.add");  // a lookup inside, handed out as a DRef
+      x = s().Empty(Shape{4}, DataType("float32"));
       for (int i = 0; i < 1000; ++i) made.push_back(s().CallPacked(echo, 1, 2, big));
     });
     ADD_FAILURE() << "a program over the frame limit was installed";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("DISCO_MAX_FRAME_BYTES"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot be installed"), std::string::npos) << e.what();
   }
   made.clear();  // their registers go back to the free list: reused below
   for (int i = 0; i < 2000; ++i) s().CallPacked(echo, i, 1);
   DRef last = s().CallPacked(echo, 40, 2);
   EXPECT_EQ(last.DebugGetFromRemote(n() - 1).cast<int64_t>(), 42);
+  EXPECT_EQ(s().CallPacked(looked_up, 1, 2).DebugGetFromRemote(n() - 1).cast<int64_t>(), 3);
+  DRef y = s().Empty(Shape{4}, DataType("float32"));
+  for (const DRef& t : {x, y}) s().CallPacked(F("test.graph.fill"), t, 5.0);
+  EXPECT_EQ(x.DebugGetFromRemote(n() - 1).cast<Tensor>().data_as<float>()[3], 5.0f);
+  EXPECT_EQ(y.DebugGetFromRemote(n() - 1).cast<Tensor>().data_as<float>()[3], 5.0f);
   Check("calls after a refused install");
+}
+
+// Even what the body was handed can be over a frame (thousands of Empty calls): it is installed
+// step by step.
+TEST_F(GraphTest, HandedOutStepsOverTheFrameLimitAreInstalledOneByOne) {
+  if (s().impl() == nullptr || s().impl()->config().max_frame_bytes > (1 << 20)) {
+    GTEST_SKIP() << "needs the in-job session under a small DISCO_MAX_FRAME_BYTES";
+  }
+  std::vector<DRef> made;
+  try {
+    s().Capture(0, [&](const std::vector<Any>&) {
+      for (int i = 0; i < 3000; ++i) made.push_back(s().Empty(Shape{1}, DataType("float32")));
+    });
+    ADD_FAILURE() << "a program over the frame limit was installed";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("DISCO_MAX_FRAME_BYTES"), std::string::npos) << e.what();
+  }
+  for (size_t i : {size_t{0}, made.size() / 2, made.size() - 1}) {
+    s().CallPacked(F("test.graph.fill"), made[i], static_cast<double>(i));
+    EXPECT_EQ(made[i].DebugGetFromRemote(n() - 1).cast<Tensor>().data_as<float>()[0],
+              static_cast<float>(i));
+  }
+  made.clear();
+  Check("Empty tensors of a refused install");
 }
 
 }  // namespace

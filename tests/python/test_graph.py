@@ -1,6 +1,8 @@
-"""Capture and replay from Python (DESIGN.md §8): `with sess.capture(n) as g:` records the block's
+"""Capture and replay from Python (docs/graphs.md): `with sess.capture(n) as g:` records the block's
 session calls; `g.replay(*inputs)` runs them on every worker; what cannot be recorded is refused
 and the capture discarded. Runs in-job and served."""
+
+import os
 
 import numpy as np
 import pytest
@@ -129,3 +131,62 @@ def test_a_graph_made_without_capture_is_a_type_error(sess):
         disco.Graph.__new__(disco.Graph).replay()
     with pytest.raises(TypeError, match="without its constructor"):
         disco.DPackedFunc.__new__(disco.DPackedFunc)(1)
+
+
+def _works_after(sess, mine, x):
+    """A lookup and an Empty tensor made in a capture that was not installed, and the builtins."""
+    assert mine(7).debug_get_from_remote(sess.num_workers - 1) == 7
+    fill = sess.get_global_func("test.py.fill_worker_id")
+    y = sess.empty((4,), "float32")
+    n = sess.num_workers
+    for t in (x, y):
+        fill(t)
+        sess.allreduce(t, t, in_group=False)
+        np.testing.assert_allclose(t.debug_get_from_remote(n - 1),
+                                   np.full(4, n * (n - 1) / 2, "float32"))
+    sess.sync_all()
+
+
+def test_a_capture_that_cannot_be_installed_keeps_its_lookups(ccl):
+    # Found by outside testing: a capture refused at install (here a value that cannot be sent)
+    # left its lookups, and a builtin first looked up inside it, as registers holding nothing.
+    sess = ccl
+    with pytest.raises(ValueError, match="cannot be sent"):
+        with sess.capture(0):
+            mine = sess.get_global_func("test.py.echo")
+            x = sess.empty((4,), "float32")
+            sess.allreduce(x, x, in_group=False)
+            mine(object())  # a Python object lives in one process only
+    _works_after(sess, mine, x)
+
+
+def test_allreduce_refuses_none_as_tvm_does(ccl):
+    # Found by outside testing: allreduce(x, None) failed as "an empty DRef cannot be sent", and
+    # inside a capture broke the session's allreduce. TVM's allreduce takes two DRefs.
+    sess = ccl
+    x = sess.empty((4,), "float32")
+    for call in (lambda: sess.allreduce(x, None), lambda: sess.allreduce(None, x),
+                 lambda: sess.allgather(x, None), lambda: sess.reduce_scatter(x, None)):
+        with pytest.raises(TypeError, match=r"\((src|dst)\): expected a disco.DRef .* got None"):
+            call()
+    with pytest.raises(TypeError, match=r"allreduce\(dst\)"):
+        with sess.capture(0):
+            mine = sess.get_global_func("test.py.echo")
+            sess.allreduce(x, None)
+    _works_after(sess, mine, x)
+
+
+def test_a_capture_over_the_frame_limit_keeps_its_lookups(ccl):
+    # python.injob.small_frames.np2 runs this under DISCO_MAX_FRAME_BYTES=65536.
+    limit = int(os.environ.get("DISCO_MAX_FRAME_BYTES") or 0)
+    if not 0 < limit <= 1 << 20 or ccl.is_remote:
+        pytest.skip("needs an in-job session under a small DISCO_MAX_FRAME_BYTES")
+    sess = ccl
+    with pytest.raises(ValueError, match="DISCO_MAX_FRAME_BYTES"):
+        with sess.capture(0):
+            mine = sess.get_global_func("test.py.echo")
+            x = sess.empty((4,), "float32")
+            for _ in range(1000):
+                mine("x" * 200)
+            sess.allreduce(x, x, in_group=False)
+    _works_after(sess, mine, x)
