@@ -407,6 +407,54 @@ TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
   ExpectServing();
 }
 
+// One request of `op` with `operands` on a raw connection; its results.
+std::vector<Any> RawOp(remote::Socket* s, remote::Op op, std::vector<Any> operands) {
+  protocol::ByteBuffer body;
+  remote::EncodeRequest(&body, op, {}, operands.data(), operands.size());
+  return RawRequest(s, body);
+}
+
+// The error `op` is answered with, of type E ("" and a failure when it succeeds).
+template <typename E>
+std::string RawError(remote::Socket* s, remote::Op op, std::vector<Any> operands) {
+  try {
+    RawOp(s, op, std::move(operands));
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << remote::OpName(op) << " was not refused";
+  return "";
+}
+
+// A request decodes to a bounded number of values: a None is one byte on the wire and an Any in
+// memory, so megabytes of them would take tens of times their size, on rank 0 and, for a call's
+// arguments, on every worker. Refused as the count is read, before any room is made.
+TEST_F(RemoteTest, RequestsOfManyTinyValuesAreRefusedBeforeDecoding) {
+  testing::Detach();
+  {
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    const uint32_t n = 1u << 20;
+    protocol::ByteBuffer body;
+    protocol::Writer w(&body);
+    w.Put<uint8_t>(static_cast<uint8_t>(remote::Op::kSyncAll));
+    w.Put<uint32_t>(0);  // no frees
+    w.Put<uint32_t>(n);  // n operands, each a one-byte None
+    body.Resize(body.size() + n);
+    std::memset(body.data() + body.size() - n, 0, n);
+    try {
+      RawRequest(&s, body);
+      ADD_FAILURE() << "expected a ProtocolError";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("values this request may decode to"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(RawOp(&s, remote::Op::kSyncAll, {}).empty());  // the client goes on
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
 TEST_F(RemoteTest, RandomRequestsNeverBringTheServerDown) {
   // Well-framed packets of random bytes after a valid op byte: each is answered with an error or
   // gets the client dropped (a copy that swallows what follows as chunks); the job goes on.
