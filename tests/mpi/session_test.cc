@@ -286,6 +286,39 @@ TEST_F(SessionTest, ThrowingFunctionOnOneWorker) {
   s().SyncAll();
 }
 
+// A debug write neither overwrites a function register nor writes a function: every worker must
+// hold the same function in a register (the controller sends a call as a collective or not by
+// worker 0's; a worker holding another function would enter a collective alone, a hang).
+TEST_F(SessionTest, DebugWritesOfFunctionsAreRefusedAtOnce) {
+  DRef allreduce = F("disco.allreduce");
+  DRef worker_id = F("disco.worker_id");
+  DRef value = s().CallPacked(F("test.echo"), 4);
+  for (int w = 0; w < n(); ++w) {
+    for (const Any& v : {Any(worker_id), Any(int64_t{5})}) {
+      try {
+        s().DebugSetRegister(allreduce.reg_id(), v, w);
+        ADD_FAILURE() << "expected a ValueError writing " << v.ToString() << " to worker " << w;
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("holds the function 'disco.allreduce'"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    try {
+      s().DebugSetRegister(value.reg_id(), Any(worker_id), w);
+      ADD_FAILURE() << "expected a ValueError writing a function to worker " << w;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("is a function"), std::string::npos) << e.what();
+    }
+  }
+  s().SyncAll();  // nothing was sent
+  DRef ids = s().CallPacked(worker_id);
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(ids.DebugGetFromRemote(w).cast<int64_t>(), w);
+    EXPECT_EQ(value.DebugGetFromRemote(w).cast<int64_t>(), 4);
+  }
+}
+
 DISCO_REGISTER_GLOBAL("test.throw_protocol_error").set_body_typed([]() {
   throw ProtocolError("my own parser failed");
 });
