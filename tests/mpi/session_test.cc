@@ -319,6 +319,32 @@ TEST_F(SessionTest, DebugWritesOfFunctionsAreRefusedAtOnce) {
   }
 }
 
+// A collective whose tensor argument failed (on one worker, or on all) and that then fails before
+// its agreement round alike on every worker (an unknown op, an op of the wrong type, a missing
+// argument; no InitCCL) has no worker waiting in the round: each raises, and the session goes on
+// (the failed worker with its argument's failure).
+TEST_F(SessionTest, ACollectiveFailingBeforeItsRoundOnAFailedArgumentIsARemoteError) {
+  DRef allreduce = F("disco.allreduce");
+  for (int failing : {n() - 1, -1}) {
+    DRef bad = s().CallPacked(F("test.throw_if"), failing, "made to fail");
+    RemoteErrorOf([&] { s().SyncAll(); });
+    std::vector<DRef> calls = {s().CallPacked(allreduce, bad, "bogus", false, bad),
+                               s().CallPacked(allreduce, bad, 5, false, bad),
+                               s().CallPacked(allreduce, bad, "sum", false)};
+    RemoteErrorOf([&] { s().SyncAll(); });
+    for (size_t c = 0; c < calls.size(); ++c) {
+      for (int w = 0; w < n(); ++w) {
+        std::string msg = RemoteErrorOf([&] { calls[c].DebugGetFromRemote(w); });
+        const bool failed_here = failing < 0 || failing == w;
+        EXPECT_EQ(msg.find("made to fail") != std::string::npos, failed_here)
+            << "call " << c << ", worker " << w << ": " << msg;
+      }
+    }
+  }
+  EXPECT_EQ(s().CallPacked(F("test.affine"), 5).DebugGetFromRemote(n() - 1).cast<int64_t>(),
+            5000 + n() - 1);
+}
+
 DISCO_REGISTER_GLOBAL("test.throw_protocol_error").set_body_typed([]() {
   throw ProtocolError("my own parser failed");
 });
