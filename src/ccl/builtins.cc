@@ -1,4 +1,4 @@
-// The collective builtins (DESIGN.md §2): argument checks, agreement, dispatch to the backend.
+// The collective builtins: argument checks, agreement, dispatch to the backend.
 //
 // Checks that depend only on the command (op name, flags, peer ids) fail the same way on every
 // rank. Checks that depend on the tensors in registers may not: before moving data, the ranks of
