@@ -1,4 +1,4 @@
-// The collective builtins (DESIGN.md §2): argument checks, agreement, dispatch to the backend.
+// The collective builtins: argument checks, agreement, dispatch to the backend.
 //
 // Checks that depend only on the command (op name, flags, peer ids) fail the same way on every
 // rank. Checks that depend on the tensors in registers may not: before moving data, the ranks of
@@ -11,6 +11,7 @@
 #include <disco/function.h>
 #include <disco/worker.h>
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -258,6 +259,26 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
   }
 }
 
+// The builtin failed before its agreement round while an argument had failed on this worker
+// (CallOrigins::arg_failure, not taken by a round). Before the round a builtin reads its tensors
+// only into variables (TensorOf): what fails there is the command's (arity, the op's type or name)
+// or InitCCL's, alike on every worker, so none is in the round waiting for this one -- unless
+// another argument came from a register (an op, a flag), whose value may differ between workers.
+// Alike: this worker raises its argument's failure (the others their own error) and the session
+// goes on; else Worker::CallPacked ends the job.
+void SettleFailureBeforeTheRound(const Agreement& a) {
+  if (detail::CurrentCallOrigins().function != a.self) return;  // not the command itself
+  CallOrigins& origins = detail::MutableCallOrigins();
+  if (origins.arg_failure.empty() || origins.arg_failure_taken) return;
+  for (size_t i = 0; i < origins.args.size(); ++i) {
+    const bool tensor = std::find(a.tensor_args.begin(), a.tensor_args.end(),
+                                  static_cast<int>(i)) != a.tensor_args.end();
+    if (!tensor && origins.args[i].reg != 0) return;
+  }
+  origins.arg_failure_taken = true;
+  throw ValueError(origins.arg_failure);
+}
+
 // Registers a collective builtin whose tensor arguments sit at `tensor_args`; the body receives
 // the Agreement to pass to CheckAndAgree.
 template <typename F>
@@ -266,8 +287,18 @@ void RegisterCollective(const std::string& name, std::vector<int> tensor_args,
   auto* agreement = new Agreement();  // lives as long as the registry entry
   agreement->tensor_args = std::move(tensor_args);
   agreement->same_checks_everywhere = !rooted;
-  Registry::Register(name, true)
-      .set_body_typed(make_body(agreement), std::move(params))
+  Registry& entry = Registry::Register(name, true);
+  entry.set_body_typed(make_body(agreement), std::move(params));
+  PackedBody typed = Registry::Get(name).get()->body;  // with the arity and type checks
+  entry
+      .set_body_packed([typed, agreement](const Args& args, Any* rv) {
+        try {
+          typed(args, rv);
+        } catch (...) {
+          SettleFailureBeforeTheRound(*agreement);
+          throw;
+        }
+      })
       .mark_collective();
   agreement->self = Registry::Get(name).get().get();
 }

@@ -75,18 +75,30 @@ constexpr int kMaxNesting = 32;
 
 void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min,
                  int depth);
-Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, int depth);
+Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t* values_left,
+                int depth);
 }  // namespace
 
 void EncodeAny(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min) {
   EncodeAnyAt(w, value, bulk, bulk_min, 0);
 }
 
-Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk) {
-  return DecodeAnyAt(r, bulk, max_bulk, 0);
+Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t* values_left) {
+  return DecodeAnyAt(r, bulk, max_bulk, values_left, 0);
 }
 
 namespace {
+// Takes `n` values from the message's budget (none without one), or fails before they are made.
+void TakeValues(Reader* r, size_t* values_left, uint64_t n, size_t at) {
+  if (values_left == nullptr) return;
+  if (n > *values_left) {
+    r->Fail("the message decodes to more values than its limit (" + std::to_string(n) +
+                " more at this point, " + std::to_string(*values_left) + " left)",
+            at);
+  }
+  *values_left -= static_cast<size_t>(n);
+}
+
 void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min,
                  int depth) {
   DISCO_CHECK(depth <= kMaxNesting, ValueError)
@@ -183,11 +195,13 @@ void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, si
                              "in a register and pass its DRef)";
 }
 
-Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, int depth) {
+Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t* values_left,
+                int depth) {
   size_t at = r->offset();
   if (depth > kMaxNesting) {
     r->Fail("arrays and maps nested more than " + std::to_string(kMaxNesting) + " deep", at);
   }
+  if (depth == 0) TakeValues(r, values_left, 1, at);  // elements are taken with their count
   uint8_t tag = r->Get<uint8_t>("type tag");
   const bool out_of_line = (tag & kOutOfLine) != 0;
   if (out_of_line) {
@@ -286,19 +300,23 @@ Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, int dep
     case TypeCode::kArray: {
       // Each element takes at least its tag byte: the count is bounded by the bytes left.
       uint64_t n = r->GetLength("array length", 1);
+      TakeValues(r, values_left, n, at + 1);  // before the room for them is reserved
       std::vector<Any> items;
       items.reserve(static_cast<size_t>(n));
-      for (uint64_t i = 0; i < n; ++i) items.push_back(DecodeAnyAt(r, bulk, max_bulk, depth + 1));
+      for (uint64_t i = 0; i < n; ++i) {
+        items.push_back(DecodeAnyAt(r, bulk, max_bulk, values_left, depth + 1));
+      }
       return Any(Array(std::move(items)));
     }
     case TypeCode::kMap: {
       // Each entry takes at least a key length and a tag.
       uint64_t n = r->GetLength("map length", sizeof(uint64_t) + 1);
+      TakeValues(r, values_left, n, at + 1);
       std::map<std::string, Any> items;
       for (uint64_t i = 0; i < n; ++i) {
         size_t key_at = r->offset();
         std::string key = r->GetString("map key length");
-        Any value = DecodeAnyAt(r, bulk, max_bulk, depth + 1);
+        Any value = DecodeAnyAt(r, bulk, max_bulk, values_left, depth + 1);
         if (!items.emplace(std::move(key), std::move(value)).second) {
           r->Fail("map key repeated", key_at);
         }

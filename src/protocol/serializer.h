@@ -32,8 +32,12 @@ void EncodeAny(Writer* w, const Any& value, std::vector<BulkSegment>* bulk = nul
                size_t bulk_min = 0);
 /// Reads one tagged value; a DRef becomes DRef::Unowned(register id). An out-of-line value is
 /// allocated (at most `max_bulk` bytes) and its destination appended to `bulk`; without `bulk`
-/// out-of-line values are a ProtocolError.
-Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk = nullptr, size_t max_bulk = 0);
+/// out-of-line values are a ProtocolError. With `values_left`, the value and each element of its
+/// arrays and maps take one from it, and a count beyond what is left is a ProtocolError before
+/// room is made for it: a decoded value (an Any, tens of bytes) may come from one byte, so this
+/// bounds a message's memory by its values, not only by its bytes.
+Any DecodeAny(Reader* r, std::vector<BulkSlot>* bulk = nullptr, size_t max_bulk = 0,
+              size_t* values_left = nullptr);
 
 /// A decoded command frame.
 struct Command {

@@ -57,15 +57,27 @@ void EncodeValues(protocol::Writer* w, const Any* values, size_t n) {
   for (size_t i = 0; i < n; ++i) protocol::EncodeAny(w, values[i]);
 }
 
-std::vector<Any> DecodeValues(protocol::Reader* r, const char* what) {
+// `values_left` (null: no bound) bounds the values decoded, nested ones included (DecodeAny).
+std::vector<Any> DecodeValues(protocol::Reader* r, const char* what,
+                              size_t* values_left = nullptr) {
+  const size_t at = r->offset();
   uint32_t n = r->GetCount(what, 1);  // every value takes at least its one-byte tag
+  if (values_left != nullptr && n > *values_left) {
+    r->Fail(std::string(what) + " " + std::to_string(n) + " exceeds the " +
+                std::to_string(*values_left) + " values this request may decode to",
+            at);
+  }
   std::vector<Any> out;
   out.reserve(static_cast<size_t>(n));
-  for (uint32_t i = 0; i < n; ++i) out.push_back(protocol::DecodeAny(r));
+  for (uint32_t i = 0; i < n; ++i) out.push_back(protocol::DecodeAny(r, nullptr, 0, values_left));
   return out;
 }
 
 }  // namespace
+
+size_t MaxRequestValues(size_t request_bytes) {
+  return kRequestValuesFree + request_bytes / kRequestBytesPerValue;
+}
 
 size_t ChunkOverheadBytes() {
   protocol::ByteBuffer buf;
@@ -88,7 +100,8 @@ void DecodeRequest(const uint8_t* data, size_t size, Request* out) {
   if (op == 0 || op > kMaxOp) r.Fail("unknown request operation " + std::to_string(op), 0);
   out->op = static_cast<Op>(op);
   r.GetI64List("the freed-register count", &out->frees);
-  out->operands = DecodeValues(&r, "the operand count");
+  size_t values_left = MaxRequestValues(size);
+  out->operands = DecodeValues(&r, "the operand count", &values_left);
   if (r.remaining() != 0) {
     r.Fail(std::to_string(r.remaining()) + " bytes trail the request", r.offset());
   }

@@ -89,6 +89,16 @@ constexpr uint8_t kChunkTag = 0xC5;
 /// encoding a header, not assumed).
 size_t ChunkOverheadBytes();
 
+/// The most values (operands, and the elements of their arrays and maps) a request of
+/// `request_bytes` decodes to: kRequestValuesFree, plus one per kRequestBytesPerValue bytes. A
+/// decoded value (an Any) takes tens of bytes and may come from one (None), so the server's memory
+/// for a request stays within a small multiple of its bytes; a request over the bound is a
+/// ProtocolError before its values are made. Bulk data travels in tensors and bytes, which count
+/// one value each.
+constexpr size_t kRequestValuesFree = 4096;
+constexpr size_t kRequestBytesPerValue = 8;
+size_t MaxRequestValues(size_t request_bytes);
+
 /// A decoded request.
 struct Request {
   Op op = Op::kInfo;
@@ -98,7 +108,8 @@ struct Request {
 /// Builds a request body in `buf`.
 void EncodeRequest(protocol::ByteBuffer* buf, Op op, const std::vector<int64_t>& frees,
                    const Any* operands, size_t num_operands);
-/// Parses a request body; malformed bodies raise ProtocolError with the byte offset.
+/// Parses a request body; malformed bodies (and bodies over MaxRequestValues) raise ProtocolError
+/// with the byte offset.
 void DecodeRequest(const uint8_t* data, size_t size, Request* out);
 
 /// Builds an ok reply with `results`.

@@ -34,6 +34,7 @@
 #include "core/env.h"
 #include "core/exit_cleanup.h"
 #include "core/trace.h"
+#include "protocol/graph.h"
 #include "protocol/serializer.h"
 #include "remote/key.h"
 #include "remote/rpc.h"
@@ -595,7 +596,9 @@ class ClientConnection {
         return {Own(session_->GetGlobalFunc(a[0].cast<std::string>()))};
       case Op::kCall: {
         expect(1);
-        for (Any& v : a) Resolve(&v);
+        // Inside a capture, an argument may be one of its placeholders (the session checks it).
+        Resolve(&a[0], "CallPacked", /*placeholder_ok=*/false);
+        for (size_t i = 1; i < a.size(); ++i) Resolve(&a[i], "CallPacked", impl_->capturing());
         DRef func = a[0].cast<DRef>();
         return {Own(session_->CallWithMovedArgs(func, a.data() + 1, a.size() - 1))};
       }
@@ -615,7 +618,7 @@ class ClientConnection {
         return {};
       case Op::kSyncWorker:
         expect(1);
-        session_->SyncWorker(static_cast<int>(a[0].cast<int64_t>()));
+        session_->SyncWorker(WorkerOperand(a[0], "SyncWorker"));
         return {};
       case Op::kSyncAll:
         expect(0);
@@ -624,7 +627,7 @@ class ClientConnection {
       case Op::kDebugGet: {
         expect(2);
         int64_t reg = OwnedReg(a[0], "DebugGetFromRemote");
-        Any value = session_->DebugGetFromRemote(reg, static_cast<int>(a[1].cast<int64_t>()));
+        Any value = session_->DebugGetFromRemote(reg, WorkerOperand(a[1], "DebugGetFromRemote"));
         // Worker 0 is in process for the job, not for the client: its objects stay here too.
         DISCO_CHECK(
             value.type_code() != TypeCode::kObject && value.type_code() != TypeCode::kFunction,
@@ -635,14 +638,17 @@ class ClientConnection {
       }
       case Op::kDebugSet:
         expect(3);
-        Resolve(&a[2]);
+        Resolve(&a[2], "DebugSetRegister", /*placeholder_ok=*/false);
         session_->DebugSetRegister(OwnedReg(a[0], "DebugSetRegister"), a[2],
-                                   static_cast<int>(a[1].cast<int64_t>()));
+                                   WorkerOperand(a[1], "DebugSetRegister"));
         return {};
       case Op::kCaptureBegin: {
         expect(1);
         std::vector<Any> ids;
-        for (const Any& p : impl_->BeginCapture(static_cast<int>(a[0].cast<int64_t>()))) {
+        const int64_t inputs = a[0].cast<int64_t>();
+        DISCO_CHECK(inputs >= 0 && inputs <= protocol::kMaxGraphInputs, ValueError)
+            << "Capture: " << inputs << " inputs (0 to " << protocol::kMaxGraphInputs << ")";
+        for (const Any& p : impl_->BeginCapture(static_cast<int>(inputs))) {
           ids.push_back(Any(p.cast<DRef>().reg_id()));
         }
         return ids;
@@ -658,7 +664,7 @@ class ClientConnection {
         auto it = graphs_.find(a[0].cast<int64_t>());
         DISCO_CHECK(it != graphs_.end(), ValueError)
             << "Graph::Replay: graph " << a[0].ToString() << " is not held by this client";
-        for (size_t i = 1; i < a.size(); ++i) Resolve(&a[i]);
+        for (size_t i = 1; i < a.size(); ++i) Resolve(&a[i], "Graph::Replay", impl_->capturing());
         it->second.Replay(std::vector<Any>(a.begin() + 1, a.end()));
         return {};
       }
@@ -763,13 +769,28 @@ class ClientConnection {
   }
   int64_t OwnedReg(const Any& v, const char* what) const { return Owned(v, what).reg_id(); }
 
-  // A DRef operand names a register by id: it becomes the server's own DRef for it.
-  void Resolve(Any* v) const {
+  // A DRef operand names a register by id: it becomes the server's own DRef for it. An id the
+  // client does not hold is refused at once, placeholders too unless `placeholder_ok` (a call's
+  // argument inside a capture: the session checks that it is one of that capture's inputs).
+  void Resolve(Any* v, const char* what, bool placeholder_ok) const {
     if (v->type_code() != TypeCode::kDRef) return;
     DRef ref = v->cast<DRef>();
     if (!ref.defined()) return;  // an empty DRef stays empty (and is refused where it matters)
-    if (detail::PlaceholderIndex(*v) >= 0) return;  // a capture's input: the session checks it
-    *v = Any(Owned(*v, "argument"));
+    const bool placeholder = detail::PlaceholderIndex(*v) >= 0;
+    if (placeholder_ok && placeholder) return;
+    DISCO_CHECK(!placeholder || owned_.count(ref.reg_id()) != 0, ValueError)
+        << what << ": register " << ref.reg_id() << " is not held by this client (ids from 2^62 "
+        << "are placeholders of a capture: arguments of calls inside that capture only)";
+    *v = Any(Owned(*v, what));
+  }
+
+  // A worker id operand, checked as the int64 it came as (a narrowing first would wrap it).
+  int WorkerOperand(const Any& v, const char* what) const {
+    const int64_t id = v.cast<int64_t>();
+    DISCO_CHECK(id >= 0 && id < session_->num_workers(), ValueError)
+        << what << ": worker id " << id << " is out of range [0, " << session_->num_workers()
+        << ")";
+    return static_cast<int>(id);
   }
 
   Session* session_;

@@ -529,6 +529,27 @@ Any SessionImpl::DebugGetFromRemote(int64_t reg_id, int worker_id) {
   return value;
 }
 
+namespace {
+// A function register holds the same function on every worker: the controller sends a call as a
+// collective or not by worker 0's, and a worker that held another function would run something
+// else (or enter the collective alone: a hang). So a debug write neither overwrites a function
+// nor writes one (Worker::DebugSetRegister refuses both too, should a worker's view differ).
+void CheckNoFunctionWrite(const Worker& worker0, int64_t reg_id, const Any& value) {
+  DISCO_CHECK(!worker0.HoldsFunction(reg_id), ValueError)
+      << "DebugSetRegister: register " << reg_id << " holds the function '"
+      << worker0.FunctionName(reg_id)
+      << "', which cannot be overwritten (every worker must hold the same function in a register)";
+  const DRef* ref = std::get_if<DRef>(&value.storage());
+  const bool function = value.type_code() == TypeCode::kFunction ||
+                        (ref != nullptr && worker0.HoldsFunction(ref->reg_id()));
+  DISCO_CHECK(!function, ValueError)
+      << "DebugSetRegister: the value for register " << reg_id << " is a function ("
+      << (ref != nullptr ? "register " + std::to_string(ref->reg_id()) : std::string("by value"))
+      << "), which cannot be written into a register (every worker must hold the same function in "
+         "a register; use GetGlobalFunc)";
+}
+}  // namespace
+
 void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_id) {
   CheckLive("DebugSetRegister");
   CheckNotCapturing("DebugSetRegister");
@@ -536,6 +557,7 @@ void SessionImpl::DebugSetRegister(int64_t reg_id, const Any& value, int worker_
   CheckWorker(worker_id, "DebugSetRegister");
   CheckRegister(reg_id, "DebugSetRegister");
   CheckOwnRefs(nullptr, &value, 1, "DebugSetRegister");
+  CheckNoFunctionWrite(worker0_, reg_id, value);
   if (worker_id == 0) {  // in process: a tensor that cannot be copied in is refused at once
     const Tensor* src = std::get_if<Tensor>(&value.storage());
     Tensor dst = src != nullptr ? worker0_.ExistingTensor(reg_id) : Tensor();

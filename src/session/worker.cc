@@ -322,6 +322,16 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
 }
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
+  // A function register holds the same function on every worker (the controller refuses both
+  // writes where worker 0 sees them: SessionImpl::DebugSetRegister); the register keeps its value.
+  auto refuse_function = [&] {
+    TouchRegister(seq, reg);
+    Report(seq, reg, "DebugSetRegister",
+           detail::RankPrefix() + "register " + std::to_string(reg) + " on worker " +
+               std::to_string(info_.worker_id) +
+               ": a function register cannot be written, nor a function into a register");
+  };
+  if (HoldsFunction(reg)) return refuse_function();
   Any resolved;
   try {
     resolved = Resolve(value, 2, "DebugSetRegister");
@@ -329,6 +339,7 @@ void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
     Fail(seq, reg, "DebugSetRegister", e.what());
     return;
   }
+  if (resolved.type_code() == TypeCode::kFunction) return refuse_function();
   const Tensor* src = std::get_if<Tensor>(&resolved.storage());
   if (src == nullptr) {
     Store(seq, reg, std::move(resolved));
@@ -421,6 +432,11 @@ std::string Worker::FunctionName(int64_t reg) const {
   if (r == nullptr || r->failure != nullptr) return "";
   const Function* f = std::get_if<Function>(&r->value.storage());
   return f != nullptr && f->defined() ? f->name() : "";
+}
+
+bool Worker::HoldsFunction(int64_t reg) const {
+  const Register* r = Find(reg);
+  return r != nullptr && r->failure == nullptr && r->value.type_code() == TypeCode::kFunction;
 }
 
 bool Worker::HoldsCollective(int64_t reg) const {

@@ -82,7 +82,8 @@ class Worker {
   void ReserveRegister(int64_t reg) { Slot(reg); }
   /// The name of the function `reg` holds ("" when it holds none).
   std::string FunctionName(int64_t reg) const;
-  /// True when `reg` holds a Function marked collective.
+  /// True when `reg` holds a Function (marked collective: HoldsCollective).
+  bool HoldsFunction(int64_t reg) const;
   bool HoldsCollective(int64_t reg) const;
   /// Registers currently in use (for tests of the free list).
   size_t num_live_registers() const;

@@ -286,6 +286,65 @@ TEST_F(SessionTest, ThrowingFunctionOnOneWorker) {
   s().SyncAll();
 }
 
+// A debug write neither overwrites a function register nor writes a function: every worker must
+// hold the same function in a register (the controller sends a call as a collective or not by
+// worker 0's; a worker holding another function would enter a collective alone, a hang).
+TEST_F(SessionTest, DebugWritesOfFunctionsAreRefusedAtOnce) {
+  DRef allreduce = F("disco.allreduce");
+  DRef worker_id = F("disco.worker_id");
+  DRef value = s().CallPacked(F("test.echo"), 4);
+  for (int w = 0; w < n(); ++w) {
+    for (const Any& v : {Any(worker_id), Any(int64_t{5})}) {
+      try {
+        s().DebugSetRegister(allreduce.reg_id(), v, w);
+        ADD_FAILURE() << "expected a ValueError writing " << v.ToString() << " to worker " << w;
+      } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("holds the function 'disco.allreduce'"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    try {
+      s().DebugSetRegister(value.reg_id(), Any(worker_id), w);
+      ADD_FAILURE() << "expected a ValueError writing a function to worker " << w;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("is a function"), std::string::npos) << e.what();
+    }
+  }
+  s().SyncAll();  // nothing was sent
+  DRef ids = s().CallPacked(worker_id);
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(ids.DebugGetFromRemote(w).cast<int64_t>(), w);
+    EXPECT_EQ(value.DebugGetFromRemote(w).cast<int64_t>(), 4);
+  }
+}
+
+// A collective whose tensor argument failed (on one worker, or on all) and that then fails before
+// its agreement round alike on every worker (an unknown op, an op of the wrong type, a missing
+// argument; no InitCCL) has no worker waiting in the round: each raises, and the session goes on
+// (the failed worker with its argument's failure).
+TEST_F(SessionTest, ACollectiveFailingBeforeItsRoundOnAFailedArgumentIsARemoteError) {
+  DRef allreduce = F("disco.allreduce");
+  for (int failing : {n() - 1, -1}) {
+    DRef bad = s().CallPacked(F("test.throw_if"), failing, "made to fail");
+    RemoteErrorOf([&] { s().SyncAll(); });
+    std::vector<DRef> calls = {s().CallPacked(allreduce, bad, "bogus", false, bad),
+                               s().CallPacked(allreduce, bad, 5, false, bad),
+                               s().CallPacked(allreduce, bad, "sum", false)};
+    RemoteErrorOf([&] { s().SyncAll(); });
+    for (size_t c = 0; c < calls.size(); ++c) {
+      for (int w = 0; w < n(); ++w) {
+        std::string msg = RemoteErrorOf([&] { calls[c].DebugGetFromRemote(w); });
+        const bool failed_here = failing < 0 || failing == w;
+        EXPECT_EQ(msg.find("made to fail") != std::string::npos, failed_here)
+            << "call " << c << ", worker " << w << ": " << msg;
+      }
+    }
+  }
+  EXPECT_EQ(s().CallPacked(F("test.affine"), 5).DebugGetFromRemote(n() - 1).cast<int64_t>(),
+            5000 + n() - 1);
+}
+
 DISCO_REGISTER_GLOBAL("test.throw_protocol_error").set_body_typed([]() {
   throw ProtocolError("my own parser failed");
 });

@@ -407,6 +407,124 @@ TEST_F(RemoteTest, BrokenClientsAreDroppedAndTheNextOneIsServed) {
   ExpectServing();
 }
 
+// One request of `op` with `operands` on a raw connection; its results.
+std::vector<Any> RawOp(remote::Socket* s, remote::Op op, std::vector<Any> operands) {
+  protocol::ByteBuffer body;
+  remote::EncodeRequest(&body, op, {}, operands.data(), operands.size());
+  return RawRequest(s, body);
+}
+
+// The error `op` is answered with, of type E ("" and a failure when it succeeds).
+template <typename E>
+std::string RawError(remote::Socket* s, remote::Op op, std::vector<Any> operands) {
+  try {
+    RawOp(s, op, std::move(operands));
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << remote::OpName(op) << " was not refused";
+  return "";
+}
+
+// Worker ids and input counts are checked as the int64 they travel as: 2^32 + 1 is not worker 1.
+TEST_F(RemoteTest, WideWorkerIdsAndInputCountsAreRefusedNotWrapped) {
+  const int n = S().num_workers();
+  testing::Detach();
+  {
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    int64_t f = RawOp(&s, remote::Op::kGetGlobalFunc, {Any("test.affine")}).at(0).cast<int64_t>();
+    int64_t r = RawOp(&s, remote::Op::kCall, {Any(DRef::Unowned(f)), Any(int64_t{3})})
+                    .at(0)
+                    .cast<int64_t>();
+    const int64_t wide = (int64_t{1} << 32) + 1;
+    const std::string range = "worker id 4294967297 is out of range [0, " + std::to_string(n) + ")";
+    for (std::string msg :
+         {RawError<ValueError>(&s, remote::Op::kSyncWorker, {Any(wide)}),
+          RawError<ValueError>(&s, remote::Op::kDebugGet, {Any(r), Any(wide)}),
+          RawError<ValueError>(&s, remote::Op::kDebugSet, {Any(r), Any(wide), Any(int64_t{7})})}) {
+      EXPECT_NE(msg.find(range), std::string::npos) << msg;
+    }
+    for (int64_t inputs : {wide, int64_t{1} << 31, int64_t{1} << 40}) {
+      std::string msg = RawError<ValueError>(&s, remote::Op::kCaptureBegin, {Any(inputs)});
+      EXPECT_NE(msg.find("Capture: " + std::to_string(inputs) + " inputs (0 to 64)"),
+                std::string::npos)
+          << msg;
+    }
+    // Nothing was written or captured: every worker still holds its own value.
+    for (int w = 0; w < n; ++w) {
+      EXPECT_EQ(RawOp(&s, remote::Op::kDebugGet, {Any(r), Any(int64_t{w})}).at(0).cast<int64_t>(),
+                3000 + w);
+    }
+    EXPECT_TRUE(RawOp(&s, remote::Op::kSyncAll, {}).empty());
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
+// Ids in the placeholder range (2^62 and up) are registers like any other outside a capture, and
+// always as a call's function or a debug write's value: one the client does not hold is refused
+// at once, and nothing is sent (no failure left on one worker only).
+TEST_F(RemoteTest, UnheldIdsInThePlaceholderRangeAreRefusedAtOnce) {
+  testing::Detach();
+  {
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    const Any unheld = Any(DRef::Unowned(int64_t{1} << 62));
+    const std::string refused = "register 4611686018427387904 is not held by this client";
+    int64_t f = RawOp(&s, remote::Op::kGetGlobalFunc, {Any("test.affine")}).at(0).cast<int64_t>();
+    int64_t r = RawOp(&s, remote::Op::kCall, {Any(DRef::Unowned(f)), Any(int64_t{3})})
+                    .at(0)
+                    .cast<int64_t>();
+    for (std::string msg :
+         {RawError<ValueError>(&s, remote::Op::kDebugSet, {Any(r), Any(int64_t{0}), unheld}),
+          RawError<ValueError>(&s, remote::Op::kCall, {unheld}),
+          RawError<ValueError>(&s, remote::Op::kCall, {Any(DRef::Unowned(f)), unheld})}) {
+      EXPECT_NE(msg.find(refused), std::string::npos) << msg;
+    }
+    EXPECT_TRUE(RawOp(&s, remote::Op::kSyncAll, {}).empty());  // no failure on any worker
+    // Inside a capture, its placeholder is a call's argument, never the function.
+    int64_t p = RawOp(&s, remote::Op::kCaptureBegin, {Any(int64_t{1})}).at(0).cast<int64_t>();
+    RawOp(&s, remote::Op::kCall, {Any(DRef::Unowned(f)), Any(DRef::Unowned(p))});
+    std::string msg = RawError<ValueError>(&s, remote::Op::kCall, {Any(DRef::Unowned(p))});
+    EXPECT_NE(msg.find("is not held by this client"), std::string::npos) << msg;
+    std::vector<Any> graph = RawOp(&s, remote::Op::kCaptureEnd, {Any(false)});
+    RawOp(&s, remote::Op::kReplayGraph, {graph.at(0), Any(int64_t{4})});
+    EXPECT_TRUE(RawOp(&s, remote::Op::kSyncAll, {}).empty());
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
+// A request decodes to a bounded number of values: a None is one byte on the wire and an Any in
+// memory, so megabytes of them would take tens of times their size, on rank 0 and, for a call's
+// arguments, on every worker. Refused as the count is read, before any room is made.
+TEST_F(RemoteTest, RequestsOfManyTinyValuesAreRefusedBeforeDecoding) {
+  testing::Detach();
+  {
+    remote::Socket s = RawAttached();
+    ASSERT_TRUE(s.valid());
+    const uint32_t n = 1u << 20;
+    protocol::ByteBuffer body;
+    protocol::Writer w(&body);
+    w.Put<uint8_t>(static_cast<uint8_t>(remote::Op::kSyncAll));
+    w.Put<uint32_t>(0);  // no frees
+    w.Put<uint32_t>(n);  // n operands, each a one-byte None
+    body.Resize(body.size() + n);
+    std::memset(body.data() + body.size() - n, 0, n);
+    try {
+      RawRequest(&s, body);
+      ADD_FAILURE() << "expected a ProtocolError";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("values this request may decode to"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(RawOp(&s, remote::Op::kSyncAll, {}).empty());  // the client goes on
+  }
+  testing::Reattach();
+  ExpectServing();
+}
+
 TEST_F(RemoteTest, RandomRequestsNeverBringTheServerDown) {
   // Well-framed packets of random bytes after a valid op byte: each is answered with an error or
   // gets the client dropped (a copy that swallows what follows as chunks); the job goes on.

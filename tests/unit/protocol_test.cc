@@ -7,6 +7,7 @@
 
 #include "protocol/frame.h"
 #include "protocol/serializer.h"
+#include "remote/rpc.h"
 
 namespace disco {
 namespace protocol {
@@ -291,6 +292,67 @@ TEST(ProtocolTest, RepliesRoundTripAndRefuseGarbage) {
   EXPECT_EQ(reply.value.cast<Shape>(), (Shape{1, 2}));
   uint8_t junk[3] = {9, 0, 0};
   EXPECT_THROW(DecodeReply(junk, 3, &reply), ProtocolError);
+}
+
+// A value budget bounds what a message decodes to, nested elements included, and refuses a count
+// beyond it before making room for it (an Any takes tens of bytes, a None on the wire one).
+TEST(ProtocolTest, AValueBudgetBoundsNestedElements) {
+  ByteBuffer buf;
+  Writer w(&buf);
+  EncodeAny(&w, Any(Array(std::vector<Any>(1000))));  // an array of 1000 Nones: 1009 bytes
+  for (size_t budget : {size_t{1001}, size_t{5000}}) {
+    Reader r(buf.data(), buf.size());
+    size_t left = budget;
+    EXPECT_EQ(DecodeAny(&r, nullptr, 0, &left).cast<Array>().size(), 1000u);
+    EXPECT_EQ(left, budget - 1001);
+  }
+  Reader r(buf.data(), buf.size());
+  size_t left = 1000;  // the array itself takes one: 999 left for its 1000 elements
+  try {
+    DecodeAny(&r, nullptr, 0, &left);
+    ADD_FAILURE() << "expected a ProtocolError";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("more values than its limit (1000 more at this point, "
+                                         "999 left)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A request decodes to at most remote::MaxRequestValues of its size: megabytes of one-byte Nones,
+// as operands or in an array, are refused; as many ints (9 bytes each) are not.
+TEST(ProtocolTest, RequestsDecodeToBoundedValues) {
+  using remote::Op;
+  const size_t n = size_t{1} << 20;
+  ByteBuffer body;
+  Writer w(&body);
+  w.Put<uint8_t>(static_cast<uint8_t>(Op::kSyncAll));
+  w.Put<uint32_t>(0);  // no frees
+  w.Put<uint32_t>(static_cast<uint32_t>(n));
+  body.Resize(body.size() + n);
+  std::memset(body.data() + body.size() - n, 0, n);  // n Nones
+  remote::Request req;
+  try {
+    remote::DecodeRequest(body.data(), body.size(), &req);
+    ADD_FAILURE() << "expected a ProtocolError";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("the operand count 1048576 exceeds the "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(" values this request may decode to"), std::string::npos)
+        << e.what();
+  }
+  Any call[2] = {Any(DRef::Unowned(1)), Any(Array(std::vector<Any>(n)))};
+  remote::EncodeRequest(&body, Op::kCall, {}, call, 2);
+  EXPECT_THROW(remote::DecodeRequest(body.data(), body.size(), &req), ProtocolError);
+  call[1] = Any(Array(std::vector<Any>(n, Any(int64_t{7}))));
+  remote::EncodeRequest(&body, Op::kCall, {}, call, 2);
+  remote::DecodeRequest(body.data(), body.size(), &req);
+  EXPECT_EQ(req.operands.at(1).cast<Array>().size(), n);
+  call[1] = Any(Array(std::vector<Any>(2000)));  // a few Nones pass
+  remote::EncodeRequest(&body, Op::kCall, {}, call, 2);
+  remote::DecodeRequest(body.data(), body.size(), &req);
+  EXPECT_EQ(req.operands.size(), 2u);
 }
 
 }  // namespace
