@@ -110,7 +110,7 @@ if start "$case" "${mpi[@]}" "$serve" --port-file "$root/$case/port"; then
     if ! exited "$rank1"; then
       bad "rank 1 did not exit within 30 s of SIGTERM"
     elif [[ -e $key_file ]]; then
-      bad "the key file $key_file outlived rank 1, the first rank to exit (rank 0 never ran its handler)"
+      bad "the key file $key_file outlived rank 1, the first rank to exit (rank 0 ran no handler)"
     fi
     kill -KILL "$rank0"
     kill -CONT "${others[@]}" 2>/dev/null
