@@ -43,6 +43,8 @@ std::string DefaultKeyFile(int port) {
   return HomeDirectory() + "/.disco/serve-" + std::to_string(port) + ".key";
 }
 
+std::string KeyFileContent(const std::string& key) { return key + "\n"; }
+
 void WriteKeyFile(const std::string& path, const std::string& key) {
   // The directory to make when missing: none for a bare file name (the current directory), "/" for
   // a file at the root.
@@ -58,7 +60,7 @@ void WriteKeyFile(const std::string& path, const std::string& key) {
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   DISCO_CHECK(fd >= 0, RuntimeError)
       << "cannot create the key file '" << tmp << "': " << std::strerror(errno);
-  std::string line = key + "\n";
+  const std::string line = KeyFileContent(key);
   bool ok = fchmod(fd, 0600) == 0 &&
             write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
   int err = errno;

@@ -16,6 +16,8 @@ constexpr size_t kMinKeyChars = 16;
 std::string GenerateKey();
 /// $HOME/.disco/serve-PORT.key (HOME from the password database when unset).
 std::string DefaultKeyFile(int port);
+/// What a key file holds: `key` and a newline.
+std::string KeyFileContent(const std::string& key);
 /// Writes `key` to `path` readable by its owner only (mode 0600, in a directory made 0700 when
 /// missing), atomically (a rename).
 void WriteKeyFile(const std::string& path, const std::string& key);

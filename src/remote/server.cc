@@ -3,6 +3,7 @@
 // session (MPI stays in one thread), serving one client's requests at a time.
 #include <disco/log.h>
 #include <disco/remote.h>
+#include <disco/worker.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -813,6 +814,43 @@ class ClientConnection {
   Tensor copy_;
 };
 
+// ---- The generated key file on every rank ------------------------------------------------------
+// Rank 0 alone cannot promise to remove it: MPICH's hydra SIGKILLs every rank once the first one
+// exits on the launcher's SIGTERM or SIGINT, often before rank 0 has run its handler. So every rank
+// registers the file (with its content: a rank on another node, or any rank after the job served,
+// leaves alone a file that another server wrote at the same path), and the first rank the signal
+// ends removes it before its exit lets the launcher kill the others.
+
+// Registers `path` for removal on this rank's abnormal exit, while it holds `content`.
+void GuardKeyFile(const std::string& path, const std::string& content) {
+  if (!exit_cleanup::RegisterFile(path, content)) {
+    DISCO_LOG(WARN) << "disco-serve: the key file '" << path
+                    << "' cannot be registered for removal on a signal (its path is too long, "
+                       "or too many files are registered): it may outlive a killed job";
+  }
+}
+
+// Run by every worker: the key file of the job's current server (one at a time: Serve again
+// replaces it). Worker 0 is rank 0, which guards the file itself.
+constexpr char kGuardKeyFileFunction[] = "disco.serve.guard_key_file";
+DISCO_REGISTER_GLOBAL(kGuardKeyFileFunction)
+    .set_body_typed(
+        [](std::string path, std::string content) {
+          if (ThisWorker().worker_id == 0) return;
+          static std::string guarded;
+          if (!guarded.empty()) exit_cleanup::UnregisterFile(guarded);
+          guarded = path;
+          GuardKeyFile(path, content);
+        },
+        {"path", "content"});
+
+// Every worker guards the key file before a client can learn of the server (the port file).
+void GuardKeyFileOnEveryRank(Session& session, const std::string& path,
+                             const std::string& content) {
+  session.CallPacked(session.GetGlobalFunc(kGuardKeyFileFunction), path, content);
+  session.SyncAll();
+}
+
 }  // namespace
 
 int Serve(Session& session, const ServeOptions& options) {
@@ -832,7 +870,8 @@ int Serve(Session& session, const ServeOptions& options) {
   int port = listener.port();
   std::string key_file;
   // The generated key file goes when the server ends: by this destructor, or, when the job ends
-  // without running it (SIGTERM or SIGINT, a fatal error, the watchdog), by core/exit_cleanup.h.
+  // without running it (SIGTERM or SIGINT, a fatal error, the watchdog), by core/exit_cleanup.h
+  // on whichever rank ends first (GuardKeyFileOnEveryRank).
   struct RemoveKeyFile {
     std::string path;
     ~RemoveKeyFile() {
@@ -845,12 +884,9 @@ int Serve(Session& session, const ServeOptions& options) {
     key = remote::GenerateKey();
     key_file = options.key_file.empty() ? remote::DefaultKeyFile(port) : options.key_file;
     remote::WriteKeyFile(key_file, key);
-    remove_key_file.path = key_file;
-    if (!exit_cleanup::RegisterFile(key_file)) {
-      DISCO_LOG(WARN) << "disco-serve: the key file '" << key_file
-                      << "' cannot be registered for removal on a signal (its path is too long, "
-                         "or too many files are registered): it may outlive a killed job";
-    }
+    remove_key_file.path = AbsolutePath(key_file);
+    GuardKeyFile(remove_key_file.path, remote::KeyFileContent(key));
+    GuardKeyFileOnEveryRank(session, remove_key_file.path, remote::KeyFileContent(key));
   }
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
   // A client that stalls inside a request (or stops taking its reply) holds the whole job: with

@@ -2,9 +2,10 @@
 # The MPICH stage of ./launch/test: disco built against MPICH in a clean Debian root that has no
 # Open MPI (tests/mpich/make-root.sh, entered by tests/mpich/in-root.sh), and its suites run there
 # at 1-2 ranks: unit, session, collectives, HDF5 with its faults, remote, Python, the demo at 2
-# ranks, disco-bench's smoke test, and the fault tests of what differs between MPIs (SIGUSR1
-# handlers, the launcher's and the Slurm step's ending at 3 ranks, launcher mismatches, MPI
-# objects freed). Only the targets those tests run are built (no CUDA, no fuzzing).
+# ranks, disco-bench's smoke test, the installed package (its CMake and pkg-config consumers),
+# and the fault tests of what differs between MPIs (SIGUSR1 handlers, the launcher's and the
+# Slurm step's ending at 3 ranks, launcher mismatches, MPI objects freed). Only the targets those
+# tests run are built (no CUDA, no fuzzing).
 #   tests/mpich/run_mpich_stage.sh [--build-only | --tests-only] WORK_DIR [ctest arguments...]
 # The root is WORK_DIR/root (kept while its package set is unchanged), the build /build inside
 # it, the logs WORK_DIR/*.log. --build-only makes the root and the build (./launch/test runs it
@@ -31,10 +32,11 @@ step_t0=$SECONDS
 say() { printf '==== mpich stage: %-28s %4d s\n' "$1" $((SECONDS - step_t0)); step_t0=$SECONDS; }
 in_root() { "$here/in-root.sh" "$root" "$src" -- "$@"; }
 
-# The targets the tests below run.
+# The targets the tests below run (and the rest of what the install has: disco-example, for the
+# package test).
 targets=(disco disco_unit_tests disco_mpi_tests disco_test_plugin_dup disco_remote_tests
   disco_fault_program disco_h5_save_program disco_liveness_attacker disco-serve disco-remote
-  disco_remote_call disco_refusal_flood disco-demo disco-bench _core disco_stall_io)
+  disco_remote_call disco_refusal_flood disco-demo disco-bench _core disco_stall_io disco-example)
 # The suites at 1-2 ranks, and the tests of what differs between MPIs (the silent rank and the
 # hang verdicts that read MPI's symbols or its launcher's rank variable: 3).
 tests='^(mpi\.session\.(np[12]|small_frames\.np2)|mpi\.ccl\.(sync_send\.np2|np2\.noshm)'
@@ -42,7 +44,8 @@ tests+='|mpi\.fault\..*\.np[12]|mpi\.fault\.(silent_rank_ends_launcher\.np3|laun
 tests+='|no_shm_left)|mpi\.h5_fault\..*|mpi\.bench_smoke'
 tests+='|hang\.(foreign_mpi_call|controller_in_foreign_mpi_call|stopped_rank|hdf5_read_stalled)\.np3'
 tests+='|remote\.(session\.np2|keyless|keyfile|refusal_flood)'
-tests+='|python\.((injob|served)\.np[12]|jobs|interrupt|examples|process|api)|demo\.np2\..*)$'
+tests+='|python\.((injob|served)\.np[12]|jobs|interrupt|examples|process|api)|demo\.np2\..*'
+tests+='|package\.find_package)$'
 
 make_root() {
   rm -f "$work/skipped" "$work/built"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs disco from the build tree into a scratch prefix, builds tests/package against it with
-# find_package(disco CONFIG) and with pkg-config, and runs both under mpirun at 2 ranks; then runs
-# the installed tools as a user gets them: from the prefix, with no LD_LIBRARY_PATH; and, when the
-# build has Python, `import disco` from the prefix's package directory, in a job of 2 ranks.
+# find_package(disco CONFIG) and with pkg-config (and c++, not the MPI's wrapper), and runs both
+# under mpirun at 2 ranks; then runs the installed tools as a user gets them: from the prefix, with
+# no LD_LIBRARY_PATH; and, when the build has Python, `import disco` from the prefix's package
+# directory, in a job of 2 ranks.
 #   run_package_test.sh SRC BUILD CMAKE [--python PYTHON] -- MPIEXEC [mpiexec flags...]
 # (the flags: CMake's DISCO_MPIEXEC_PREFLAGS, which are the MPI's own).
 set -euo pipefail
@@ -19,9 +20,12 @@ trap 'rm -rf "$work"' EXIT
 "$cmake" -S "$src/tests/package" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 "$cmake" --build "$work/build" >/dev/null
 "$mpiexec" -n 2 "${flags[@]}" "$work/build/consumer"
-# pkg-config route
+# pkg-config route, with the plain compiler: disco.pc brings the MPI's flags (its Requires: the
+# module of the MPI the build used, e.g. ompi-cxx or mpich).
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib64/pkgconfig"
-mpicxx -o "$work/consumer_pc" "$src/tests/package/consumer.cc" $(pkg-config --cflags --libs disco)
+pc_flags=$(pkg-config --cflags --libs disco) ||
+  { echo "package test: pkg-config cannot resolve disco.pc"; exit 1; }
+c++ -o "$work/consumer_pc" "$src/tests/package/consumer.cc" $pc_flags
 "$mpiexec" -n 2 "${flags[@]}" "$work/consumer_pc"
 # The installed tools start with nothing but their RPATH ($ORIGIN/../lib) to find libdisco.
 unset LD_LIBRARY_PATH

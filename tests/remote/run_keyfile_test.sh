@@ -5,6 +5,10 @@
 # Cases (each with HOME a fresh directory):
 #   sigterm, sigint  disco-serve without a key; SIGTERM (SIGINT) to mpirun, as Ctrl-C, scancel and
 #                    a time limit do: ~/.disco/serve-PORT.key is gone once the job has ended
+#   first_rank       the launcher SIGKILLs rank 0 before its handler ran, as MPICH's hydra does once
+#                    the first rank exits on its SIGTERM: with rank 0 and the launcher stopped
+#                    (SIGSTOP), rank 1 alone gets SIGTERM; once it has exited, the key file must be
+#                    gone already; then rank 0 is SIGKILLed and the launcher resumed
 #   fatal            a client makes worker 0 call std::terminate (disco::Main's fatal-error path)
 #   watchdog         a client's call runs past DISCO_TIMEOUT=3 (the watchdog ends the job)
 #   relative         disco-serve --key-file mykey writes ./mykey (not a directory), which clients
@@ -69,6 +73,51 @@ for case in sigterm sigint; do
   ended 30 || { bad "the job did not end within 30 s of SIG$sig"; continue; }
   check_gone
 done
+
+# job_pids: every process of the current case's job (the launcher and the ranks, which all have
+# its port file in their environment); rank_pid R: the pid of rank R (Open MPI, hydra and PMIx
+# launchers each name the rank their way).
+job_pids() {
+  grep -lsxzF "DISCO_TEST_PORT_FILE=$dir/port" /proc/[0-9]*/environ | cut -d/ -f3
+  true
+}
+rank_pid() {
+  local pid
+  for pid in $(job_pids); do
+    grep -qsxzE "(OMPI_COMM_WORLD_RANK|PMI_RANK|PMIX_RANK)=$1" "/proc/$pid/environ" && echo "$pid"
+  done
+  true
+}
+# exited PID: true once PID is gone or a zombie (its parent, the launcher, is stopped).
+exited() {
+  local state
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 0
+  [[ -z $state || $state == Z || $state == X ]]
+}
+
+case=first_rank
+if start "$case" "${mpi[@]}" "$serve" --port-file "$root/$case/port"; then
+  [[ -f $key_file ]] || bad "no key file $key_file"
+  rank0=$(rank_pid 0) rank1=$(rank_pid 1)
+  if [[ -z $rank0 || -z $rank1 ]]; then
+    bad "cannot find the ranks' pids (rank 0: '$rank0', rank 1: '$rank1')"
+  else
+    others=()
+    for p in $(job_pids); do [[ $p != "$rank1" ]] && others+=("$p"); done
+    kill -STOP "${others[@]}"
+    kill -TERM "$rank1"
+    for _ in $(seq 300); do exited "$rank1" && break; sleep 0.1; done
+    if ! exited "$rank1"; then
+      bad "rank 1 did not exit within 30 s of SIGTERM"
+    elif [[ -e $key_file ]]; then
+      bad "the key file $key_file outlived rank 1, the first rank to exit (rank 0 ran no handler)"
+    fi
+    kill -KILL "$rank0"
+    kill -CONT "${others[@]}" 2>/dev/null
+    ended 30 || bad "the job did not end within 30 s of rank 0's SIGKILL"
+    check_gone
+  fi
+fi
 
 case=fatal
 if start "$case" "${mpi[@]}" "$fault" serve; then

@@ -65,5 +65,23 @@ TEST_F(KeyFileTest, RegisteredFilesGoOnAnAbnormalExitAndForgottenOnesStay) {
   EXPECT_FALSE(exit_cleanup::RegisterFile(std::string(5000, 'x')));  // too long for the table
 }
 
+// Every rank of a served job registers its key file with the key: a rank removes it only while it
+// holds that key, never a file that another server wrote at the same path since.
+TEST_F(KeyFileTest, AFileRegisteredWithItsContentGoesOnlyWhileItHoldsIt) {
+  const std::string mine = dir_ + "/mine.key", theirs = dir_ + "/theirs.key";
+  remote::WriteKeyFile(mine, "0123456789abcdef0123456789abcdef");
+  remote::WriteKeyFile(theirs, "fedcba9876543210fedcba9876543210");
+  ASSERT_TRUE(
+      exit_cleanup::RegisterFile(mine, remote::KeyFileContent("0123456789abcdef0123456789abcdef")));
+  ASSERT_TRUE(exit_cleanup::RegisterFile(
+      theirs, remote::KeyFileContent("0123456789abcdef0123456789abcdef")));
+  exit_cleanup::RemoveRegisteredFiles();
+  EXPECT_NE(access(mine.c_str(), F_OK), 0) << "the file holding the registered key was left";
+  EXPECT_EQ(access(theirs.c_str(), F_OK), 0) << "a file holding another key was removed";
+  exit_cleanup::UnregisterFile(mine);
+  exit_cleanup::UnregisterFile(theirs);
+  EXPECT_FALSE(exit_cleanup::RegisterFile(mine, std::string(300, 'k')));  // content too long
+}
+
 }  // namespace
 }  // namespace disco
