@@ -2,6 +2,7 @@
 by `python3 -m disco.serve --module funcs`)."""
 
 import importlib.util
+import os
 import time
 
 import numpy as np
@@ -83,6 +84,17 @@ def spin_on(worker, seconds):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             pass
+
+
+@disco.register_func("test.py.wait_for_file")
+def wait_for_file(worker, path, limit_s):
+    # Returns once `path` exists (made by another process); raises after `limit_s`, a guard only.
+    if disco.this_worker().worker_id == worker:
+        end = time.monotonic() + limit_s
+        while not os.path.exists(path):
+            if time.monotonic() > end:
+                raise TimeoutError("%s did not appear in %s s" % (path, limit_s))
+            time.sleep(0.001)
 
 
 @disco.register_func("test.py.sum")

@@ -183,33 +183,35 @@ def test_argument_type_errors(sess):
         sess.call_packed("not a function")
 
 
-def test_the_gil_is_released_while_the_session_waits(sess):
-    # A worker other than 0 spins in Python for 0.5 s; the controller waits in sync_all. A thread
-    # of the controller's process keeps running meanwhile only if the wait released the GIL.
-    target = sess.num_workers - 1 if sess.num_workers > 1 else 0
+def test_the_gil_is_released_while_the_session_waits(sess, tmp_path):
+    # The last worker waits until a file appears; the controller waits for it in sync_all; a thread
+    # of the controller's process makes the file after ticking 20 times, which it can only do if
+    # the wait released the GIL. No deadline: a held GIL shows as the worker's guard (120 s) raising.
+    target = sess.num_workers - 1
+    flag = str(tmp_path / "flag")
     ticks = [0]
     stop = threading.Event()
 
     def count():
         while not stop.is_set():
             ticks[0] += 1
+            if ticks[0] == 20:
+                open(flag, "w").close()
             time.sleep(0.001)
 
     t = threading.Thread(target=count)
-    t.start()
     try:
-        time.sleep(0.05)
-        before = ticks[0]
         if target == 0:
-            sess.get_global_func("test.py.sleep_on")(0, 0.5)
-        else:
-            sess.get_global_func("test.py.spin_on")(target, 0.5)
+            t.start()  # worker 0 runs in this process, maybe as the call is made
+        sess.get_global_func("test.py.wait_for_file")(target, flag, 120.0)
+        if target != 0:
+            t.start()  # after the call was sent: the ticks happen while the controller waits
         sess.sync_all()
-        during = ticks[0] - before
     finally:
         stop.set()
-        t.join()
-    assert during > 100, "the counting thread ran %d times in 0.5 s" % during
+        if t.is_alive():
+            t.join()
+    assert ticks[0] >= 20
 
 
 def test_drefs_dropped_on_other_threads_are_freed(sess):
