@@ -28,6 +28,9 @@
     own is docs/design.md), or a path into the shared folder beside the checkout (a parent
     directory's shared/, or shared/ followed by findings). Binary files are skipped, and so are
     this checker and its self-test, which must name what they look for.
+(g) In those text files but Markdown (whose links are (a)'s and (e)'s), a doc named by its path
+    from the top of the checkout (docs/NAME.md or docs/NAME.md#anchor, as code comments cite
+    them) exists, and the anchor is the slug of one of its headings.
 
 The files of the checkout are those git tracks (git ls-files) when REPO_ROOT is a git work tree,
 else every file under it but hidden directories and top-level build* directories.
@@ -54,6 +57,7 @@ CMAKE_NAME_RE = re.compile(
     r"|\bOUTPUT_NAME\s+\"?([A-Za-z0-9_.+-]+)", re.I)
 # Written so that these lines do not match themselves.
 OUTSIDE_RE = re.compile(r"\bDESIGN\.md\b|\.\./shared/|\bshared/findings\b")
+DOC_MENTION_RE = re.compile(r"(?<![\w./-])(docs/[\w/-]+\.md)(?:#([\w-]+))?")
 SELF_FILES = ("tests/docs/check_docs.py", "tests/docs/check_docs_test.py")
 LAUNCH_RE = re.compile(r"(?<![\w./-])(?:\./)?(launch/[A-Za-z0-9_.-]+|disco-run)(?![\w./-])")
 
@@ -172,6 +176,17 @@ class Checker:
                 self.report(path, n, "refers to %s, a file outside the repository: point it at "
                                      "docs/design.md, another doc or a header, or drop it"
                             % m.group(0))
+            if not rel.endswith(".md"):  # Markdown links are (a)'s and (e)'s
+                for m in DOC_MENTION_RE.finditer(line):
+                    self.check_doc_mention(path, n, m.group(1), m.group(2))
+
+    # (g) docs/NAME.md[#anchor] named from the top of the checkout
+    def check_doc_mention(self, path, n, doc, anchor):
+        dest = os.path.join(self.root, doc)
+        if not os.path.isfile(dest):
+            self.report(path, n, "names %s, which does not exist" % doc)
+        elif anchor and anchor not in self.page(dest).anchors:
+            self.report(path, n, "names %s#%s, but %s has no such heading" % (doc, anchor, doc))
 
     # (a) links, images and anchors
     def check_links(self, path):
@@ -336,7 +351,8 @@ def main(argv):
               file=sys.stderr)
         return 1
     print("check_docs: %d Markdown files OK (links, anchors, README length, command paths, "
-          "launcher options); no reference to a file outside the repository" % len(files))
+          "launcher options); no reference to a file outside the repository or to a missing doc"
+          % len(files))
     return 0
 
 

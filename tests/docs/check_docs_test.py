@@ -64,15 +64,17 @@ FILES = {
     "tests/README.md": "# Tests\n\n[ok](../docs/a.md#pitfalls), [ok](../README.md)\n"
                        "[broken](unit/missing.md), [anchor](../docs/a.md#nope)\n",
     # (f) references to files outside the repository, in any text file.
-    "src/x.cc": "// The builtins (docs/design.md#builtins).\n"
-                "// The builtins (DESIGN.md, section 2).\n",
+    "src/x.cc": "// The builtins (docs/a.md#pitfalls, docs/a.md).\n"
+                "// The builtins (DESIGN.md, section 2).\n"
+                "// (g) See docs/gone.md and docs/a.md#gone; ../docs/a.md is (a)'s.\n",
     "tests/slurm/start.sh": "#!/bin/sh\n# a copy of the recipe in ../shared/slurm/\n",
     "notes.txt": "design.md is fine\nsee shared/findings/F1.md\n",
     "data.bin": "\0binary DESIGN.md ../shared/\n",
 }
 FIXES = {  # what the fixed checkout writes instead
     "tests/README.md": ("unit/missing.md", "../docs/a.md", "#nope", "#pitfalls"),
-    "src/x.cc": ("DESIGN.md, section 2", "docs/design.md"),
+    "src/x.cc": ("DESIGN.md, section 2", "docs/a.md", "docs/gone.md", "docs/a.md",
+                 "docs/a.md#gone", "docs/a.md#pitfalls"),
     "tests/slurm/start.sh": ("../shared/slurm/", "tests/slurm/"),
     "notes.txt": ("shared/findings/F1.md", "docs/a.md"),
 }
@@ -90,6 +92,8 @@ EXPECTED = [  # (file, line, text the problem must contain)
     ("tests/README.md", 4, "broken link: unit/missing.md"),
     ("tests/README.md", 4, "bad anchor: ../docs/a.md#nope"),
     ("src/x.cc", 2, "refers to DESIGN.md, a file outside the repository"),
+    ("src/x.cc", 3, "names docs/gone.md, which does not exist"),
+    ("src/x.cc", 3, "names docs/a.md#gone, but docs/a.md has no such heading"),
     ("tests/slurm/start.sh", 2, "refers to ../shared/, a file outside the repository"),
     ("notes.txt", 2, "refers to shared/findings, a file outside the repository"),
 ]
