@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Predicts disco at 2 ... 4096 ranks by simulation (SimGrid SMPI, bench/sim): the control plane,
 # syncs and allreduce through the session against raw MPI on the same simulated network, with the
-# design before issue #17 and a binary control tree beside them. Writes a CSV (one row per P) and
+# earlier design (--before) and a binary control tree beside them. Writes a CSV (one row per P) and
 # PNG plots. Needs libsimgrid-dev (smpicxx, smpirun), python3 and gnuplot (gnuplot-nox).
 #
 #   jobs/predict.sh [--platform ft1|ft8|df1|FILE.xml] [--hosts FILE] [--ranks "2 8 64 512 4096"]

@@ -24,7 +24,7 @@
 //   src/session/worker.cc    ReplayGraph: recorded calls on the fast path (RunGraphCall), recorded
 //                            collectives through CallPacked, their agreement once per graph key
 //   src/tools/bench_*.cc     the disco-bench methods the modes below reproduce
-// --before gives the design before issue #17 (SyncAll by MPI_Gather + a loop over P on rank 0, an
+// --before gives the earlier design (SyncAll by MPI_Gather + a loop over P on rank 0, an
 // agreement round for every new tensor, the ring for every size >= 256 KiB, no preposted frames).
 //
 // Collectives: --collectives library calls MPI's (the real build, and the cross-check with disco

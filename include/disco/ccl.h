@@ -31,7 +31,7 @@
 /// either: depending on the backend the transfer fails, hangs or moves the wrong bytes. Give both
 /// sides buffers made alike (one Session::Empty call) to keep such errors out.
 ///
-/// The builtins (DESIGN.md §2) run on every worker; the Session wrappers call them:
+/// The builtins (docs/design.md#builtins) run on every worker; the Session wrappers call them:
 ///   disco.allreduce(send, op, in_group, recv)          op: sum, prod, min, max, avg
 ///   disco.allgather(send, in_group, recv)              recv = n x send, in rank order
 ///   disco.reduce_scatter(send, op, in_group, recv)     send = n x recv

@@ -1,6 +1,6 @@
 /// \file disco/graph.h
 /// \brief Capture and replay: a recorded sequence of session calls that every worker keeps and
-/// runs again on one small frame (Session::Capture, DESIGN.md §8).
+/// runs again on one small frame (Session::Capture; docs/graphs.md).
 ///
 /// `Session::Capture(n, body)` runs `body` with `n` placeholders and records the session calls it
 /// makes instead of sending them; the recording then travels once to every worker (the install

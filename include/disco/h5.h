@@ -1,4 +1,4 @@
-// The HDF5 tensor store. Builtins (DESIGN.md §2), run by every worker in one command:
+// The HDF5 tensor store. Builtins (docs/design.md#builtins), run by every worker in one command:
 //
 //   disco.h5.load(path, dataset, shard_axis, in_group) -> Tensor   this worker's shard
 //   disco.h5.save(path, dataset, shard, shard_axis, in_group)      collective; the file holds the

@@ -588,7 +588,7 @@ SessionPtr Connect(const std::string& host, int port, const std::string& key,
   return ps;
 }
 
-// A captured graph (disco.Graph, DESIGN.md §8): `with sess.capture(num_inputs=n) as g:` records
+// A captured graph (disco.Graph; docs/graphs.md): `with sess.capture(num_inputs=n) as g:` records
 // the session calls made in the block (g.inputs are their placeholders); g.replay(*inputs) runs
 // them again on every worker with one frame.
 struct PyGraph {

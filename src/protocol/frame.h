@@ -19,7 +19,7 @@
 // argument count, then the arguments. The first arguments are the action's operands:
 //   kCallPacked:          int result register, DRef function, call arguments...
 //   kGetGlobalFunc:       int result register, string name
-//   kSyncWorker:          int worker id (-1 = all workers, answered by a gather)
+//   kSyncWorker:          int worker id (-1 = all workers: an MPI_Reduce sums their error counts)
 //   kDebugGetFromRemote:  int register, int worker id
 //   kDebugSetRegister:    int register, int worker id, value
 //   kPark:                (none) workers wait without spinning (a nonblocking barrier on the

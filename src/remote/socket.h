@@ -1,4 +1,4 @@
-// TCP plumbing for remote sessions (issue: attach a controller over TCP): an owned socket with
+// TCP plumbing for remote sessions: an owned socket with
 // deadlines on every operation, length-prefixed packets bounded before anything is allocated,
 // and the connection handshake (magic, protocol version, a challenge-response proof of the key on
 // both sides) with a distinct answer per fault.

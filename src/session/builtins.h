@@ -1,4 +1,4 @@
-// The builtin global functions every worker has (DESIGN.md §2).
+// The builtin global functions every worker has (docs/design.md#builtins).
 #ifndef DISCO_SESSION_BUILTINS_H_
 #define DISCO_SESSION_BUILTINS_H_
 

@@ -1,4 +1,4 @@
-// The watchdog and the flight recorder of one rank (DESIGN.md §4, DISCO_TIMEOUT).
+// The watchdog and the flight recorder of one rank (docs/errors.md, DISCO_TIMEOUT).
 //
 // Every function a rank runs for a command (Worker::CallPacked, on workers and on worker 0 in the
 // controller's process) is bracketed by Begin/End, and so is every other command a worker runs

@@ -21,10 +21,25 @@
     launch/disco-run, disco-run or ./launch/X, up to '--', a word with a '/', or the end of the
     command (;, |, &&, #), must appear in that script's text (launch/disco-run for disco-run).
 
+(e) Every other Markdown file of the checkout (tests/README.md, bench/sim/README.md, ...) has its
+    links and anchors checked as in (a).
+(f) No text file of the checkout (code comments, scripts, docs, tests) refers to a file outside
+    the repository: the original design document (an upper-case DESIGN, then .md; the project's
+    own is docs/design.md), or a path into the shared folder beside the checkout (a parent
+    directory's shared/, or shared/ followed by findings). Binary files are skipped, and so are
+    this checker and its self-test, which must name what they look for.
+(g) In those text files but Markdown (whose links are (a)'s and (e)'s), a doc named by its path
+    from the top of the checkout (docs/NAME.md or docs/NAME.md#anchor, as code comments cite
+    them) exists, and the anchor is the slug of one of its headings.
+
+The files of the checkout are those git tracks (git ls-files) when REPO_ROOT is a git work tree,
+else every file under it but hidden directories and top-level build* directories.
+
 Each problem is printed as FILE:LINE: what. Exit 1 if there are any, else 0 with a summary.
 """
 import os
 import re
+import subprocess
 import sys
 
 README_MAX_LINES = 250
@@ -40,6 +55,10 @@ INLINE_CODE_RE = re.compile(r"(`+)(.+?)\1")
 CMAKE_NAME_RE = re.compile(
     r"\b(?:add_executable|add_library|add_custom_target)\s*\(\s*([A-Za-z0-9_.+-]+)"
     r"|\bOUTPUT_NAME\s+\"?([A-Za-z0-9_.+-]+)", re.I)
+# Written so that these lines do not match themselves.
+OUTSIDE_RE = re.compile(r"\bDESIGN\.md\b|\.\./shared/|\bshared/findings\b")
+DOC_MENTION_RE = re.compile(r"(?<![\w./-])(docs/[\w/-]+\.md)(?:#([\w-]+))?")
+SELF_FILES = ("tests/docs/check_docs.py", "tests/docs/check_docs_test.py")
 LAUNCH_RE = re.compile(r"(?<![\w./-])(?:\./)?(launch/[A-Za-z0-9_.-]+|disco-run)(?![\w./-])")
 
 
@@ -123,6 +142,51 @@ class Checker:
             dirnames.sort()
             files += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".md")]
         return files
+
+    def checkout_files(self):
+        """Relative paths of the checkout's files: git's tracked files, or a walk."""
+        if os.path.exists(os.path.join(self.root, ".git")):
+            try:
+                out = subprocess.run(["git", "-C", self.root, "ls-files", "-z"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     check=True).stdout
+                return sorted(p for p in out.decode("utf-8", "replace").split("\0") if p)
+            except (OSError, subprocess.CalledProcessError):
+                pass
+        files = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                                 and not (dirpath == self.root and d.startswith("build")))
+            files += [self.rel(os.path.join(dirpath, f)) for f in filenames]
+        return sorted(files)
+
+    # (f) references to files outside the repository
+    def check_outside_refs(self, rel):
+        if rel in SELF_FILES:
+            return
+        path = os.path.join(self.root, rel)
+        if os.path.islink(path) or not os.path.isfile(path):
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        if b"\0" in data[:8192]:
+            return  # binary
+        for n, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+            for m in OUTSIDE_RE.finditer(line):
+                self.report(path, n, "refers to %s, a file outside the repository: point it at "
+                                     "docs/design.md, another doc or a header, or drop it"
+                            % m.group(0))
+            if not rel.endswith(".md"):  # Markdown links are (a)'s and (e)'s
+                for m in DOC_MENTION_RE.finditer(line):
+                    self.check_doc_mention(path, n, m.group(1), m.group(2))
+
+    # (g) docs/NAME.md[#anchor] named from the top of the checkout
+    def check_doc_mention(self, path, n, doc, anchor):
+        dest = os.path.join(self.root, doc)
+        if not os.path.isfile(dest):
+            self.report(path, n, "names %s, which does not exist" % doc)
+        elif anchor and anchor not in self.page(dest).anchors:
+            self.report(path, n, "names %s#%s, but %s has no such heading" % (doc, anchor, doc))
 
     # (a) links, images and anchors
     def check_links(self, path):
@@ -231,13 +295,20 @@ class Checker:
             self.check_links(path)
             self.check_commands(path)
             self.check_options(path)
+        others = []
+        for rel in self.checkout_files():
+            path = os.path.normpath(os.path.join(self.root, rel))
+            if rel.endswith(".md") and path not in files and os.path.isfile(path):
+                self.check_links(path)  # (e)
+                others.append(path)
+            self.check_outside_refs(rel)
         readme = os.path.join(self.root, "README.md")
         if os.path.isfile(readme):
             count = len(self.page(readme).lines)
             if count > README_MAX_LINES:
                 self.report(readme, count, "README.md has %d lines, more than %d"
                             % (count, README_MAX_LINES))
-        return files
+        return files + others
 
 
 def shell_words(line):
@@ -280,7 +351,8 @@ def main(argv):
               file=sys.stderr)
         return 1
     print("check_docs: %d Markdown files OK (links, anchors, README length, command paths, "
-          "launcher options)" % len(files))
+          "launcher options); no reference to a file outside the repository or to a missing doc"
+          % len(files))
     return 0
 
 

@@ -60,6 +60,23 @@ FILES = {
     "python/CMakeLists.txt": "",
     "examples/run.py": "",
     "docs/a.md": A_MD,
+    # (e) Markdown files outside docs/: links and anchors.
+    "tests/README.md": "# Tests\n\n[ok](../docs/a.md#pitfalls), [ok](../README.md)\n"
+                       "[broken](unit/missing.md), [anchor](../docs/a.md#nope)\n",
+    # (f) references to files outside the repository, in any text file.
+    "src/x.cc": "// The builtins (docs/a.md#pitfalls, docs/a.md).\n"
+                "// The builtins (DESIGN.md, section 2).\n"
+                "// (g) See docs/gone.md and docs/a.md#gone; ../docs/a.md is (a)'s.\n",
+    "tests/slurm/start.sh": "#!/bin/sh\n# a copy of the recipe in ../shared/slurm/\n",
+    "notes.txt": "design.md is fine\nsee shared/findings/F1.md\n",
+    "data.bin": "\0binary DESIGN.md ../shared/\n",
+}
+FIXES = {  # what the fixed checkout writes instead
+    "tests/README.md": ("unit/missing.md", "../docs/a.md", "#nope", "#pitfalls"),
+    "src/x.cc": ("DESIGN.md, section 2", "docs/a.md", "docs/gone.md", "docs/a.md",
+                 "docs/a.md#gone", "docs/a.md#pitfalls"),
+    "tests/slurm/start.sh": ("../shared/slurm/", "tests/slurm/"),
+    "notes.txt": ("shared/findings/F1.md", "docs/a.md"),
 }
 
 EXPECTED = [  # (file, line, text the problem must contain)
@@ -72,11 +89,18 @@ EXPECTED = [  # (file, line, text the problem must contain)
     ("README.md", 16, "bad anchor: #bad-local"),
     ("README.md", 17, "broken link: docs/img.png"),
     ("docs/a.md", 10, "bad anchor: ../README.md#nope"),
+    ("tests/README.md", 4, "broken link: unit/missing.md"),
+    ("tests/README.md", 4, "bad anchor: ../docs/a.md#nope"),
+    ("src/x.cc", 2, "refers to DESIGN.md, a file outside the repository"),
+    ("src/x.cc", 3, "names docs/gone.md, which does not exist"),
+    ("src/x.cc", 3, "names docs/a.md#gone, but docs/a.md has no such heading"),
+    ("tests/slurm/start.sh", 2, "refers to ../shared/, a file outside the repository"),
+    ("notes.txt", 2, "refers to shared/findings, a file outside the repository"),
 ]
 
 
-def make(root, readme):
-    for name, text in list(FILES.items()) + [("README.md", readme)]:
+def make(root, readme, files=FILES):
+    for name, text in list(files.items()) + [("README.md", readme)]:
         path = os.path.join(root, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
@@ -116,7 +140,11 @@ def main():
                           ("docs/missing.md", "docs/a.md"), ("docs/a.md#nope", "docs/a.md"),
                           ("#bad-local", "#local-heading"), ("docs/img.png", "docs/a.md")]:
             fixed = fixed.replace(bad, good)
-        make(root, fixed)
+        fixed_files = dict(FILES)
+        for name, pairs in FIXES.items():
+            for bad, good in zip(pairs[::2], pairs[1::2]):
+                fixed_files[name] = fixed_files[name].replace(bad, good)
+        make(root, fixed, fixed_files)
         with open(os.path.join(root, "docs/a.md"), "w") as f:
             f.write(A_MD.replace("../README.md#nope", "../README.md"))
         rc, lines, err = check(root)
