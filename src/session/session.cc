@@ -650,16 +650,26 @@ void Session::InitCCL(const std::string& ccl, const std::vector<int64_t>& device
 
 namespace {
 Any OrNone(const DRef& ref) { return ref.defined() ? Any(ref) : Any(); }
+
+// A collective's DRefs: an empty one (a default DRef, Python's None) is named, not sent.
+void CheckCollectiveRefs(const char* fn, const DRef& send, const DRef& recv) {
+  DISCO_CHECK(send.defined(), ValueError) << fn << ": send is an empty DRef";
+  DISCO_CHECK(recv.defined(), ValueError)
+      << fn << ": recv is an empty DRef (for in place, pass the same DRef as send and recv)";
+}
 }  // namespace
 
 DRef Session::AllReduce(const DRef& send, const std::string& op, bool in_group, const DRef& recv) {
+  CheckCollectiveRefs("AllReduce", send, recv);
   return CallPacked(impl_->Builtin("disco.allreduce"), send, op, in_group, recv);
 }
 DRef Session::AllGather(const DRef& send, bool in_group, const DRef& recv) {
+  CheckCollectiveRefs("AllGather", send, recv);
   return CallPacked(impl_->Builtin("disco.allgather"), send, in_group, recv);
 }
 DRef Session::ReduceScatter(const DRef& send, const std::string& op, bool in_group,
                             const DRef& recv) {
+  CheckCollectiveRefs("ReduceScatter", send, recv);
   return CallPacked(impl_->Builtin("disco.reduce_scatter"), send, op, in_group, recv);
 }
 DRef Session::CopyToWorker0(const Tensor& host) {

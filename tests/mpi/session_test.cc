@@ -102,6 +102,29 @@ TEST_F(SessionTest, WorkerIdsAndCounts) {
   s().SyncAll();
 }
 
+TEST_F(SessionTest, CollectivesNameAnEmptyDRefAndTheSessionGoesOn) {
+  DRef x = s().Empty(Shape{4}, DataType("float32"));
+  auto message = [&](auto&& call) {
+    try {
+      call();
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] {
+              s().AllReduce(x, "sum", false, DRef());
+            }).find("AllReduce: recv is an empty DRef (for in place, pass the same DRef"),
+            std::string::npos);
+  EXPECT_NE(message([&] { s().AllGather(DRef(), false, x); }).find("AllGather: send is an empty"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              s().ReduceScatter(x, "sum", false, DRef());
+            }).find("ReduceScatter: recv is an empty DRef"),
+            std::string::npos);
+  s().SyncAll();
+}
+
 TEST_F(SessionTest, ScalarArgumentsAndResultsOnEveryWorker) {
   DRef ints = s().CallPacked(F("test.affine"), 42);
   DRef floats = s().CallPacked(F("test.scale"), 0.25);
