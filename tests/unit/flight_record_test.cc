@@ -39,7 +39,9 @@ TEST(FlightRecordTest, DumpsWhileTheCommandThreadRecordsReadWholeRecords) {
   for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
        ++it, ++records) {
     const std::smatch& m = *it;
-    if (!m[3].matched) EXPECT_EQ(m[1].str(), m[2].str()) << m.str();
+    if (!m[3].matched) {
+      EXPECT_EQ(m[1].str(), m[2].str()) << m.str();
+    }
   }
   EXPECT_GT(records, 0) << out.substr(0, 2000);
 }
