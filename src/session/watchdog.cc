@@ -1238,16 +1238,19 @@ void SetPingAddresses(const std::vector<PingAddress>& all) {
 
 void Stop() {
   State& s = S();
-  StopSignals();
-  if (!s.thread.joinable()) return;
-  s.stopping.store(true);
-  if (s.wake_fd >= 0) {
-    uint64_t one = 1;
-    ssize_t ignored = write(s.wake_fd, &one, sizeof one);
-    (void)ignored;
+  if (s.thread.joinable()) {
+    s.stopping.store(true);
+    if (s.wake_fd >= 0) {
+      uint64_t one = 1;
+      ssize_t ignored = write(s.wake_fd, &one, sizeof one);
+      (void)ignored;
+    }
+    s.thread.join();
+    s.started = false;
   }
-  s.thread.join();
-  s.started = false;
+  // After the thread, whose probe reads the probe's signal and sends it (once its handler is
+  // gone, the signal's default action would end the process).
+  StopSignals();
 }
 
 void Begin(uint64_t seq, const char* action, const std::string& function) {

@@ -21,13 +21,16 @@ namespace {
 TEST(FlightRecordTest, DumpsWhileTheCommandThreadRecordsReadWholeRecords) {
   constexpr int kDumps = 100;
   std::atomic<int> dumps{0};
+  std::atomic<bool> recording{false};
   testing::internal::CaptureStderr();
   std::thread commands([&] {
     for (uint64_t seq = 1; dumps.load(std::memory_order_relaxed) < kDumps; ++seq) {
       Begin(seq, "call", "fn." + std::to_string(seq));
       End();
+      recording.store(true, std::memory_order_relaxed);
     }
   });
+  while (!recording.load(std::memory_order_relaxed)) std::this_thread::yield();
   for (int i = 0; i < kDumps; ++i) {
     Dump("SIGUSR1");
     dumps.fetch_add(1, std::memory_order_relaxed);
