@@ -913,6 +913,8 @@ Probe& P() {
 void OnProbe(int) {
   const int saved = errno;
   Probe& p = P();
+  // Acquires SampleStack's request: the watchdog's reads of the last sample come before this one.
+  if (p.depth.load(std::memory_order_acquire) >= 0) return;  // not asked for (a stray signal)
   p.depth.store(backtrace(p.frames, 64), std::memory_order_release);
   errno = saved;
 }
@@ -1000,7 +1002,7 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller,
 int SampleStack() {
   Probe& p = P();
   if (p.signal == 0) return -1;
-  p.depth.store(-1, std::memory_order_relaxed);
+  p.depth.store(-1, std::memory_order_release);  // the request, after the last sample's reads
   if (pthread_kill(p.thread, p.signal) != 0) return -1;
   int depth = -1;
   for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
