@@ -41,8 +41,8 @@ class FlightRecord {
     seq_.store(seq, std::memory_order_release);
     start_ns_.store(start_ns, std::memory_order_release);
     duration_ns_.store(-1, std::memory_order_release);
-    StoreText(action_, Cut(text, sizeof CommandRecord::action, action, action_len));
-    StoreText(function_, Cut(text, sizeof CommandRecord::function, function, function_len));
+    StoreText(action_, text, Cut(text, sizeof CommandRecord::action, action, action_len));
+    StoreText(function_, text, Cut(text, sizeof CommandRecord::function, function, function_len));
     Close();
   }
   /// The writer: the command ended after `duration_ns`.
@@ -81,17 +81,19 @@ class FlightRecord {
   void Close() {
     version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
-  // `src` cut to `cap` - 1 bytes into `text` (NUL-padded to `cap`); returns `text`.
-  static const char* Cut(char* text, size_t cap, const char* src, size_t len) {
+  // `src` cut to `cap` - 1 bytes into `text`, NUL-padded to a whole word; returns the words
+  // used (the bytes past the NUL in the words after them are never read).
+  static size_t Cut(char* text, size_t cap, const char* src, size_t len) {
     const size_t n = std::min(cap - 1, len);
+    const size_t words = n / 8 + 1;
     std::memcpy(text, src, n);
-    std::memset(text + n, 0, cap - n);
+    std::memset(text + n, 0, 8 * words - n);
     if (len > cap - 1 && cap > 4) std::memcpy(text + cap - 4, "...", 3);  // cut: said so
-    return text;
+    return words;
   }
   template <size_t N>
-  static void StoreText(std::atomic<uint64_t> (&words)[N], const char* text) {
-    for (size_t i = 0; i < N; ++i) {
+  static void StoreText(std::atomic<uint64_t> (&words)[N], const char* text, size_t used) {
+    for (size_t i = 0; i < used && i < N; ++i) {
       uint64_t w;
       std::memcpy(&w, text + 8 * i, 8);
       words[i].store(w, std::memory_order_release);
