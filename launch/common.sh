@@ -48,8 +48,12 @@ disco_build() {
     exit 1
   }
   grep -A7 "disco .* configuration:" "$DISCO_BUILD_DIR.configure.log" || true
-  echo "+ cmake --build $DISCO_BUILD_DIR -j${DISCO_BUILD_JOBS:-2}"
-  cmake --build "$DISCO_BUILD_DIR" -j"${DISCO_BUILD_JOBS:-2}"
+  # DISCO_BUILD_TARGETS: only these targets (space-separated), else all.
+  local targets=()
+  # shellcheck disable=SC2206  # split into words on purpose
+  [[ -n ${DISCO_BUILD_TARGETS:-} ]] && targets=(--target $DISCO_BUILD_TARGETS)
+  echo "+ cmake --build $DISCO_BUILD_DIR -j${DISCO_BUILD_JOBS:-2} ${targets[*]}"
+  cmake --build "$DISCO_BUILD_DIR" -j"${DISCO_BUILD_JOBS:-2}" "${targets[@]}"
 }
 
 # Open MPI refuses to run as root without these; harmless for other users and MPIs.

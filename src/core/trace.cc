@@ -27,8 +27,41 @@ namespace {
 std::atomic<bool> g_rank_file_written{false};
 char g_rank_file_path[4096] = {0};
 
+// One event of the ring. The thread that records it writes it while a failing rank's writer (the
+// watchdog's thread, a signal handler) may read it: a seqlock of atomic words (odd version while
+// written; release stores, acquire loads), at the cost of plain stores and loads on x86. A reader
+// skips an event that stays half-written (one being recorded as the rank file is written).
+class Slot {
+ public:
+  void Store(const Event& e) {
+    uint64_t w[kWords];
+    std::memcpy(w, &e, sizeof e);
+    version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    for (size_t i = 0; i < kWords; ++i) words_[i].store(w[i], std::memory_order_release);
+    version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  bool Load(Event* e) const {
+    for (int tries = 0; tries < 8; ++tries) {
+      const uint64_t before = version_.load(std::memory_order_acquire);
+      uint64_t w[kWords];
+      for (size_t i = 0; i < kWords; ++i) w[i] = words_[i].load(std::memory_order_acquire);
+      if ((before & 1) == 0 && version_.load(std::memory_order_relaxed) == before) {
+        std::memcpy(e, w, sizeof *e);
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr size_t kWords = sizeof(Event) / 8;
+  static_assert(sizeof(Event) % 8 == 0, "an event is whole words");
+  std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> words_[kWords] = {};
+};
+
 struct Ring {
-  std::unique_ptr<Event[]> events;
+  std::unique_ptr<Slot[]> events;
   uint64_t mask = 0;
   std::atomic<uint64_t> next{0};
   std::string path;
@@ -238,7 +271,7 @@ void Start(int rank, const std::string& path, size_t capacity) {
   size_t n = 1024;
   while (n < capacity && n < (size_t{1} << 30)) n <<= 1;
   if (r.mask + 1 != n || r.events == nullptr) {
-    r.events = std::make_unique<Event[]>(n);
+    r.events = std::make_unique<Slot[]>(n);
     r.mask = n - 1;
   }
   r.next.store(0);
@@ -258,7 +291,8 @@ void Record(Kind kind, const char* name, size_t name_len, int64_t start_ns, int6
             int64_t a0, int64_t a1, int64_t a2) {
   if (!Enabled()) return;
   Ring& r = TheRing();
-  Event& e = r.events[r.next.fetch_add(1, std::memory_order_relaxed) & r.mask];
+  Slot& slot = r.events[r.next.fetch_add(1, std::memory_order_relaxed) & r.mask];
+  Event e{};
   e.start_ns = start_ns;
   e.end_ns = end_ns;
   e.a[0] = a0;
@@ -268,6 +302,7 @@ void Record(Kind kind, const char* name, size_t name_len, int64_t start_ns, int6
   const size_t n = std::min(name_len, kNameBytes - 1);
   std::memcpy(e.name, name, n);
   e.name[n] = '\0';
+  slot.Store(e);
 }
 
 size_t Snapshot(Event* out, size_t max, uint64_t* dropped) {
@@ -281,7 +316,7 @@ size_t Snapshot(Event* out, size_t max, uint64_t* dropped) {
   const uint64_t begin = end > cap ? end - cap : 0;
   if (dropped != nullptr) *dropped = begin;
   size_t n = 0;
-  for (uint64_t i = begin; i < end && n < max; ++i) out[n++] = r.events[i & r.mask];
+  for (uint64_t i = begin; i < end && n < max; ++i) n += r.events[i & r.mask].Load(&out[n]) ? 1 : 0;
   return n;
 }
 
@@ -333,7 +368,10 @@ void WriteRankFile(const char* why) {
   const uint64_t cap = r.mask + 1;
   const uint64_t begin = end > cap ? end - cap : 0;
   int64_t origin = INT64_MAX;
-  for (uint64_t i = begin; i < end; ++i) origin = std::min(origin, r.events[i & r.mask].start_ns);
+  for (uint64_t i = begin; i < end; ++i) {
+    Event e;
+    if (r.events[i & r.mask].Load(&e)) origin = std::min(origin, e.start_ns);
+  }
   if (origin == INT64_MAX) origin = 0;
   // Not through a link, and not into a file another user made (O_TRUNC only once it is ours).
   // O_NONBLOCK: a FIFO planted there must not block this rank (and its watchdog) in open().
@@ -376,7 +414,8 @@ void WriteRankFile(const char* why) {
     SafeWriter w(fd);
     w.Str("{\"traceEvents\":[\n");
     for (uint64_t i = begin; i < end; ++i) {
-      const Event& e = r.events[i & r.mask];
+      Event e;
+      if (!r.events[i & r.mask].Load(&e)) continue;  // being recorded
       WriteEvent(w, e, nullptr, r.rank, e.start_ns - origin, e.end_ns - e.start_ns);
     }
     w.Str("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");

@@ -33,6 +33,7 @@
 #include "core/trace.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
+#include "session/flight_record.h"
 #include "session/hang.h"
 
 namespace disco {
@@ -41,19 +42,11 @@ namespace {
 
 int64_t NowNs() { return mpi::NowNs(); }  // async-signal-safe, unlike std::chrono's clocks
 
-struct Record {
-  uint64_t seq = 0;
-  char action[16] = {0};
-  char function[64] = {0};
-  int64_t start_ns = 0;
-  int64_t duration_ns = -1;  // -1: still running
-};
-
 // Only the thread running commands writes the records (no lock: Begin/End sit on every call's
-// path); readers on other threads or in signal handlers may see the newest record half-written,
-// which a diagnostic dump tolerates (every string keeps its terminating NUL).
+// path); readers on other threads or in signal handlers copy one out (FlightRecord::Read), which
+// says when it was being written as they read it.
 struct State {
-  Record records[kFlightRecords];
+  FlightRecord records[kFlightRecords];
   std::atomic<uint64_t> next{0};  // records written so far
   std::atomic<bool> busy{false};
   std::atomic<const char*> step_label{nullptr};  // the call a replay is at (Step)
@@ -149,7 +142,7 @@ void OnTerminate(int sig) {
   if (next == 0) {
     PutStr(line, sizeof line, &at, "before its first command");
   } else {
-    const Record& r = s.records[(next - 1) % kFlightRecords];
+    const CommandRecord r = s.records[(next - 1) % kFlightRecords].Read();
     const bool busy = s.busy.load();
     PutStr(line, sizeof line, &at, busy ? "while running command #" : "idle after command #");
     PutInt(line, sizeof line, &at, static_cast<int64_t>(r.seq));
@@ -160,7 +153,7 @@ void OnTerminate(int sig) {
       PutPrintable(line, sizeof line, &at, r.function);
       PutStr(line, sizeof line, &at, "'");
     }
-    PutStr(line, sizeof line, &at, ")");
+    PutStr(line, sizeof line, &at, r.torn ? ", being recorded)" : ")");
     if (busy) {
       int64_t ms = (NowNs() - s.start_ns.load()) / 1000000;
       PutStr(line, sizeof line, &at, " for ");
@@ -178,7 +171,7 @@ void OnTerminate(int sig) {
   if (trace::Enabled()) {
     const uint64_t last = s.next.load();
     if (last > 0 && s.busy.load()) {
-      const Record& r = s.records[(last - 1) % kFlightRecords];
+      const CommandRecord r = s.records[(last - 1) % kFlightRecords].Read();
       char name[trace::kNameBytes];
       size_t n = 0;
       PutStr(name, sizeof name, &n, r.function);
@@ -241,11 +234,11 @@ std::string Printable(const char* text) {
   return out;
 }
 
-std::string Describe(const Record& r) {
+std::string Describe(const CommandRecord& r) {
   std::ostringstream os;
   os << "command #" << r.seq << " (" << Printable(r.action);
   if (r.function[0] != '\0') os << " '" << Printable(r.function) << "'";
-  os << ")";
+  os << (r.torn ? ", being recorded)" : ")");
   return os.str();
 }
 
@@ -730,7 +723,8 @@ void FireOnNotice(int rank) {
 void Fire(double elapsed_s) {
   exit_cleanup::RemoveRegisteredFiles();  // no destructor runs from here on
   State& s = S();
-  const Record current = s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords];
+  const CommandRecord current =
+      s.records[(s.next.load() + kFlightRecords - 1) % kFlightRecords].Read();
   std::ostringstream line;
   line << "watchdog: " << Describe(current);
   if (const char* step = s.step_label.load(std::memory_order_relaxed)) {
@@ -919,6 +913,8 @@ Probe& P() {
 void OnProbe(int) {
   const int saved = errno;
   Probe& p = P();
+  // Acquires SampleStack's request: the watchdog's reads of the last sample come before this one.
+  if (p.depth.load(std::memory_order_acquire) >= 0) return;  // not asked for (a stray signal)
   p.depth.store(backtrace(p.frames, 64), std::memory_order_release);
   errno = saved;
 }
@@ -1006,7 +1002,7 @@ std::string ForeignMpiCall(void* const* frames, int depth, std::string* caller,
 int SampleStack() {
   Probe& p = P();
   if (p.signal == 0) return -1;
-  p.depth.store(-1, std::memory_order_relaxed);
+  p.depth.store(-1, std::memory_order_release);  // the request, after the last sample's reads
   if (pthread_kill(p.thread, p.signal) != 0) return -1;
   int depth = -1;
   for (int i = 0; i < 200 && (depth = p.depth.load(std::memory_order_acquire)) < 0; ++i) {
@@ -1029,7 +1025,7 @@ liveness::RankState OwnState() {
   const uint64_t next = s.next.load(std::memory_order_acquire);
   const bool busy = s.busy.load(std::memory_order_acquire);
   if (next > 0) {
-    const Record& r = s.records[(next - 1) % kFlightRecords];
+    const CommandRecord r = s.records[(next - 1) % kFlightRecords].Read();
     st.seq = r.seq;
     st.flags |= liveness::RankState::kRanCommand;
     CopyField(st.action, sizeof st.action, r.action);
@@ -1244,31 +1240,27 @@ void SetPingAddresses(const std::vector<PingAddress>& all) {
 
 void Stop() {
   State& s = S();
-  StopSignals();
-  if (!s.thread.joinable()) return;
-  s.stopping.store(true);
-  if (s.wake_fd >= 0) {
-    uint64_t one = 1;
-    ssize_t ignored = write(s.wake_fd, &one, sizeof one);
-    (void)ignored;
+  if (s.thread.joinable()) {
+    s.stopping.store(true);
+    if (s.wake_fd >= 0) {
+      uint64_t one = 1;
+      ssize_t ignored = write(s.wake_fd, &one, sizeof one);
+      (void)ignored;
+    }
+    s.thread.join();
+    s.started = false;
   }
-  s.thread.join();
-  s.started = false;
+  // After the thread, whose probe reads the probe's signal and sends it (once its handler is
+  // gone, the signal's default action would end the process).
+  StopSignals();
 }
 
 void Begin(uint64_t seq, const char* action, const std::string& function) {
   State& s = S();
   const int64_t now = NowNs();
   const uint64_t next = s.next.load(std::memory_order_relaxed);
-  Record& r = s.records[next % kFlightRecords];
-  r.seq = seq;
-  CopyTruncated(r.action, sizeof r.action, action, std::strlen(action));
-  CopyTruncated(r.function, sizeof r.function, function.data(), function.size());
-  if (function.size() >= sizeof r.function) {  // cut: said so
-    std::memcpy(r.function + sizeof r.function - 4, "...", 3);
-  }
-  r.start_ns = now;
-  r.duration_ns = -1;
+  s.records[next % kFlightRecords].Write(seq, action, std::strlen(action), function.data(),
+                                         function.size(), now);
   s.next.store(next + 1, std::memory_order_release);
   s.start_ns.store(now, std::memory_order_relaxed);
   s.collective.store(false, std::memory_order_relaxed);
@@ -1289,10 +1281,11 @@ void End() {
   wait_record::Clear();
   const uint64_t next = s.next.load(std::memory_order_relaxed);
   if (next == 0) return;
-  Record& r = s.records[(next - 1) % kFlightRecords];
+  FlightRecord& slot = s.records[(next - 1) % kFlightRecords];
   const int64_t now = NowNs();
-  r.duration_ns = now - r.start_ns;
+  slot.SetDuration(now - slot.start_ns());
   if (trace::Enabled()) {  // named after the function, or the command when it runs none
+    const CommandRecord r = slot.Read();
     const char* name = r.function[0] != '\0' ? r.function : r.action;
     trace::Record(trace::Kind::kRun, name, std::strlen(name), r.start_ns, now,
                   static_cast<int64_t>(r.seq));
@@ -1306,7 +1299,7 @@ void Dump(const std::string& why) {
   if (why != "SIGUSR1" && trace::Enabled()) {
     const uint64_t last = s.next.load(std::memory_order_acquire);
     if (last > 0 && s.busy.load(std::memory_order_acquire)) {
-      const Record& r = s.records[(last - 1) % kFlightRecords];
+      const CommandRecord r = s.records[(last - 1) % kFlightRecords].Read();
       const std::string name = std::string(r.function) + " (running)";  // why: in the file
       trace::Record(trace::Kind::kRun, name, r.start_ns, NowNs(), static_cast<int64_t>(r.seq));
     }
@@ -1319,7 +1312,7 @@ void Dump(const std::string& why) {
      << " commands this rank ran, oldest first";
   const int64_t now = NowNs();
   for (uint64_t i = next - n; i < next; ++i) {
-    const Record& r = s.records[i % kFlightRecords];
+    const CommandRecord r = s.records[i % kFlightRecords].Read();
     os << "\n  " << Describe(r) << ": ";
     if (r.duration_ns < 0) {
       const char* step = s.step_label.load(std::memory_order_relaxed);

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace disco {
 namespace trace {
@@ -45,6 +48,40 @@ TEST(TraceTest, BothWritersWriteTheSameEvents) {
   // The rank file's origin is its first event's start (1000 ns), as the merged file's above.
   EXPECT_NE(own.find(merged), std::string::npos) << own << "\n---\n" << merged;
   EXPECT_NE(own.find("\"why\":\"a test\""), std::string::npos) << own;
+  std::remove((path + ".rank0.json").c_str());
+  rmdir(dir);
+  Stop();
+}
+
+// A failing rank's file is written (the watchdog's thread) while another thread still records:
+// each event in it is one whole event, and under ThreadSanitizer (./launch/test's TSan stage) the
+// reads race no write.
+TEST(TraceTest, ARankFileWrittenWhileAThreadRecordsHasWholeEvents) {
+  char dir[] = "/tmp/disco-trace-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/t.json";
+  Start(0, path, 1024);
+  std::atomic<int64_t> recorded{0};
+  std::atomic<bool> written{false};
+  std::thread recorder([&] {
+    for (int64_t i = 1; !written.load(std::memory_order_relaxed); ++i) {
+      const std::string name = "ev." + std::to_string(i);
+      Record(Kind::kRun, name.data(), name.size(), i, i + 1, i);
+      recorded.store(i, std::memory_order_relaxed);
+    }
+  });
+  while (recorded.load(std::memory_order_relaxed) < 2048) std::this_thread::yield();
+  WriteRankFile("a test");
+  written.store(true, std::memory_order_relaxed);
+  recorder.join();
+  const std::string own = Slurp(path + ".rank0.json");
+  const std::regex event(R"re("name":"ev\.(\d+)"[^}]*"args":\{"seq":(\d+)\})re");
+  int events = 0;
+  for (auto it = std::sregex_iterator(own.begin(), own.end(), event); it != std::sregex_iterator();
+       ++it, ++events) {
+    EXPECT_EQ((*it)[1].str(), (*it)[2].str()) << it->str();
+  }
+  EXPECT_GT(events, 0) << own.substr(0, 2000);
   std::remove((path + ".rank0.json").c_str());
   rmdir(dir);
   Stop();
