@@ -17,7 +17,7 @@ disco_packages() {
     mpich) mpi=(mpich libmpich-dev libhdf5-mpich-dev) ;;
     *) echo "DISCO_MPI must be openmpi or mpich, not '$DISCO_MPI'" >&2; exit 2 ;;
   esac
-  DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev
+  DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libcli11-dev libdlpack-dev libgtest-dev
     libopenblas-dev pybind11-dev python3-dev python3-numpy)
 }
 disco_packages
