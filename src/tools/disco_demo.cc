@@ -235,7 +235,7 @@ int MlpMain(int argc, char** argv) {
   CLI::App app(
       "disco-demo --mlp: the tensor-parallel MLP demo, checked against a single-process "
       "reference\n(without --mlp: the Llama decoder, disco-demo --help)",
-      "disco-demo");
+      "disco-demo --mlp");
   cli::Configure(&app);
   AddOptions(&app, &c);
   if (int code = cli::Parse(&app, argc, argv); code >= 0) return code;

@@ -29,7 +29,7 @@ expect_error() {
   local want=$1
   shift
   run "${alone[@]}" "$@"
-  local name=${program%-mlp} lines
+  local name=${program/-mlp/ --mlp} lines
   lines=$(grep -c "^$name: " <<<"$out")
   if [[ $rc -ne 2 || $lines -ne 1 ]] || ! grep "^$name: " <<<"$out" | grep -qF -- "$want" ||
      grep -qi "MPI_ABORT\|fatal:" <<<"$out"; then
