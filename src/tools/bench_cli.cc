@@ -139,6 +139,7 @@ int BenchMain(int argc, char** argv) {
       "same run.",
       "disco-bench");
   cli::Configure(&app);
+  app.require_subcommand(0, 1);  // one benchmark a run
   app.footer(
       "Run a benchmark under mpirun (mpirun -n 2 disco-bench call), remote outside it;\n"
       "disco-bench BENCHMARK --help lists its options.");

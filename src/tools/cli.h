@@ -47,11 +47,17 @@ inline std::string Sentence(std::string what) {
   return what;
 }
 
-/// Says `message` about a bad command line, one line on stderr (rank 0 only), and returns 2.
+/// Says `message` about a bad command line, one line on stderr (rank 0 only), and returns 2. The
+/// line points to the --help of the subcommand given, if any ("disco-bench call --help").
 inline int Fail(const CLI::App& app, const std::string& message) {
   if (IsFirstRank()) {
+    std::string command = app.get_name();
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      command += " " + sub->get_name();
+    }
     std::fprintf(stderr, "%s: %s (%s --help lists the options)\n", app.get_name().c_str(),
-                 message.c_str(), app.get_name().c_str());
+                 message.c_str(), command.c_str());
   }
   return 2;
 }

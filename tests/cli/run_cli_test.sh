@@ -68,7 +68,8 @@ case $program in
     expect_error "unknown option '--iter'" call --iter 100 --iters 50 --latency-iters 5 \
       --repeats 1 --max-bytes 8
     expect_error "unknown option '--iter=100'" graph --iter=100 --iters 50 --repeats 1
-    expect_error "--iters: 'abc' is not an integer in 1..1000000000" call --iters abc
+    expect_error "--iters: 'abc' is not an integer in 1..1000000000 (disco-bench call --help" \
+      call --iters abc
     expect_error "--iters: 'abc' is not an integer in 1..1000000000" call --iters=abc
     expect_error "--repeats: '0' is not an integer in 1..1000000" call --repeats 0
     expect_error "--iters: '-5' is not an integer in 1..1000000000" graph --iters -5
@@ -79,6 +80,7 @@ case $program in
     expect_error "--axis: '3' is not an integer in 1..2" load --axis 3
     expect_error "--op: allreduc not in" ccl --op allreduc
     expect_error "unexpected argument 'cal'" cal
+    expect_error "unexpected argument 'graph'" call graph
     expect_error "name a benchmark"
     expect_error "unknown option '--csv'" --csv x.csv
     expect_error --alone "unknown option '--bogus'" remote --bogus
