@@ -37,22 +37,6 @@ using disco::Session;
 using disco::Shape;
 using disco::Tensor;
 
-struct Options {
-  std::string model;  // empty: the default checkpoint (written once)
-  std::vector<std::vector<int64_t>> prompts;
-  int64_t max_new_tokens = 16;
-  std::string dtype = "float32";
-  std::string device = "cpu";  // cuda: each rank's model on its GPU, allreduces by NCCL
-  std::string dump_logits;
-  std::string convert;
-  bool calls = false;
-  int64_t warmup = 1;
-  int64_t repeat = 1;
-  // The default checkpoint's config and seed.
-  Config config;
-  uint64_t seed = 1234;
-};
-
 double NowS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -598,41 +582,10 @@ int Run(Session& s, Options& o) {
   }
 }
 
-void Usage() {
-  std::printf(
-      "usage: mpirun -n N disco-demo [--model DIR|FILE.h5] [--prompt 1,5,9]... "
-      "[--max-new-tokens T]\n"
-      "         [--dtype float32|bfloat16] [--device cpu|cuda] [--calls] [--warmup W] [--repeat "
-      "R]\n"
-      "         [--dump-logits FILE.npy] [--convert OUT.h5]\n"
-      "         [--hidden H] [--layers L] [--heads A] [--kv-heads K] [--head-dim D] [--ffn F]\n"
-      "         [--vocab V] [--tie-embeddings] [--seed S]\n"
-      "       mpirun -n N disco-demo --mlp [the tensor-parallel MLP demo's options; --mlp --help]\n"
-      "Greedy generation with a Llama-style decoder, tensor-parallel over the N ranks. --model is\n"
-      "a Hugging Face checkpoint directory (config.json, model.safetensors or sharded with\n"
-      "model.safetensors.index.json; F32, F16 or BF16) or an HDF5 file that --convert wrote.\n"
-      "Without --model, a checkpoint of random weights (--hidden ... --seed) is written once to\n"
-      "$TMPDIR or /tmp as disco-demo-llama-<sizes>-s<seed>/. Prints one 'generated:' line per\n"
-      "prompt. Decode steps are captured graphs replayed as one frame (--calls: call by call).\n"
-      "--convert writes the model (in --dtype) to an HDF5 file and exits. --device cuda puts each\n"
-      "rank's shards on its own GPU (cuBLAS, CUDA kernels, NCCL allreduces; one GPU per rank).\n");
-}
-
-bool ParseInt(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(s.c_str(), &end, 10);  // NOLINT(runtime/int)
-  if (errno != 0 || end == s.c_str() || *end != '\0') return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
-int DemoMain(int argc, char** argv) {
-  Options o;
-  Config& c = o.config;
+Options::Options() {
+  Config& c = config;
   c.hidden_size = 256;
   c.num_hidden_layers = 4;
   c.num_attention_heads = 8;
@@ -643,120 +596,23 @@ int DemoMain(int argc, char** argv) {
   c.max_position_embeddings = 1024;
   c.rms_norm_eps = 1e-5;
   c.rope_theta = 10000.0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "disco-demo: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto number = [&](int64_t min) -> int64_t {
-      const std::string v = value();
-      int64_t n = 0;
-      if (!ParseInt(v, &n) || n < min) {
-        std::fprintf(stderr, "disco-demo: %s needs an integer >= %" PRId64 ", got '%s'\n",
-                     a.c_str(), min, v.c_str());
-        std::exit(2);
-      }
-      return n;
-    };
-    if (a == "--model") {
-      o.model = value();
-    } else if (a == "--prompt") {
-      const std::string v = value();
-      std::vector<int64_t> p;
-      size_t start = 0;
-      while (true) {
-        const size_t comma = v.find(',', start);
-        int64_t tok = 0;
-        const std::string item =
-            v.substr(start, comma == std::string::npos ? comma : comma - start);
-        if (!ParseInt(item, &tok) || tok < 0) {
-          std::fprintf(stderr,
-                       "disco-demo: --prompt takes token ids separated by commas (e.g. 1,5,9), "
-                       "got '%s'\n",
-                       v.c_str());
-          std::exit(2);
-        }
-        p.push_back(tok);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-      o.prompts.push_back(p);
-    } else if (a == "--max-new-tokens") {
-      o.max_new_tokens = number(1);
-    } else if (a == "--dtype") {
-      o.dtype = value();
-      if (o.dtype != "float32" && o.dtype != "bfloat16") {
-        std::fprintf(stderr, "disco-demo: --dtype is float32 or bfloat16, not %s\n",
-                     o.dtype.c_str());
-        return 2;
-      }
-    } else if (a == "--device") {
-      o.device = value();
-      if (o.device != "cpu" && o.device != "cuda") {
-        std::fprintf(stderr, "disco-demo: --device is cpu or cuda, not %s\n", o.device.c_str());
-        return 2;
-      }
-    } else if (a == "--dump-logits") {
-      o.dump_logits = value();
-    } else if (a == "--convert") {
-      o.convert = value();
-    } else if (a == "--calls") {
-      o.calls = true;
-    } else if (a == "--warmup") {
-      o.warmup = number(0);
-    } else if (a == "--repeat") {
-      o.repeat = number(1);
-    } else if (a == "--hidden") {
-      c.hidden_size = number(1);
-    } else if (a == "--layers") {
-      c.num_hidden_layers = number(1);
-    } else if (a == "--heads") {
-      c.num_attention_heads = number(1);
-    } else if (a == "--kv-heads") {
-      c.num_key_value_heads = number(1);
-    } else if (a == "--head-dim") {
-      c.head_dim = number(2);
-    } else if (a == "--ffn") {
-      c.intermediate_size = number(1);
-    } else if (a == "--vocab") {
-      c.vocab_size = number(1);
-    } else if (a == "--tie-embeddings") {
-      c.tie_word_embeddings = true;
-    } else if (a == "--seed") {
-      o.seed = static_cast<uint64_t>(number(0));
-    } else if (a == "--help" || a == "-h") {
-      Usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "disco-demo: unknown option %s\n", a.c_str());
-      Usage();
-      return 2;
-    }
+}
+
+void FinishOptions(Options* o) {
+  if (o->prompts.empty()) o->prompts = {{1, 5, 9}, {4, 2}, {7, 3, 11, 19, 2, 8}};
+  if (!o->model.empty()) return;
+  // The default checkpoint's config must be one the model accepts.
+  Config& c = o->config;
+  if (c.head_dim == 0) {
+    DISCO_CHECK(c.hidden_size % c.num_attention_heads == 0, ValueError)
+        << "--hidden " << c.hidden_size << " is not a multiple of --heads " << c.num_attention_heads
+        << " (give --head-dim)";
+    c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  if (o.prompts.empty()) o.prompts = {{1, 5, 9}, {4, 2}, {7, 3, 11, 19, 2, 8}};
-  if (o.model.empty()) {
-    // The default checkpoint's config must be one the model accepts.
-    if (c.head_dim == 0) {
-      if (c.hidden_size % c.num_attention_heads != 0) {
-        std::fprintf(stderr,
-                     "disco-demo: --hidden %" PRId64 " is not a multiple of --heads %" PRId64
-                     " (give --head-dim)\n",
-                     c.hidden_size, c.num_attention_heads);
-        return 2;
-      }
-      c.head_dim = c.hidden_size / c.num_attention_heads;
-    }
-    try {
-      c = Config::FromText(c.ToJson(), "the default checkpoint's config");
-    } catch (const disco::Error& e) {
-      std::fprintf(stderr, "disco-demo: %s\n", e.what());
-      return 2;
-    }
-  }
+  c = Config::FromText(c.ToJson(), "the default checkpoint's config");
+}
+
+int DemoMain(int argc, char** argv, Options o) {
   return disco::Main(argc, argv, [&](Session& s) { return Run(s, o); });
 }
 

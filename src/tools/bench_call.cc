@@ -149,10 +149,10 @@ size_t CallWireBytes(size_t payload, size_t inline_bytes) {
 
 }  // namespace
 
-int RunCallBench(Session& s, const Options& opts) {
-  const int64_t iters = opts.GetInt("iters", 20000);
-  const int64_t lat_iters = opts.GetInt("latency-iters", 2000);
-  const int repeats = static_cast<int>(opts.GetInt("repeats", 5));
+int RunCallBench(Session& s, const CallOptions& opts) {
+  const int64_t iters = opts.iters;
+  const int64_t lat_iters = opts.latency_iters;
+  const int repeats = static_cast<int>(opts.repeats);
   const int last = s.num_workers() - 1;
   const size_t inline_bytes = static_cast<size_t>(s.impl()->config().inline_bytes);
   DRef raw_pipe = s.GetGlobalFunc("bench.raw_pipelined");
@@ -177,11 +177,9 @@ int RunCallBench(Session& s, const Options& opts) {
   Table table({"payload_B", "wire_B", "raw_pipe_us", "call_pipe_us", "pipe_ratio", "raw_lat_us",
                "call_lat_us", "lat_ratio"});
   std::vector<size_t> sizes = {8, 64, 256, 1024, 4096, 16384, 65536};
-  if (opts.Has("max-bytes")) {
-    size_t max = static_cast<size_t>(opts.GetInt("max-bytes", 65536));
-    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t v) { return v > max; }),
-                sizes.end());
-  }
+  const size_t max = static_cast<size_t>(opts.max_bytes);
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t v) { return v > max; }),
+              sizes.end());
   for (size_t payload : sizes) {
     size_t wire = CallWireBytes(payload, inline_bytes);
     int64_t k = payload > 4096 ? iters / 4 : iters;
@@ -234,9 +232,9 @@ int RunCallBench(Session& s, const Options& opts) {
                Fmt(Median(cs) / Median(rs), 2)});
   sync.Print(stdout);
 
-  if (opts.Has("csv")) {
-    table.WriteCsv(opts.Get("csv", ""), meta);
-    sync.WriteCsv(opts.Get("csv", "") + ".sync.csv", meta);
+  if (!opts.csv.empty()) {
+    table.WriteCsv(opts.csv, meta);
+    sync.WriteCsv(opts.csv + ".sync.csv", meta);
   }
   return 0;
 }

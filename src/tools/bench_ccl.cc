@@ -145,13 +145,13 @@ DRef SessionCall(Session& s, const std::string& kind, const DRef& send, const DR
 
 }  // namespace
 
-int RunCclBench(Session& s, const Options& opts) {
+int RunCclBench(Session& s, const CclOptions& opts) {
   const int n = s.num_workers();
-  const int64_t min_bytes = opts.GetInt("min-bytes", 4096);
-  const int64_t max_bytes = opts.GetInt("max-bytes", 64 << 20);
-  const int repeats = static_cast<int>(opts.GetInt("repeats", 3));
-  std::string only = opts.Get("op", "");
-  s.InitCCL(opts.Get("ccl", "mpi"));
+  const int64_t min_bytes = opts.min_bytes;
+  const int64_t max_bytes = opts.max_bytes;
+  const int repeats = static_cast<int>(opts.repeats);
+  const std::string& only = opts.op;
+  s.InitCCL(opts.ccl);
 
   std::vector<std::string> meta = Metadata(s);
   const char* mmap = std::getenv("MALLOC_MMAP_THRESHOLD_");
@@ -159,7 +159,7 @@ int RunCclBench(Session& s, const Options& opts) {
   meta.push_back(std::string("malloc=") + (mmap || trim ? "tuned" : "glibc-default") +
                  " MALLOC_MMAP_THRESHOLD_=" + (mmap ? mmap : "unset") +
                  " MALLOC_TRIM_THRESHOLD_=" + (trim ? trim : "unset"));
-  meta.push_back("ccl=" + opts.Get("ccl", "mpi") + " repeats=" + std::to_string(repeats));
+  meta.push_back("ccl=" + opts.ccl + " repeats=" + std::to_string(repeats));
   meta.push_back("fault_in_GBps=" + Fmt(FaultInGBps(), 2));
   std::printf("# disco-bench ccl");
   for (const auto& m : meta) std::printf("  %s", m.c_str());
@@ -233,7 +233,7 @@ int RunCclBench(Session& s, const Options& opts) {
       }
     }
   }
-  Emit(table, opts, meta);
+  Emit(table, opts.out, meta);
   return 0;
 }
 

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "mpi/clock.h"
+#include "tools/mlp_model.h"
 
 namespace disco {
 namespace bench {
@@ -32,16 +32,41 @@ inline double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-/// "--name value" and "--flag" options after the subcommand.
-struct Options {
-  std::map<std::string, std::string> values;
-  static Options Parse(int argc, char** argv, int first);
-  bool Has(const std::string& k) const { return values.count(k) != 0; }
-  std::string Get(const std::string& k, const std::string& def) const {
-    auto it = values.find(k);
-    return it == values.end() ? def : it->second;
-  }
-  int64_t GetInt(const std::string& k, int64_t def) const;
+/// Where a benchmark's table goes besides stdout (--csv FILE, --json FILE; empty: nowhere).
+struct Output {
+  std::string csv, json;
+};
+
+/// Each benchmark's options, parsed and range-checked by bench_cli.cc (which gives each a
+/// description for --help); the initial values are the defaults.
+struct CallOptions {
+  int64_t iters = 20000, latency_iters = 2000, repeats = 5, max_bytes = 65536;
+  std::string csv;
+};
+struct CclOptions {
+  std::string ccl = "mpi", op;  // op: one collective, or all of them
+  int64_t min_bytes = 4096, max_bytes = 64 << 20, repeats = 3;
+  Output out;
+};
+struct GraphOptions {
+  int64_t iters = 20000, repeats = 5, bytes = 4096;
+  Output out;
+};
+struct LoadOptions {
+  int64_t bytes = int64_t{256} << 20, axis = 1, repeats = 5;  // axis 1: rows, 2: columns
+  std::string dir = "/tmp";
+  Output out;
+};
+struct MlpOptions {
+  MlpOptions() { model.steps = 5; }
+  demo::Config model;  // hidden, ffn, layers, tokens, steps, dtype
+  std::string dir = "/tmp";
+  Output out;
+};
+struct RemoteOptions {
+  std::string launch = "mpirun -n 2", server;  // server: HOST:PORT of a running job
+  int64_t iters = 2000, min_bytes = 4096, max_bytes = 64 << 20, repeats = 5;
+  Output out;
 };
 
 /// A result table printed aligned to stdout and optionally written as CSV.
@@ -66,16 +91,16 @@ int64_t NumNodes(Session& s);
 std::vector<std::string> Metadata(Session& s);
 
 /// Prints `table` and writes it where --csv and --json say, with `meta` as the run's metadata.
-void Emit(const Table& table, const Options& opts, const std::vector<std::string>& meta);
+void Emit(const Table& table, const Output& out, const std::vector<std::string>& meta);
 
-int RunCallBench(Session& s, const Options& opts);
-int RunCclBench(Session& s, const Options& opts);
-int RunGraphBench(Session& s, const Options& opts);
-int RunLoadBench(Session& s, const Options& opts);
+int RunCallBench(Session& s, const CallOptions& opts);
+int RunCclBench(Session& s, const CclOptions& opts);
+int RunGraphBench(Session& s, const GraphOptions& opts);
+int RunLoadBench(Session& s, const LoadOptions& opts);
 /// Only in builds with OpenBLAS (DISCO_BENCH_MLP).
-int RunMlpBench(Session& s, const Options& opts);
+int RunMlpBench(Session& s, const MlpOptions& opts);
 /// The remote-session benchmark: a client process, no MPI job of its own.
-int RunRemoteBench(const Options& opts);
+int RunRemoteBench(const RemoteOptions& opts);
 
 }  // namespace bench
 }  // namespace disco

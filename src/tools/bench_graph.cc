@@ -73,9 +73,9 @@ Graph NoopGraph(Session& s, const DRef& noop, int calls) {
 
 }  // namespace
 
-int RunGraphBench(Session& s, const Options& opts) {
-  const int64_t iters = opts.GetInt("iters", 20000);
-  const int repeats = static_cast<int>(opts.GetInt("repeats", 5));
+int RunGraphBench(Session& s, const GraphOptions& opts) {
+  const int64_t iters = opts.iters;
+  const int repeats = static_cast<int>(opts.repeats);
   DRef noop = s.GetGlobalFunc("bench.noop");
   std::vector<std::string> meta = Metadata(s);
   meta.push_back("iters=" + std::to_string(iters) + " repeats=" + std::to_string(repeats));
@@ -100,11 +100,11 @@ int RunGraphBench(Session& s, const Options& opts) {
   noops.AddRow({"1024 no-op calls: M calls/s", "CallPacked one by one (M calls/s)",
                 Fmt(calls_per_s / 1e6), Fmt(graph_calls_per_s / 1e6),
                 Fmt(graph_calls_per_s / calls_per_s, 1)});
-  Emit(noops, opts, meta);
+  Emit(noops, opts.out, meta);
 
   // 16 calls: 13 no-ops, the function that returns a 4 KiB tensor, and two allreduces of it.
   s.InitCCL("mpi");
-  const int64_t bytes = opts.GetInt("bytes", 4096);
+  const int64_t bytes = opts.bytes;
   DRef raw = s.GetGlobalFunc("bench.graph.raw_allreduces");
   DRef act = s.GetGlobalFunc("bench.graph.activation");
   DRef buffer = s.Empty(Shape{bytes / 4}, DataType("float32"));
@@ -126,7 +126,7 @@ int RunGraphBench(Session& s, const Options& opts) {
   Table ar({"what", "raw_2_allreduces_us", "call_us", "baseline_us", "graph_us", "ratio"});
   ar.AddRow({"16 calls, 2 allreduces of " + std::to_string(bytes) + " B", Fmt(Median(rraw)),
              Fmt(Median(rcall)), Fmt(base), Fmt(Median(rstep)), Fmt(Median(rstep) / base, 2)});
-  Emit(ar, opts, meta);
+  Emit(ar, opts.out, meta);
   return 0;
 }
 

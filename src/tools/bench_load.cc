@@ -106,21 +106,19 @@ DISCO_REGISTER_GLOBAL("bench.load_raw")
 
 }  // namespace
 
-int RunLoadBench(Session& s, const Options& opts) {
+int RunLoadBench(Session& s, const LoadOptions& opts) {
 #if !DISCO_HAVE_HDF5
   std::fprintf(stderr, "disco-bench load: this build of disco has no HDF5\n");
   return 2;
 #else
   const int n = s.num_workers();
-  const int64_t axis = opts.GetInt("axis", 1) - 1;  // --axis 1 or 2 (1-based: rows or columns)
-  DISCO_CHECK(axis == 0 || axis == 1, ValueError) << "disco-bench load: --axis is 1 or 2";
-  const int64_t want_bytes = opts.GetInt("bytes", int64_t{256} << 20);
-  const int repeats = static_cast<int>(opts.GetInt("repeats", 5));
+  const int64_t axis = opts.axis - 1;  // --axis 1 or 2 (1-based: rows or columns)
+  const int64_t want_bytes = opts.bytes;
+  const int repeats = static_cast<int>(opts.repeats);
   const int64_t row_unit = 24 * n;
   const int64_t rows = std::max<int64_t>(row_unit, want_bytes / 4 / kCols / row_unit * row_unit);
   const int64_t bytes = rows * kCols * 4, shard_bytes = bytes / n;
-  const std::string path =
-      opts.Get("dir", "/tmp") + "/disco-bench-load-" + std::to_string(getpid()) + ".h5";
+  const std::string path = opts.dir + "/disco-bench-load-" + std::to_string(getpid()) + ".h5";
 
   std::vector<std::string> meta = Metadata(s);
   meta.push_back("hdf5=" + std::string(DISCO_HDF5_VERSION_STRING));
@@ -178,7 +176,7 @@ int RunLoadBench(Session& s, const Options& opts) {
                 Fmt(bytes / rt / 1e3, 2), Fmt(dt / 1e3, 2), Fmt(bytes / dt / 1e3, 2),
                 Fmt(rt / dt, 2), Fmt(worst / 1024.0, 1), Fmt(shard_bytes / 1048576.0 + 32, 1),
                 std::to_string(wrong)});
-  Emit(table, opts, meta);
+  Emit(table, opts.out, meta);
   std::printf("# peak_MiB per rank:");
   for (int w = 0; w < n; ++w) std::printf(" %s", Fmt(peak_kib[w] / 1024.0, 1).c_str());
   std::printf("\n");

@@ -1,6 +1,5 @@
-// disco-bench: benchmarks that measure the runtime next to the raw MPI baseline in the same run.
-//   mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--csv FILE]
-//   mpirun -n 2 disco-bench graph [--iters N] [--repeats R] [--bytes B]
+// disco-bench: benchmarks that measure the runtime next to the raw MPI baseline in the same run
+// (the command line: bench_cli.cc); here the pieces they share: tables, CSV/JSON, metadata.
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
@@ -13,36 +12,10 @@
 namespace disco {
 namespace bench {
 
-Options Options::Parse(int argc, char** argv, int first) {
-  Options o;
-  for (int i = first; i < argc; ++i) {
-    std::string a = argv[i];
-    DISCO_CHECK(a.rfind("--", 0) == 0, ValueError)
-        << "disco-bench: unexpected argument '" << a << "'";
-    a = a.substr(2);
-    if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-      o.values[a] = argv[++i];
-    } else {
-      o.values[a] = "1";
-    }
-  }
-  return o;
-}
-
-int64_t Options::GetInt(const std::string& k, int64_t def) const {
-  auto it = values.find(k);
-  if (it == values.end()) return def;
-  char* end = nullptr;
-  long long v = std::strtoll(it->second.c_str(), &end, 10);  // NOLINT(runtime/int)
-  DISCO_CHECK(end != it->second.c_str() && *end == '\0' && v > 0, ValueError)
-      << "disco-bench: --" << k << " needs a positive integer, got '" << it->second << "'";
-  return v;
-}
-
-void Emit(const Table& table, const Options& opts, const std::vector<std::string>& meta) {
+void Emit(const Table& table, const Output& out, const std::vector<std::string>& meta) {
   table.Print(stdout);
-  if (opts.Has("csv")) table.WriteCsv(opts.Get("csv", ""), meta);
-  if (opts.Has("json")) table.WriteJson(opts.Get("json", ""), meta);
+  if (!out.csv.empty()) table.WriteCsv(out.csv, meta);
+  if (!out.json.empty()) table.WriteJson(out.json, meta);
 }
 
 std::string Fmt(double v, int precision) {
@@ -135,46 +108,3 @@ std::vector<std::string> Metadata(Session& s) {
 
 }  // namespace bench
 }  // namespace disco
-
-int main(int argc, char** argv) {
-  std::string sub = argc > 1 ? argv[1] : "";
-  // The remote benchmark is a client outside any MPI job: it starts (or attaches to) the served
-  // job itself.
-  if (sub == "remote") {
-    try {
-      return disco::bench::RunRemoteBench(disco::bench::Options::Parse(argc, argv, 2));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "disco-bench remote: %s\n", e.what());
-      return 1;
-    }
-  }
-  return disco::Main(argc, argv, [&](disco::Session& s) -> int {
-    disco::bench::Options opts = disco::bench::Options::Parse(argc, argv, 2);
-    if (sub == "call") return disco::bench::RunCallBench(s, opts);
-    if (sub == "ccl") return disco::bench::RunCclBench(s, opts);
-    if (sub == "graph") return disco::bench::RunGraphBench(s, opts);
-    if (sub == "load") return disco::bench::RunLoadBench(s, opts);
-#if DISCO_BENCH_MLP
-    if (sub == "mlp") return disco::bench::RunMlpBench(s, opts);
-#endif
-    std::fprintf(stderr,
-                 "usage: mpirun -n 2 disco-bench call [--iters N] [--repeats R] [--max-bytes B] "
-                 "[--csv FILE]\n"
-                 "       mpirun -n 2 disco-bench ccl [--ccl mpi|nccl] [--op allreduce|allgather|"
-                 "reduce_scatter|broadcast] [--min-bytes B] [--max-bytes B] [--repeats R] "
-                 "[--csv FILE] [--json FILE]\n"
-                 "       mpirun -n 2 disco-bench graph [--iters N] [--repeats R] [--bytes B] "
-                 "[--csv FILE] [--json FILE]\n"
-                 "       mpirun -n 2 disco-bench load [--bytes B] [--axis 1|2 (rows|columns)] "
-                 "[--repeats R] [--dir DIR] [--csv FILE] [--json FILE]\n"
-                 "       mpirun -n N disco-bench mlp [--hidden H] [--ffn F] [--layers L] "
-                 "[--tokens T] [--steps S] [--dtype float32|bfloat16] [--csv FILE] [--json FILE]"
-                 "\n"
-                 "       disco-bench remote [--launch \"mpirun -n 2\" | --server HOST:PORT] "
-                 "[--iters N] [--min-bytes B] [--max-bytes B] [--repeats R] [--csv FILE] "
-                 "[--json FILE]   (not under mpirun: it starts the served job)\n"
-                 "unknown or missing benchmark '%s'\n",
-                 sub.c_str());
-    return 2;
-  });
-}

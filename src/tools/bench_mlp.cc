@@ -22,14 +22,8 @@
 namespace disco {
 namespace bench {
 
-int RunMlpBench(Session& s, const Options& opts) {
-  demo::Config c;
-  c.hidden = opts.GetInt("hidden", c.hidden);
-  c.ffn = opts.GetInt("ffn", c.ffn);
-  c.layers = opts.GetInt("layers", c.layers);
-  c.tokens = opts.GetInt("tokens", c.tokens);
-  c.steps = opts.GetInt("steps", 5);
-  c.dtype = opts.Get("dtype", "float32");
+int RunMlpBench(Session& s, const MlpOptions& opts) {
+  const demo::Config& c = opts.model;
   const int n = s.num_workers();
   DISCO_CHECK(c.ffn % n == 0, ValueError)
       << "disco-bench mlp: --ffn " << c.ffn << " cannot be split over " << n << " workers";
@@ -44,8 +38,7 @@ int RunMlpBench(Session& s, const Options& opts) {
   std::printf("\n# medians of %lld steps after 2 warm-up steps; see src/tools/bench_mlp.cc\n",
               static_cast<long long>(c.steps));
 
-  const std::string path =
-      opts.Get("dir", "/tmp") + "/disco-bench-mlp-" + std::to_string(getpid()) + ".h5";
+  const std::string path = opts.dir + "/disco-bench-mlp-" + std::to_string(getpid()) + ".h5";
   demo::WriteCheckpoint(s, c, path);
   std::map<std::string, DRef> w = demo::LoadModel(s, c, path);
   std::remove(path.c_str());
@@ -108,7 +101,7 @@ int RunMlpBench(Session& s, const Options& opts) {
                 Fmt(step, 2), Fmt(one_rank, 2), Fmt(allreduce, 4), Fmt(ideal, 2),
                 Fmt(step / ideal, 3), Fmt(c.tokens / (step / 1e3), 0), Fmt(runtime_pct, 3),
                 Fmt(peak_kib / 1024.0, 0)});
-  Emit(table, opts, meta);
+  Emit(table, opts.out, meta);
   return 0;
 }
 

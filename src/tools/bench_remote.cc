@@ -171,19 +171,19 @@ std::pair<size_t, size_t> CallWireBytes() {
 
 }  // namespace
 
-int RunRemoteBench(const Options& opts) {
-  const int64_t max_bytes = opts.GetInt("max-bytes", 64 << 20);
-  const int64_t min_bytes = opts.GetInt("min-bytes", 4096);
-  const int repeats = static_cast<int>(opts.GetInt("repeats", 5));
-  const int64_t lat_iters = opts.GetInt("iters", 2000);
+int RunRemoteBench(const RemoteOptions& opts) {
+  const int64_t max_bytes = opts.max_bytes;
+  const int64_t min_bytes = opts.min_bytes;
+  const int repeats = static_cast<int>(opts.repeats);
+  const int64_t lat_iters = opts.iters;
   std::string key = std::getenv("DISCO_SERVE_KEY") ? std::getenv("DISCO_SERVE_KEY") : "";
   std::string host = "127.0.0.1";
   int port = 0;
   std::unique_ptr<ServerJob> job;
-  std::string server = opts.Get("server", "");
+  const std::string& server = opts.server;
   if (server.empty()) {
     if (key.empty()) key = RandomKey();
-    job = std::make_unique<ServerJob>(opts.Get("launch", "mpirun -n 2"), key);
+    job = std::make_unique<ServerJob>(opts.launch, key);
     port = job->port();
   } else {
     DISCO_CHECK(remote::ParseHostPort(server, &host, &port), ValueError)
@@ -273,7 +273,7 @@ int RunRemoteBench(const Options& opts) {
     row("copy_from", n, n, Median(raw_from), Median(disco_from), Median(ratio_from));
   }
   RawCommand(&raw, 'q', 0, 0);
-  Emit(table, opts, meta);
+  Emit(table, opts.out, meta);
   if (job != nullptr) ShutdownRemoteJob(s, 0);
   return 0;
 }

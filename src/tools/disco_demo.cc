@@ -23,12 +23,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "tools/cli.h"
 #include "tools/mlp_model.h"
 
 namespace disco {
@@ -204,79 +206,39 @@ int RunChecked(Session& s, const Config& c) {
   return rel <= tol ? 0 : 1;
 }
 
-void Usage() {
-  std::printf(
-      "usage: mpirun -n N disco-demo --mlp [--hidden H] [--ffn F] [--layers L] [--tokens T] "
-      "[--steps S]\n"
-      "                              [--warmup W] [--dtype float32|bfloat16] [--seed S]\n"
-      "                              [--device cpu|cuda (cuBLAS + NCCL, one GPU per rank)]\n"
-      "                              [--checkpoint FILE.h5] [--tolerance REL]\n"
-      "                              [--calls (each layer its own command, not a replay)]\n"
-      "The tensor-parallel MLP demo (without --mlp: the Llama decoder, disco-demo --help).\n"
-      "A missing checkpoint (by default $TMPDIR/disco-u<uid>/mlp-DTYPE-hH-fF-lL-sSEED.h5) is written\n"
-      "first, with the seed's weights.\n");
+// The MLP demo's options into `c`, each with its line of --help.
+void AddOptions(CLI::App* app, Config* c) {
+  using cli::AddInt;
+  const int64_t kMaxSize = int64_t{1} << 20;
+  AddInt(app, "--hidden", &c->hidden, 1, kMaxSize, "model width");
+  AddInt(app, "--ffn", &c->ffn, 1, kMaxSize, "MLP inner width (a multiple of the ranks)");
+  AddInt(app, "--layers", &c->layers, 1, kMaxSize, "MLP blocks");
+  AddInt(app, "--tokens", &c->tokens, 1, kMaxSize, "tokens per step");
+  AddInt(app, "--steps", &c->steps, 1, 1000000, "timed steps");
+  AddInt(app, "--warmup", &c->warmup, 0, 1000000, "untimed steps first, each way");
+  AddInt(app, "--seed", &c->seed, 0, INT64_MAX, "seed of a written checkpoint's weights");
+  cli::AddChoice(app, "--dtype", &c->dtype, {"float32", "bfloat16"}, "weights and activations");
+  cli::AddChoice(app, "--device", &c->device, {"cpu", "cuda"},
+                 "cuda: cuBLAS + NCCL, one GPU per rank");
+  app->add_option("--checkpoint", c->checkpoint,
+                  "HDF5 checkpoint, written first when missing (default "
+                  "$TMPDIR/disco-u<uid>/mlp-DTYPE-hH-fF-lL-sSEED.h5)")
+      ->type_name("FILE.h5");
+  cli::AddNumber(app, "--tolerance", &c->tolerance, -1, 1e30,
+                 "largest relative error against the reference (< 0: by dtype)");
+  app->add_flag("--calls", c->calls, "each layer its own command, not a replay of a graph");
 }
 
 // The MLP demo's command line (without --mlp).
 int MlpMain(int argc, char** argv) {
   disco::demo::Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "disco-demo: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto number = [&]() -> int64_t {
-      std::string v = value();
-      char* end = nullptr;
-      long long n = std::strtoll(v.c_str(), &end, 10);  // NOLINT(runtime/int)
-      if (end == v.c_str() || *end != '\0' || n < 0) {
-        std::fprintf(stderr, "disco-demo: %s needs a non-negative integer, got '%s'\n", a.c_str(),
-                     v.c_str());
-        std::exit(2);
-      }
-      return n;
-    };
-    if (a == "--hidden") {
-      c.hidden = number();
-    } else if (a == "--ffn") {
-      c.ffn = number();
-    } else if (a == "--layers") {
-      c.layers = number();
-    } else if (a == "--tokens") {
-      c.tokens = number();
-    } else if (a == "--steps") {
-      c.steps = std::max<int64_t>(1, number());
-    } else if (a == "--warmup") {
-      c.warmup = number();
-    } else if (a == "--seed") {
-      c.seed = static_cast<uint64_t>(number());
-    } else if (a == "--dtype") {
-      c.dtype = value();
-    } else if (a == "--device") {
-      c.device = value();
-    } else if (a == "--checkpoint") {
-      c.checkpoint = value();
-    } else if (a == "--tolerance") {
-      c.tolerance = std::atof(value().c_str());
-    } else if (a == "--calls") {
-      c.calls = true;
-    } else if (a == "--help" || a == "-h") {
-      disco::demo::Usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "disco-demo: unknown option %s\n", a.c_str());
-      disco::demo::Usage();
-      return 2;
-    }
-  }
-  if (c.hidden <= 0 || c.ffn <= 0 || c.layers <= 0 || c.tokens <= 0) {
-    std::fprintf(stderr, "disco-demo: sizes must be positive\n");
-    return 2;
-  }
+  CLI::App app(
+      "disco-demo --mlp: the tensor-parallel MLP demo, checked against a single-process "
+      "reference\n(without --mlp: the Llama decoder, disco-demo --help)",
+      "disco-demo --mlp");
+  cli::Configure(&app);
+  AddOptions(&app, &c);
+  if (int code = cli::Parse(&app, argc, argv); code >= 0) return code;
   return disco::Main(argc, argv, [&](disco::Session& s) { return disco::demo::Run(s, c); });
 }
 

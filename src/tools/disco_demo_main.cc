@@ -3,6 +3,7 @@
 // --mlp, the tensor-parallel MLP demo, which lives in a module of its own (disco-demo-mlp.so,
 // src/tools/disco_demo.cc) loaded only then: its CUDA path links cuBLAS, whose resident data
 // (about 140 MiB per process) the decoder's ranks should not carry.
+#include <disco/error.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "llama/driver.h"
+#include "tools/cli.h"
 
 #ifndef DISCO_DEMO_MLP_FROM_BINDIR
 #define DISCO_DEMO_MLP_FROM_BINDIR "../lib"
@@ -65,13 +67,77 @@ int RunMlp(int argc, char** argv) {
   return 2;
 }
 
+// The decoder's options into `o`, each with its line of --help.
+void AddModelOptions(CLI::App* app, llama::Options* o) {
+  using disco::cli::AddInt;
+  app->add_option("--model", o->model,
+                  "Hugging Face checkpoint directory, or an HDF5 file --convert wrote")
+      ->type_name("DIR|FILE.h5");
+  app->add_option("--prompt", o->prompts, "token ids of a prompt (repeatable; default: three)")
+      ->type_name("IDS")
+      ->delimiter(',')
+      ->transform(disco::cli::IntIn(0, INT32_MAX).application_index(-1))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  AddInt(app, "--max-new-tokens", &o->max_new_tokens, 1, 1 << 20, "tokens generated per prompt");
+  disco::cli::AddChoice(app, "--dtype", &o->dtype, {"float32", "bfloat16"}, "weights and compute");
+  disco::cli::AddChoice(app, "--device", &o->device, {"cpu", "cuda"},
+                        "cuda: each rank's shards on its own GPU");
+  app->add_flag("--calls", o->calls, "decode call by call, not by replay of a captured graph");
+  AddInt(app, "--warmup", &o->warmup, 0, 1 << 20, "untimed generations first, each way");
+  AddInt(app, "--repeat", &o->repeat, 1, 1 << 20, "timed generations");
+  app->add_option("--dump-logits", o->dump_logits, "write every step's logits to this .npy file")
+      ->type_name("FILE.npy");
+  app->add_option("--convert", o->convert, "write the model (in --dtype) to HDF5 and exit")
+      ->type_name("OUT.h5");
+}
+
+// The sizes and seed of the default checkpoint (without --model).
+void AddDefaultModelOptions(CLI::App* app, llama::Options* o) {
+  using disco::cli::AddInt;
+  llama::Config& c = o->config;
+  const int64_t kMax = int64_t{1} << 20;
+  AddInt(app, "--hidden", &c.hidden_size, 1, kMax, "default model: width");
+  AddInt(app, "--layers", &c.num_hidden_layers, 1, kMax, "default model: decoder layers");
+  AddInt(app, "--heads", &c.num_attention_heads, 1, kMax, "default model: attention heads");
+  AddInt(app, "--kv-heads", &c.num_key_value_heads, 1, kMax, "default model: key/value heads");
+  AddInt(app, "--head-dim", &c.head_dim, 2, kMax, "default model: head size (default: H/A)");
+  AddInt(app, "--ffn", &c.intermediate_size, 1, kMax, "default model: MLP inner width");
+  AddInt(app, "--vocab", &c.vocab_size, 1, kMax, "default model: vocabulary");
+  app->add_flag("--tie-embeddings", c.tie_word_embeddings,
+                "default model: the LM head is the embedding");
+  AddInt(app, "--seed", &o->seed, 0, INT64_MAX, "default model: seed of its random weights");
+}
+
+// The Llama decoder's command line; --mlp (removed by main) chooses the MLP demo instead.
+int LlamaMain(int argc, char** argv) {
+  llama::Options o;
+  CLI::App app(
+      "disco-demo: greedy generation with a Llama-style decoder, tensor-parallel over the N ranks\n"
+      "(mpirun -n N disco-demo). Without --model, a checkpoint of random weights (--hidden ...\n"
+      "--seed) is written once to $TMPDIR or /tmp. Prints one 'generated:' line per prompt.",
+      "disco-demo");
+  disco::cli::Configure(&app);
+  app.add_flag("--mlp", "run the tensor-parallel MLP demo instead (its options: --mlp --help)");
+  AddModelOptions(&app, &o);
+  AddDefaultModelOptions(&app, &o);
+  app.callback([&o] {
+    try {
+      llama::FinishOptions(&o);
+    } catch (const disco::Error& e) {
+      throw CLI::ValidationError(disco::cli::Sentence(e.what()));
+    }
+  });
+  if (int code = disco::cli::Parse(&app, argc, argv); code >= 0) return code;
+  return llama::DemoMain(argc, argv, o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   auto mlp = std::find_if(args.begin() + 1, args.end(),
                           [](const char* a) { return std::strcmp(a, "--mlp") == 0; });
-  if (mlp == args.end()) return llama::DemoMain(argc, argv);
+  if (mlp == args.end()) return LlamaMain(argc, argv);
   args.erase(mlp);
   args.push_back(nullptr);
   return RunMlp(argc - 1, args.data());

@@ -6,6 +6,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "tools/cli.h"
+
 namespace {
 
 // Sum of i*i for i in this worker's contiguous slice of [0, n).
@@ -70,4 +72,12 @@ int Controller(disco::Session& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return disco::Main(argc, argv, Controller); }
+int main(int argc, char** argv) {
+  CLI::App app(
+      "disco-example: a small controller program (run it under mpirun: disco-run -n 4 "
+      "disco-example); it takes no options",
+      "disco-example");
+  disco::cli::Configure(&app);
+  if (int code = disco::cli::Parse(&app, argc, argv); code >= 0) return code;
+  return disco::Main(argc, argv, Controller);
+}

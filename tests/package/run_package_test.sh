@@ -38,7 +38,7 @@ for tool in "$work"/prefix/bin/disco-*; do
   fi
 done
 "$work/prefix/bin/disco-serve" --help >/dev/null
-{ "$work/prefix/bin/disco-remote" 2>&1 || true; } | grep -q "usage: disco-remote"
+{ "$work/prefix/bin/disco-remote" 2>&1 || true; } | grep -q "disco-remote: HOST:PORT is required"
 "$mpiexec" -n 2 "${flags[@]}" "$work/prefix/bin/disco-example" >/dev/null
 if [[ -n $python ]]; then
   site=$(sed -n 's/^DISCO_PYTHON_INSTALL_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
