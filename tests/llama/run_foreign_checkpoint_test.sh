@@ -53,6 +53,9 @@ chown -R 65534 "$dir"
 refused "the default checkpoint $dir is owned by uid 65534, not a directory of yours"
 rm -rf "$dir"
 
+# T1: another user swaps a checkpoint of their own in while the demo writes (none is there yet,
+# wherever a demo keeps it).
+rm -rf "$priv"/llama-* "$tmp"/disco-demo-llama-*
 # T1: another user swaps a checkpoint of their own in while the demo writes. They watch every
 # directory they can list for a partial checkpoint and rename theirs to its final name.
 "$py" "$here/tiny_checkpoint.py" "$tmp/theirs" --hidden 64 >/dev/null || bad "tiny_checkpoint.py"
