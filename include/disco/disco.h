@@ -10,6 +10,7 @@
 #include <disco/function.h>
 #include <disco/graph.h>
 #include <disco/h5.h>
+#include <disco/half.h>
 #include <disco/log.h>
 #include <disco/remote.h>
 #include <disco/session.h>

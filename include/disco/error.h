@@ -2,14 +2,16 @@
 /// \brief The error types every disco call may throw, and the one CHECK family that throws them.
 ///
 /// Every message starts with `[rank R/N host] ` so that a line from a 64-rank job names its origin.
-/// `DISCO_CHECK(cond, ValueError) << "..."` is for mistakes a user can make; `DISCO_ICHECK*` is for
-/// invariants of disco itself and prints both operands.
+/// `DISCO_CHECK(cond, ValueError) << "..."` is for mistakes a user can make, and its message is the
+/// sentence alone; `DISCO_ICHECK*` is for invariants of disco itself: it prints both operands and
+/// ends with the file, line and condition, for the bug report.
 #ifndef DISCO_ERROR_H_
 #define DISCO_ERROR_H_
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace disco {
 
@@ -78,11 +80,15 @@ class ErrorBuilder {
   ErrorBuilder& operator=(const ErrorBuilder&) = delete;
   [[noreturn]] ~ErrorBuilder() noexcept(false) {
     std::string msg = RankPrefix() + stream_.str();
-    msg += " [";
-    msg += file_;
-    msg += ":" + std::to_string(line_);
-    if (!condition_.empty()) msg += ": " + condition_;
-    msg += "]";
+    // A user's error reads as a sentence; only a broken invariant of disco's (a bug to report)
+    // says where it broke: " [file.cc:12: internal check `a == b` failed]".
+    if constexpr (std::is_same_v<E, InternalError>) {
+      msg += " [";
+      msg += file_;
+      msg += ":" + std::to_string(line_);
+      if (!condition_.empty()) msg += ": " + condition_;
+      msg += "]";
+    }
     throw E(msg);
   }
   std::ostringstream& stream() { return stream_; }

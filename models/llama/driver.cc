@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "llama/config.h"
 #include "llama/model.h"
 #include "llama/safetensors.h"
@@ -43,23 +44,8 @@ double NowS() {
 
 // ---- The default checkpoint: a Hugging Face directory of random weights from a seed -----------
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-uint64_t NameHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-// Uniform in [-1, 1) from (seed, stream, index) alone.
-float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-  return static_cast<float>(static_cast<double>(Mix(seed ^ Mix(stream ^ Mix(i))) >> 40) /
-                                static_cast<double>(1 << 23) -
-                            1.0);
-}
+using demo_rng::NameHash;
+using demo_rng::Uniform;
 
 std::string DefaultCheckpointDir(const Options& o) {
   const Config& c = o.config;

@@ -1,6 +1,7 @@
 #include "llama/safetensors.h"
 
 #include <disco/error.h>
+#include <disco/half.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,17 +22,6 @@ constexpr size_t kChunkBytes = size_t{4} << 20;
 constexpr uint64_t kMaxTensorElements = uint64_t{1} << 50;
 // A header longer than this is not a header (safetensors itself refuses 100 MB).
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
-
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 const char* KindOf(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -206,41 +196,6 @@ const char* DTypeName(DType d) {
 
 int DTypeSize(DType d) { return d == DType::kF32 ? 4 : 2; }
 
-uint16_t FloatToBf16(float f) {
-  uint32_t x = FloatBits(f);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN
-  x += 0x7FFF + ((x >> 16) & 1);
-  return static_cast<uint16_t>(x >> 16);
-}
-
-float Bf16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
-
-float F16ToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-  if (exp == 0) {
-    // Zero or subnormal: mant * 2^-24, exact in float.
-    return BitsFloat(FloatBits(std::ldexp(static_cast<float>(mant), -24)) | sign);
-  }
-  if (exp == 31) return BitsFloat(sign | 0x7F800000 | (mant << 13));
-  return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t FloatToF16(float f) {
-  const uint32_t x = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t a = x & 0x7FFFFFFF;
-  if (a >= 0x7F800000) return sign | 0x7C00 | (a > 0x7F800000 ? 0x200 : 0);  // inf, NaN
-  if (a >= 0x477FF000) return sign | 0x7C00;  // rounds to infinity (>= 65520)
-  if (a < 0x38800000) {                       // below 2^-14: a subnormal (or zero)
-    return sign | static_cast<uint16_t>(std::nearbyint(BitsFloat(a) * 16777216.0f));
-  }
-  uint32_t h = (((a >> 23) - 112) << 10) | ((a & 0x7FFFFF) >> 13);
-  const uint32_t rest = a & 0x1FFF;
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
-  return sign | static_cast<uint16_t>(h);
-}
-
 void ConvertElements(DType from, const void* src, int64_t n, DType to, void* dst) {
   if (from == to) {
     std::memcpy(dst, src, static_cast<size_t>(n) * DTypeSize(from));
@@ -251,26 +206,26 @@ void ConvertElements(DType from, const void* src, int64_t n, DType to, void* dst
   if (to == DType::kF32) {
     auto* d = static_cast<float*>(dst);
     if (from == DType::kBF16) {
-      for (int64_t i = 0; i < n; ++i) d[i] = Bf16ToFloat(s16[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = disco::Bf16ToFloat(s16[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) d[i] = F16ToFloat(s16[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = disco::HalfToFloat(s16[i]);
     }
     return;
   }
   auto* d = static_cast<uint16_t*>(dst);
   if (to == DType::kBF16) {
     if (from == DType::kF32) {
-      for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(s32[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = disco::FloatToBf16(s32[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) d[i] = FloatToBf16(F16ToFloat(s16[i]));
+      for (int64_t i = 0; i < n; ++i) d[i] = disco::FloatToBf16(disco::HalfToFloat(s16[i]));
     }
     return;
   }
   // to F16
   if (from == DType::kF32) {
-    for (int64_t i = 0; i < n; ++i) d[i] = FloatToF16(s32[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = disco::FloatToHalf(s32[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = FloatToF16(Bf16ToFloat(s16[i]));
+    for (int64_t i = 0; i < n; ++i) d[i] = disco::FloatToHalf(disco::Bf16ToFloat(s16[i]));
   }
 }
 

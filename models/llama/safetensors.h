@@ -28,10 +28,6 @@ const char* DTypeName(DType d);
 int DTypeSize(DType d);
 
 /// float <-> bfloat16 (round to nearest even; NaN stays NaN) and float16 -> float.
-uint16_t FloatToBf16(float f);
-float Bf16ToFloat(uint16_t b);
-float F16ToFloat(uint16_t h);
-uint16_t FloatToF16(float f);
 /// Converts `n` elements of type `from` at `src` to type `to` (kF32 or kBF16) at `dst`.
 void ConvertElements(DType from, const void* src, int64_t n, DType to, void* dst);
 

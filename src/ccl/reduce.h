@@ -5,6 +5,7 @@
 #define DISCO_CCL_REDUCE_H_
 
 #include <disco/ccl.h>
+#include <disco/half.h>
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
@@ -21,8 +22,8 @@ void Reduce(void* dst, const void* a, const void* b, int64_t n, DLDataType dtype
 /// data[i] /= divisor (floating types only; for avg).
 void DivideBy(void* data, int64_t n, DLDataType dtype, int divisor);
 
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
+using disco::FloatToHalf;  // disco/half.h
+using disco::HalfToFloat;
 float BFloat16ToFloat(uint16_t b);
 uint16_t FloatToBFloat16(float f);
 

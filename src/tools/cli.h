@@ -42,8 +42,12 @@ inline std::string Sentence(std::string what) {
   if (what.rfind("[rank ", 0) == 0 && what.find("] ") != std::string::npos) {
     what.erase(0, what.find("] ") + 2);
   }
+  // An internal error's " [file.cc:12: ...]" (a user's error has none).
   const size_t place = what.rfind(" [");
-  if (place != std::string::npos && what.back() == ']') what.erase(place);
+  if (place != std::string::npos && what.back() == ']' &&
+      what.find(".cc:", place) != std::string::npos) {
+    what.erase(place);
+  }
   return what;
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "ccl/reduce.h"
+#include "common/rng.h"
 #include "core/process_info.h"
 #include "io/h5.h"
 #include "mpi/clock.h"
@@ -41,23 +42,8 @@ double NowMs() { return mpi::NowUs() * 1e-3; }
 
 // ---- Deterministic parameters -----------------------------------------------------------------
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-uint64_t NameHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-// Uniform in [-1, 1), from (seed, stream, index) alone.
-float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-  return static_cast<float>(static_cast<double>(Mix(seed ^ Mix(stream ^ Mix(i))) >> 40) /
-                                static_cast<double>(1 << 23) -
-                            1.0);
-}
+using demo_rng::NameHash;
+using demo_rng::Uniform;
 
 std::vector<Param> LayerParams(const Config& c, int64_t l) {
   const std::string p = "layers/" + std::to_string(l) + "/";

@@ -22,7 +22,7 @@ rank_of() {
 # or below. The umbrella disco.h is for programs (tools).
 public_rank_of() {
   case $1 in
-    any | config | error | files | function | log | tensor | types | worker) echo 0 ;;
+    any | config | error | files | function | half | log | tensor | types | worker) echo 0 ;;
     ccl) echo 3 ;; h5 | graph | session) echo 4 ;; remote) echo 5 ;; disco) echo 6 ;; *) echo -1 ;;
   esac
 }

@@ -21,11 +21,10 @@ namespace {
 using llama::Json;
 using llama::JsonLimits;
 
-// An error's message without the "[rank -/- host] " before it and the " [file:line]" after it.
+// An error's message without the "[rank -/- host] " before it (a user's error has no place after).
 std::string Message(const disco::Error& e) {
   std::string s = e.what();
-  s = s.substr(s.find("] ") + 2);
-  return s.substr(0, s.rfind(" ["));
+  return s.substr(s.find("] ") + 2);
 }
 
 // The message Parse throws for `text`, or "" when it parses.
