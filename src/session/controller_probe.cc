@@ -45,7 +45,8 @@ Probe& P() {
   return *p;
 }
 
-// The probe's signal handler: records the interrupted thread's stack.  // signal-safe
+// The probe's signal handler (no allocation, no lock): records the interrupted thread's stack.
+namespace signal_safe {
 void OnProbe(int) {
   const int saved = errno;
   Probe& p = P();
@@ -54,6 +55,8 @@ void OnProbe(int) {
   p.depth.store(backtrace(p.frames, 64), std::memory_order_release);
   errno = saved;
 }
+}  // namespace signal_safe
+using signal_safe::OnProbe;
 
 // Whether an MPI entry point can wait for other processes: not one that starts an operation
 // (MPI_Isend, MPI_Iallreduce), tests or probes one (MPI_Test, MPI_Iprobe) or reads the clock or

@@ -37,6 +37,7 @@ Recorder& R() {
 
 namespace recorder {
 
+// The readers signal handlers run (signal-safe: lock-free loads, no allocation).
 int64_t NowNs() { return mpi::NowNs(); }
 
 uint64_t Count() { return R().next.load(); }
@@ -48,6 +49,8 @@ CommandRecord Last() {
 }
 const char* StepLabel() { return R().step_label.load(std::memory_order_relaxed); }
 bool MarkedCollective() { return R().collective.load(std::memory_order_relaxed); }
+
+// The rest allocates.
 
 // `text` with every byte that is not printable ASCII as '?' (a function's name may hold a newline
 // or a terminal's escape codes: one line stays one line).

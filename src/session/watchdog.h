@@ -19,7 +19,8 @@
 // (SIGTERM/SIGINT, SIGUSR1), session/liveness_server.h (the UDP socket: pings, liveness checks;
 // LocalHost, LocalPingAddress, SetPingAddresses, ShuttingDown), session/hang_gather.h (every
 // rank's state and the hang verdict) and session/controller_probe.h (ControllerRunning,
-// SetStackDumper). Functions a signal handler may run are tagged `// signal-safe`.
+// SetStackDumper). Functions a signal handler may run are tagged `// signal-safe` or live in a
+// namespace signal_safe, apart from the code that allocates.
 #ifndef DISCO_SESSION_WATCHDOG_H_
 #define DISCO_SESSION_WATCHDOG_H_
 
