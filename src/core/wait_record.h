@@ -1,5 +1,5 @@
 // What this rank waits for or works on inside a command, for the watchdog (src/session/
-// watchdog.cc), which names it when a command overruns and tells it rank 0 when rank 0 gathers
+// watchdog.h), which names it when a command overruns and tells it rank 0 when rank 0 gathers
 // every rank's state for the hang verdict: the data plane (src/ccl) records the collective it is
 // in and the peer it waits for, the I/O layer (src/io) the HDF5 read or write it is doing. Kept
 // here, below all of them. Written by the thread running commands, read by the watchdog's; a

@@ -1,11 +1,11 @@
-// One entry of a rank's flight recorder (session/watchdog.cc): the thread running commands writes
-// it on every command's path, the watchdog's thread and signal handlers read it. A seqlock made of
-// atomics, so that both sides are defined at the cost of plain stores and loads on x86: the writer
-// makes the version odd, stores every field (release: none overtakes the odd version), and makes
-// it even again; a reader copies the fields between two reads of the version and tries again when
-// they differ or are odd. A reader that cannot wait for the writer (a signal handler interrupting
-// it) gets, after a few tries, the fields as they were, marked torn. Lock-free, allocation-free:
-// async-signal-safe.
+// One entry of a rank's flight recorder (session/flight_recorder.h): the thread running commands
+// writes it on every command's path, the watchdog's thread and signal handlers read it. A seqlock
+// made of atomics, so that both sides are defined at the cost of plain stores and loads on x86: the
+// writer makes the version odd, stores every field (release: none overtakes the odd version), and
+// makes it even again; a reader copies the fields between two reads of the version and tries again
+// when they differ or are odd. A reader that cannot wait for the writer (a signal handler
+// interrupting it) gets, after a few tries, the fields as they were, marked torn. Lock-free,
+// allocation-free: async-signal-safe.
 #ifndef DISCO_SESSION_FLIGHT_RECORD_H_
 #define DISCO_SESSION_FLIGHT_RECORD_H_
 

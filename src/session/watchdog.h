@@ -13,6 +13,14 @@
 // was doing; so do a watchdog timeout and a liveness failure before they end the process. SIGUSR1
 // dumps the flight recorder of a running job; so does a fatal error. A watchdog that fires first
 // pings every rank's watchdog (UDP) and names the ranks that answer nothing within a second.
+//
+// The parts, each with its own state: watchdog.cc (the thread: Start, Stop, its loop, the timeout
+// line), session/flight_recorder.h (Begin, End, Step, MarkCollective, Dump), session/signals.h
+// (SIGTERM/SIGINT, SIGUSR1), session/liveness_server.h (the UDP socket: pings, liveness checks;
+// LocalHost, LocalPingAddress, SetPingAddresses, ShuttingDown), session/hang_gather.h (every
+// rank's state and the hang verdict) and session/controller_probe.h (ControllerRunning,
+// SetStackDumper). Functions a signal handler may run are tagged `// signal-safe` or live in a
+// namespace signal_safe, apart from the code that allocates.
 #ifndef DISCO_SESSION_WATCHDOG_H_
 #define DISCO_SESSION_WATCHDOG_H_
 

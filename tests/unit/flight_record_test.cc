@@ -1,8 +1,8 @@
-// The flight recorder (session/watchdog.cc, session/flight_record.h): the thread running commands
-// writes its records while another thread reads them (the watchdog's dump, a hang verdict's
-// state). Under ThreadSanitizer (./launch/test's TSan stage) a read that races the writer fails the
-// test; in any build, every record read names the function of its own command, or says it was
-// being recorded.
+// The flight recorder (session/flight_recorder.h, session/flight_record.h): the thread running
+// commands writes its records while another thread reads them (the watchdog's dump, a hang
+// verdict's state). Under ThreadSanitizer (./launch/test's TSan stage) a read that races the writer
+// fails the test; in any build, every record read names the function of its own command, or says it
+// was being recorded.
 #include "session/flight_record.h"
 
 #include <gtest/gtest.h>
