@@ -28,7 +28,7 @@ namespace python {
 
 namespace py = pybind11;
 
-/// What the binding knows of a session's use from Python (module.cc): which thread drives it, the
+/// What the binding knows of a session's use from Python (module.h): which thread drives it, the
 /// thread inside one of its calls, and the DRefs other threads dropped.
 struct SessionState;
 
