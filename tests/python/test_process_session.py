@@ -6,12 +6,14 @@ test can say that none is left after its controller was killed.
 """
 
 import gc
+import queue
 import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -60,6 +62,26 @@ def _describe(pids):
         except OSError:
             out.append("%d (gone)" % pid)
     return out
+
+
+def _read_until(proc, wanted, limit_s=120):
+    """The first line of `proc`'s stdout for which `wanted(line)` holds; fails naming every line
+    read when none came within `limit_s` (a guard: the line comes within seconds)."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)],
+                     daemon=True).start()
+    seen = []
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail("no such line in %s s; read: %r" % (limit_s, seen))
+        if line is None:
+            pytest.fail("the output ended (exit %s); read: %r" % (proc.poll(), seen))
+        seen.append(line)
+        if wanted(line):
+            return line
 
 
 def _wait_marked(marker, count, limit_s=60):
@@ -175,12 +197,8 @@ def test_no_process_is_left_when_the_controller_is_killed(tmp_path, when):
                                [str(tmp_path), HERE, os.environ.get("PYTHONPATH", "")])}),
                            stdout=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
-        if when == "attached":
-            for line in ctl.stdout:  # after the launcher's and the server's lines
-                if line.strip() == "attached":
-                    break
-            else:
-                pytest.fail("the controller never attached")
+        if when == "attached":  # after the launcher's and the server's lines
+            _read_until(ctl, lambda line: line.strip() == "attached")
         _wait_marked(marker, 3)  # the launcher and both ranks run (attached, or starting)
         ctl.kill()
         ctl.wait()
@@ -244,8 +262,10 @@ _FORKER = textwrap.dedent("""
         print("parent:", repr(sess), flush=True)
         sess.shutdown()
         print("exit code", sess.exit_code, flush=True)
-    else:
-        print("child", pid, flush=True)
+    else:  # the child's pid, in a file (renamed into place: read whole or not at all)
+        with open(sys.argv[3] + ".tmp", "w") as f:
+            f.write(str(pid))
+        os.rename(sys.argv[3] + ".tmp", sys.argv[3])
         time.sleep(3600)
 """)
 
@@ -261,18 +281,20 @@ def test_a_forked_child_leaves_the_session_to_its_parent():
     assert _wait_gone(marker, 30) == []
 
 
-def test_the_job_ends_with_its_controller_even_while_a_forked_child_lives():
+def test_the_job_ends_with_its_controller_even_while_a_forked_child_lives(tmp_path):
     # The child's copies of the connection and of rank 0's stdin are closed at the fork.
     marker = uuid.uuid4().hex
-    ctl = subprocess.Popen([sys.executable, "-c", _FORKER, marker, "hold"],
-                           stdout=subprocess.PIPE, text=True, env=_env_with_path())
+    pid_file = tmp_path / "child.pid"
+    ctl = subprocess.Popen([sys.executable, "-c", _FORKER, marker, "hold", str(pid_file)],
+                           env=_env_with_path())
     child = None
     try:
-        for line in ctl.stdout:
-            if line.startswith("child "):
-                child = int(line.split()[1])
-                break
-        assert child is not None
+        deadline = time.monotonic() + 120  # a guard: the file comes within seconds
+        while not pid_file.exists():
+            assert ctl.poll() is None, "the controller ended (exit %s)" % ctl.returncode
+            assert time.monotonic() < deadline, "the controller never forked its child"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
         job = [p for p in _wait_marked(marker, 3) if p != child]
         ctl.kill()
         ctl.wait()
