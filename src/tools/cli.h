@@ -7,7 +7,14 @@
 #ifndef DISCO_TOOLS_CLI_H_
 #define DISCO_TOOLS_CLI_H_
 
+// SimGrid's SMPI (bench/sim builds disco-bench with smpicxx) defines exit(x) as a macro in every
+// translation unit, and CLI11's App has a member function named exit: the macro is hidden while
+// CLI11 is read.
+#pragma push_macro("exit")
+#undef exit
 #include <CLI/CLI.hpp>
+#pragma pop_macro("exit")
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
