@@ -176,6 +176,20 @@ void ReadHeader(const std::string& path, std::map<std::string, TensorInfo>* out)
     }
     (*out)[name] = std::move(t);
   }
+  // Tensors lie apart: two whose bytes overlap would read each other's data (the format packs
+  // them back to back).
+  std::vector<std::pair<uint64_t, const TensorInfo*>> spans;
+  for (const auto& [name, t] : *out) {
+    if (t.file == path && t.nbytes > 0) spans.push_back({t.offset, &t});
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const TensorInfo& a = *spans[i - 1].second;
+    const TensorInfo& b = *spans[i].second;
+    DISCO_CHECK(b.offset >= a.offset + a.nbytes, ValueError)
+        << path << ": the data of tensors '" << a.name << "' and '" << b.name
+        << "' overlap: the file is damaged or forged";
+  }
 }
 
 }  // namespace

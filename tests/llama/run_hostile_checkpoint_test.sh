@@ -106,6 +106,21 @@ expect "tensor 'extra': shape [549755813888,549755813888] has more than 11258999
 variant wrap2 "tensors['extra'] = ('F32', [2**39, 2**25], b'')"
 expect "tensor 'extra': shape [549755813888,33554432] has more than" "$dir/wrap2"
 
+# Two tensors whose data overlap (one would read the other's bytes): refused.
+variant overlap "tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
+"$py" - "$dir/overlap/model.safetensors" <<'PYEOF' || fail=1
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+del h["model.layers.0.self_attn.q_proj.bias"]
+h["lm_head.weight"]["data_offsets"] = h["model.embed_tokens.weight"]["data_offsets"]
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PYEOF
+expect "overlap: the file is damaged or forged" "$dir/overlap"
+
 # FIFOs (T5): refused at once, named.
 for f in config.json model.safetensors; do
   cp -r "$dir/good" "$dir/fifo-$f"
