@@ -58,6 +58,12 @@ std::string DefaultCheckpointDir(const Options& o) {
          (c.tie_word_embeddings ? "-tied" : "") + "-s" + std::to_string(o.seed);
 }
 
+// Removes a partial checkpoint directory and the two files it may hold; true when it is gone.
+bool RemovePartialDirectory(const std::string& path) {
+  for (const char* f : {"/config.json", "/model.safetensors"}) ::unlink((path + f).c_str());
+  return ::rmdir(path.c_str()) == 0;
+}
+
 // A checkpoint being written: DIR.partial.XXXXXX, removed unless Commit renames it to DIR. It is
 // removed on an error (the destructor) and on SIGTERM/SIGINT (registered with the runtime); while
 // it exists its writer holds a lock on it, so a later run removes one whose writer was killed
@@ -101,9 +107,6 @@ class PartialCheckpoint {
   }
 
  private:
-  std::vector<std::string> Paths() const {
-    return {path_ + "/config.json", path_ + "/model.safetensors", path_};
-  }
   void Forget() {
     disco::ForgetOnAbnormalExit(path_);
     if (fd_ >= 0) ::close(fd_);
@@ -111,9 +114,7 @@ class PartialCheckpoint {
   }
   void Remove() {
     if (path_.empty()) return;
-    for (const std::string& p : Paths()) {
-      if (::unlink(p.c_str()) != 0) ::rmdir(p.c_str());
-    }
+    RemovePartialDirectory(path_);
     Forget();
     path_.clear();
   }
@@ -138,8 +139,7 @@ void RemoveStalePartials(const std::string& parent) {
     struct stat st;
     if (::fstat(fd, &st) == 0 && st.st_mtime < ::time(nullptr) - 60 &&
         ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      for (const char* f : {"/config.json", "/model.safetensors"}) ::unlink((path + f).c_str());
-      if (::rmdir(path.c_str()) == 0)
+      if (RemovePartialDirectory(path))
         std::printf("[checkpoint] removed a stale %s\n", path.c_str());
     }
     ::close(fd);
