@@ -325,5 +325,19 @@ std::string Verdict(const std::vector<RankView>& given) {
   return os.str();
 }
 
+int VerdictPrinterBelow(const std::vector<RankView>& ranks, int rank, int64_t timeout_ms,
+                        int64_t margin_ms, int64_t* wait_ms) {
+  for (int q = 1; q < rank && q < static_cast<int>(ranks.size()); ++q) {
+    const liveness::RankState& st = ranks[q].state;
+    if (!ranks[q].answered || (st.flags & liveness::RankState::kBusy) == 0) continue;
+    const int64_t elapsed = static_cast<int64_t>(st.elapsed_ms);
+    if (elapsed + margin_ms < timeout_ms) continue;
+    *wait_ms = std::max<int64_t>(0, timeout_ms - elapsed);
+    return q;
+  }
+  *wait_ms = 0;
+  return -1;
+}
+
 }  // namespace hang
 }  // namespace disco

@@ -17,6 +17,7 @@
 #ifndef DISCO_SESSION_HANG_H_
 #define DISCO_SESSION_HANG_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ struct RankView {
 /// The verdict: "hang culprit: rank 3 (node1): ..." (or "hang culprits: ..."), with the ranks that
 /// wait for the culprit(s); one line, no trailing newline.
 std::string Verdict(const std::vector<RankView>& ranks);
+
+/// For a worker `rank` whose watchdog fired while rank 0 answers nothing: the lowest worker below
+/// it whose watchdog fires too (busy with a command that has run, or within `margin_ms` will have
+/// run, `timeout_ms`), which prints the job's one verdict; -1 when this rank prints it. The margin
+/// covers watchdogs that fire a poll apart, and commands that reached the ranks a moment apart.
+/// `*wait_ms` is how long that worker may take to fire.
+int VerdictPrinterBelow(const std::vector<RankView>& ranks, int rank, int64_t timeout_ms,
+                        int64_t margin_ms, int64_t* wait_ms);
 
 }  // namespace hang
 }  // namespace disco

@@ -71,6 +71,17 @@ bool AnySilent(const std::vector<hang::RankView>& views) {
                      [](const hang::RankView& v) { return !v.answered; });
 }
 
+// Serves state requests and pings for `ms` milliseconds (another rank is gathering).
+void ServeFor(int64_t ms) {
+  const int64_t end = NowNs() + ms * 1000000;
+  for (int64_t now = NowNs(); now < end; now = NowNs()) {
+    pollfd p{server::Fd(), POLLIN, 0};
+    poll(&p, 1,
+         static_cast<int>(std::min<int64_t>(50, std::max<int64_t>(1, (end - now) / 1000000))));
+    server::ServePings();
+  }
+}
+
 }  // namespace
 
 liveness::RankState OwnState() {
@@ -193,18 +204,42 @@ void AwaitRankZeroVerdict() {
 }
 
 // A worker whose watchdog fired while rank 0 answers nothing: gathers every rank's state and
-// prints the verdict itself, unless a lower worker's command ran past DISCO_TIMEOUT too (that
-// worker prints it: one line for the job). Returns whether some rank answered nothing.
+// prints the verdict itself, unless a lower worker's watchdog fires too (that worker prints it:
+// one line for the job; hang::VerdictPrinterBelow). A deferring rank answers state requests while
+// that worker gathers, and prints its own view when the job is still there after it should have
+// ended. Returns whether some rank answered nothing.
 bool WorkerVerdict(double timeout_s) {
   std::vector<hang::RankView> views = Gather();
-  bool defer = false;
-  for (int q = 1; q < server::Rank() && q < static_cast<int>(views.size()) && !defer; ++q) {
-    const liveness::RankState& st = views[q].state;
-    defer = views[q].answered && (st.flags & liveness::RankState::kBusy) != 0 &&
-            static_cast<double>(st.elapsed_ms) >= timeout_s * 1000;
+  const auto timeout_ms = static_cast<int64_t>(timeout_s * 1000);
+  int64_t wait_ms = 0;
+  const int printer = hang::VerdictPrinterBelow(views, server::Rank(), timeout_ms, 3000, &wait_ms);
+  if (printer < 0) {
+    LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
+    return AnySilent(views);
   }
-  if (!defer) LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
-  return AnySilent(views);
+  // Its watchdog polls every 50 ms, gathers for at most 1.5 s and ends the job 1 s later.
+  ServeFor(wait_ms + 5000);
+  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(printer) +
+                                " did not end the job after its own timeout; this rank's view "
+                                "follows");
+  return PrintVerdict();
+}
+
+void DeadControllerVerdict(double wait_s) {
+  std::vector<hang::RankView> views = Gather();
+  int lower = -1;
+  for (int q = 1; q < server::Rank() && q < static_cast<int>(views.size()) && lower < 0; ++q) {
+    if (views[q].answered) lower = q;
+  }
+  if (lower < 0) {
+    LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
+    return;
+  }
+  ServeFor(static_cast<int64_t>(wait_s * 1000));
+  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(lower) +
+                                " did not end the job, although rank 0 is silent; this rank's "
+                                "view follows");
+  PrintVerdict();
 }
 
 // Rank 0, told by rank `rank` that its watchdog fired: every rank's state, the verdict, the end of

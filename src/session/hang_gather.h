@@ -24,6 +24,10 @@ bool PrintVerdict();
 /// itself, unless a lower worker's command ran past `timeout_s` too. Returns whether some rank
 /// answered nothing.
 bool WorkerVerdict(double timeout_s);
+/// A worker whose liveness check found rank 0 dead: gathers every rank's state and prints the
+/// verdict, unless a lower worker answers (it watches rank 0 too and gives the job's one verdict);
+/// then this rank prints it only when the job is still there `wait_s` later.
+void DeadControllerVerdict(double wait_s);
 /// A worker whose watchdog fired tells rank 0 and waits for it to end the job; 4 s later it prints
 /// the verdict itself and ends the job.
 void AwaitRankZeroVerdict();

@@ -308,7 +308,12 @@ bool WithinGrace(const std::vector<int>& targets, const std::vector<bool>& alive
                                          "before): ") +
                                 "dead, or their node is off the network; ending the job" +
                                 (launcher.empty() ? "" : " and this node's launcher, " + launcher));
-  PrintVerdict();
+  if (S().rank == 0) {
+    PrintVerdict();
+  } else {
+    // The lower workers find rank 0 dead within a check or two of this one.
+    DeadControllerVerdict(2 * server::CheckPeriod(S().timeout_s) + 3);
+  }
   Dump("liveness");
   // A moment for the launcher to forward these lines (mpirun relays the ranks' output) before
   // it goes.
@@ -542,6 +547,8 @@ std::string SilentRanks(std::vector<bool>* alive_out) {
   }
   return names + " answered no liveness ping within 1 s: dead, or their node is off the network";
 }
+
+double CheckPeriod(double timeout_s) { return std::min(10.0, std::max(1.0, timeout_s / 3)); }
 
 // The liveness check of a rank that waits (see Loop): rank 0 watches every rank, the others watch
 // rank 0. A check passes for a rank heard from (an authenticated pong, or a fresh ping of its

@@ -51,6 +51,9 @@ std::string Name(const std::vector<PingAddress>& peers, const std::vector<bool>&
 /// Pings every other rank for up to a second: "ranks 2, 3 (node2) answered no liveness ping ...",
 /// or "" (all answered, or no addresses to ping).
 std::string SilentRanks(std::vector<bool>* alive_out = nullptr);
+/// Seconds between liveness checks: DISCO_TIMEOUT / 3, within 1 to 10 s, so that a dead rank or
+/// node ends the job within DISCO_TIMEOUT even where nothing waits on it in a command.
+double CheckPeriod(double timeout_s);
 /// The liveness check of a rank that waits; ends the job when a rank it watches is dead.
 void CheckLiveness();
 /// The first rank that told rank 0 its watchdog fired (-1: none).

@@ -145,10 +145,9 @@ void Loop() {
       FireOnNotice(server::FiredBy(), s.timeout_s);
     }
     probe::Step();
-    // Liveness: once at start (who answers pings at all), then every DISCO_TIMEOUT / 3 (at most
-    // 10 s) while the job runs, so that a dead rank or node ends the job within DISCO_TIMEOUT
-    // even where nothing waits on it in a command (idle workers, a controller in SyncAll).
-    const double period_s = std::min(10.0, std::max(1.0, s.timeout_s / 3));
+    // Liveness: once at start (who answers pings at all), then every check period while the job
+    // runs (idle workers, a controller in SyncAll: nothing waits on a dead rank in a command).
+    const double period_s = server::CheckPeriod(s.timeout_s);
     if (server::ShuttingDownNow() || !peers_ready) continue;
     if (s.last_check_ns == 0 || now - s.last_check_ns > static_cast<int64_t>(period_s * 1e9)) {
       s.last_check_ns = now;

@@ -214,6 +214,37 @@ TEST(HangVerdictTest, NothingStuck) {
             "(rank 0 idle after command #5; rank 1 idle after command #5)");
 }
 
+// Rank 0 answers nothing and workers 1 and 2 time out a poll apart: rank 2 (first) leaves the
+// verdict to rank 1 although rank 1's command is a few milliseconds short of the timeout yet
+// (the race CI met: both printed it).
+TEST(VerdictPrinterTest, TheLowestWorkerThatTimesOutPrintsIt) {
+  std::vector<RankView> v = Views({Busy(8, "c", kOp), Busy(8, "c", kOp), Busy(8, "c", kOp)});
+  v[0].answered = false;
+  v[1].state.elapsed_ms = 3970;
+  v[2].state.elapsed_ms = 4010;
+  int64_t wait_ms = -1;
+  EXPECT_EQ(VerdictPrinterBelow(v, 2, 4000, 3000, &wait_ms), 1);
+  EXPECT_EQ(wait_ms, 30);
+  EXPECT_EQ(VerdictPrinterBelow(v, 1, 4000, 3000, &wait_ms), -1);  // rank 1 prints
+  v[1].state.elapsed_ms = 4500;
+  EXPECT_EQ(VerdictPrinterBelow(v, 2, 4000, 3000, &wait_ms), 1);
+  EXPECT_EQ(wait_ms, 0);
+}
+
+TEST(VerdictPrinterTest, AWorkerFarFromItsTimeoutOrSilentOrIdleDoesNot) {
+  std::vector<RankView> v = Views({Busy(8, "c", kOp), Busy(8, "c", kOp), Busy(8, "c", kOp)});
+  v[0].answered = false;
+  int64_t wait_ms = -1;
+  v[1].state.elapsed_ms = 500;  // began long after: its watchdog is seconds away
+  EXPECT_EQ(VerdictPrinterBelow(v, 2, 4000, 3000, &wait_ms), -1);
+  v[1].state.elapsed_ms = 4100;
+  v[1].answered = false;
+  EXPECT_EQ(VerdictPrinterBelow(v, 2, 4000, 3000, &wait_ms), -1);
+  v[1].answered = true;
+  v[1].state.flags &= ~RankState::kBusy;  // idle: nothing of its own times out
+  EXPECT_EQ(VerdictPrinterBelow(v, 2, 4000, 3000, &wait_ms), -1);
+}
+
 TEST(WaitRecordTest, ActivitiesLastAsLongAsTheirScope) {
   char out[wait_record::kActivityBytes];
   wait_record::Activity(out, sizeof out);
