@@ -331,7 +331,8 @@ void RegisterFromRoot(const char* fn, bool scatter) {
       /*rooted=*/true);
 }
 
-void RegisterAll() {
+// The reductions and gathers over a group (or the world), each with its agreement round.
+void RegisterReductions() {
   Registry::Register("disco.init_ccl", true)
       .set_body_typed([](std::string ccl, Shape device_ids) { Init(ccl, device_ids.dims()); },
                       {"ccl", "device_ids"});
@@ -403,7 +404,10 @@ void RegisterAll() {
           c.ReduceScatter(send, recv, op);
         };
       });
+}
 
+// The collectives rooted at worker 0 (of the group), and the barrier.
+void RegisterRooted() {
   RegisterFromRoot("disco.broadcast_from_worker0", /*scatter=*/false);
   RegisterFromRoot("disco.scatter_from_worker0", /*scatter=*/true);
 
@@ -442,29 +446,42 @@ void RegisterAll() {
       .set_body_typed([](bool in_group) { Comm(in_group, "disco.barrier").Barrier(); },
                       {"in_group"})
       .mark_collective();
+}
 
-  // Point to point: global worker ids on the world communicator. A send returns without waiting
-  // for its receiver, so a send and the matching receive may be separate commands; the sends are
-  // marked collective so that worker 0 runs one only once the controller's next frame (which
-  // normally carries the matching receive) is out: NCCL's send may block the host until the
-  // receiver posts its receive, and that frame must not wait for worker 0. A function that both
-  // sends and receives uses disco.sendrecv or disco.shift_to_next_group (one operation), never a
-  // send then a receive.
-  auto check_peer = [](const char* fn, int64_t peer, bool may_skip) {
-    const WorkerInfo& w = ThisWorker();
-    if (may_skip && peer == -1) return;
-    DISCO_CHECK(peer >= 0 && peer < w.num_workers, ValueError)
-        << fn << ": peer " << peer << " is out of range [0, " << w.num_workers << ")"
-        << (may_skip ? " (-1: none)" : "");
-    DISCO_CHECK(peer != w.worker_id, ValueError)
-        << fn << ": worker " << w.worker_id << " cannot exchange with itself";
-  };
+// A peer of a point-to-point call: a worker other than this one (or -1, none, when `may_skip`).
+void CheckPeer(const char* fn, int64_t peer, bool may_skip) {
+  const WorkerInfo& w = ThisWorker();
+  if (may_skip && peer == -1) return;
+  DISCO_CHECK(peer >= 0 && peer < w.num_workers, ValueError)
+      << fn << ": peer " << peer << " is out of range [0, " << w.num_workers << ")"
+      << (may_skip ? " (-1: none)" : "");
+  DISCO_CHECK(peer != w.worker_id, ValueError)
+      << fn << ": worker " << w.worker_id << " cannot exchange with itself";
+}
+
+// Both halves at once; `send` is read only when dest >= 0, `recv` written only when source >= 0.
+void SendRecv(const char* fn, const Any& send_arg, int dest, const Any& recv_arg, int source) {
+  Tensor send = TensorOf(send_arg), recv = TensorOf(recv_arg);
+  Communicator& c = DataComm(false, fn, dest >= 0 ? send : recv);
+  if (dest >= 0) CheckTensor(send, c, fn, "send");
+  if (source >= 0) CheckTensor(recv, c, fn, "recv");
+  c.SendRecv(send, dest, recv, source);
+}
+
+// Point to point: global worker ids on the world communicator. A send returns without waiting
+// for its receiver, so a send and the matching receive may be separate commands; the sends are
+// marked collective so that worker 0 runs one only once the controller's next frame (which
+// normally carries the matching receive) is out: NCCL's send may block the host until the
+// receiver posts its receive, and that frame must not wait for worker 0. A function that both
+// sends and receives uses disco.sendrecv or disco.shift_to_next_group (one operation), never a
+// send then a receive.
+void RegisterPointToPoint() {
   for (bool is_send : {true, false}) {
     const char* fn = is_send ? "disco.send_to_worker" : "disco.recv_from_worker";
     Registry& entry = Registry::Register(fn, true).set_body_typed(
-        [check_peer, fn, is_send](Tensor buffer, int64_t peer) {
+        [fn, is_send](Tensor buffer, int64_t peer) {
           Communicator& c = DataComm(false, fn, buffer);
-          check_peer(fn, peer, false);
+          CheckPeer(fn, peer, false);
           CheckPreConnected(c, fn, static_cast<int>(peer));
           CheckTensor(buffer, c, fn, "buffer");
           if (is_send) {
@@ -500,33 +517,24 @@ void RegisterAll() {
             if (w.group_id > 0) c.Recv(buffer, w.worker_id - group_size);
           },
           {"buffer"});
-  // Both halves at once; `send` is read only when dest >= 0, `recv` written only when source >= 0.
-  auto send_recv = [](const char* fn, const Any& send_arg, int dest, const Any& recv_arg,
-                      int source) {
-    Tensor send = TensorOf(send_arg), recv = TensorOf(recv_arg);
-    Communicator& c = DataComm(false, fn, dest >= 0 ? send : recv);
-    if (dest >= 0) CheckTensor(send, c, fn, "send");
-    if (source >= 0) CheckTensor(recv, c, fn, "recv");
-    c.SendRecv(send, dest, recv, source);
-  };
   Registry::Register("disco.sendrecv", true)
       .set_body_typed(
-          [check_peer, send_recv](Any send, int64_t dest, Any recv, int64_t source) {
+          [](Any send, int64_t dest, Any recv, int64_t source) {
             const char* fn = "disco.sendrecv";
-            check_peer(fn, dest, true);
-            check_peer(fn, source, true);
-            send_recv(fn, send, static_cast<int>(dest), recv, static_cast<int>(source));
+            CheckPeer(fn, dest, true);
+            CheckPeer(fn, source, true);
+            SendRecv(fn, send, static_cast<int>(dest), recv, static_cast<int>(source));
           },
           {"send", "dest", "recv", "source"})
       .mark_collective();
   Registry::Register("disco.shift_to_next_group", true)
       .set_body_typed(
-          [send_recv](Any send, Any recv) {
+          [](Any send, Any recv) {
             const WorkerInfo& w = ThisWorker();
             int group_size = w.num_workers / w.num_groups;
             int dest = w.group_id + 1 < w.num_groups ? w.worker_id + group_size : -1;
             int source = w.group_id > 0 ? w.worker_id - group_size : -1;
-            send_recv("disco.shift_to_next_group", send, dest, recv, source);
+            SendRecv("disco.shift_to_next_group", send, dest, recv, source);
           },
           {"send", "recv"})
       .mark_collective();
@@ -536,7 +544,11 @@ void RegisterAll() {
 
 void RegisterCclBuiltins() {
   static std::once_flag once;
-  std::call_once(once, RegisterAll);
+  std::call_once(once, [] {
+    RegisterReductions();
+    RegisterRooted();
+    RegisterPointToPoint();
+  });
 }
 
 }  // namespace ccl

@@ -75,6 +75,56 @@ constexpr int kMaxNesting = 32;
 
 void EncodeAnyAt(Writer* w, const Any& value, std::vector<BulkSegment>* bulk, size_t bulk_min,
                  int depth);
+// The length of a bytes or tensor value; an out-of-line one is bounded by the limit, not by the
+// bytes left.
+uint64_t DataLength(Reader* r, bool out_of_line, size_t max_bulk, const char* what) {
+  if (!out_of_line) return r->GetLength(what, 1);
+  size_t len_at = r->offset();
+  uint64_t n = r->Get<uint64_t>(what);
+  if (n > max_bulk) {
+    r->Fail(std::string(what) + " " + std::to_string(n) + " exceeds the limit of " +
+                std::to_string(max_bulk) + " bytes",
+            len_at);
+  }
+  return n;
+}
+
+// A tensor whose tag is at `at`: its data inline, or a slot for the bulk data that follows.
+Any DecodeTensor(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, bool out_of_line,
+                 size_t at) {
+  DLDataType dtype = DecodeDataType(r);
+  if ((dtype.bits * dtype.lanes) % 8 != 0) {
+    r->Fail("tensor data type " + DataTypeToString(dtype) + " is not byte-addressable", at + 1);
+  }
+  Shape shape = DecodeShape(r);
+  size_t count_at = r->offset();
+  uint64_t nbytes = DataLength(r, out_of_line, max_bulk, "tensor byte count");
+  // Check extents against the byte count without overflow, before allocating anything.
+  uint64_t expect = DataTypeBytes(dtype);
+  bool overflow = false;
+  for (int64_t d : shape) {
+    uint64_t ud = static_cast<uint64_t>(d);
+    if (ud != 0 && expect > std::numeric_limits<uint64_t>::max() / ud) overflow = true;
+    expect *= ud;
+  }
+  for (int64_t d : shape) {
+    if (d == 0) overflow = false, expect = 0;  // a zero extent makes the product 0
+  }
+  if (overflow || expect != nbytes) {
+    r->Fail("tensor shape " + shape.ToString() + " of " + DataTypeToString(dtype) + " needs " +
+                (overflow ? std::string("more than 2^64") : std::to_string(expect)) +
+                " bytes, byte count says " + std::to_string(nbytes),
+            count_at);
+  }
+  Tensor t = Tensor::Empty(shape, dtype, CPU());
+  if (out_of_line) {
+    bulk->push_back(BulkSlot{t.data(), nbytes});
+  } else if (nbytes != 0) {
+    std::memcpy(t.data(), r->Take(nbytes, "tensor data"), nbytes);
+  }
+  return Any(std::move(t));
+}
+
 Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t* values_left,
                 int depth);
 }  // namespace
@@ -212,18 +262,7 @@ Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t*
     if (bulk == nullptr) r->Fail("out-of-line data is not allowed in this message", at);
     tag &= ~kOutOfLine;
   }
-  // The length of an out-of-line value is bounded by the limit, not by the bytes left.
-  auto data_length = [&](const char* what) -> uint64_t {
-    if (!out_of_line) return r->GetLength(what, 1);
-    size_t len_at = r->offset();
-    uint64_t n = r->Get<uint64_t>(what);
-    if (n > max_bulk) {
-      r->Fail(std::string(what) + " " + std::to_string(n) + " exceeds the limit of " +
-                  std::to_string(max_bulk) + " bytes",
-              len_at);
-    }
-    return n;
-  };
+  auto data_length = [&](const char* what) { return DataLength(r, out_of_line, max_bulk, what); };
   switch (static_cast<TypeCode>(tag)) {
     case TypeCode::kNone:
       return Any();
@@ -259,39 +298,8 @@ Any DecodeAnyAt(Reader* r, std::vector<BulkSlot>* bulk, size_t max_bulk, size_t*
     }
     case TypeCode::kShape:
       return Any(DecodeShape(r));
-    case TypeCode::kTensor: {
-      DLDataType dtype = DecodeDataType(r);
-      if ((dtype.bits * dtype.lanes) % 8 != 0) {
-        r->Fail("tensor data type " + DataTypeToString(dtype) + " is not byte-addressable", at + 1);
-      }
-      Shape shape = DecodeShape(r);
-      size_t count_at = r->offset();
-      uint64_t nbytes = data_length("tensor byte count");
-      // Check extents against the byte count without overflow, before allocating anything.
-      uint64_t expect = DataTypeBytes(dtype);
-      bool overflow = false;
-      for (int64_t d : shape) {
-        uint64_t ud = static_cast<uint64_t>(d);
-        if (ud != 0 && expect > std::numeric_limits<uint64_t>::max() / ud) overflow = true;
-        expect *= ud;
-      }
-      for (int64_t d : shape) {
-        if (d == 0) overflow = false, expect = 0;  // a zero extent makes the product 0
-      }
-      if (overflow || expect != nbytes) {
-        r->Fail("tensor shape " + shape.ToString() + " of " + DataTypeToString(dtype) + " needs " +
-                    (overflow ? std::string("more than 2^64") : std::to_string(expect)) +
-                    " bytes, byte count says " + std::to_string(nbytes),
-                count_at);
-      }
-      Tensor t = Tensor::Empty(shape, dtype, CPU());
-      if (out_of_line) {
-        bulk->push_back(BulkSlot{t.data(), nbytes});
-      } else if (nbytes != 0) {
-        std::memcpy(t.data(), r->Take(nbytes, "tensor data"), nbytes);
-      }
-      return Any(std::move(t));
-    }
+    case TypeCode::kTensor:
+      return DecodeTensor(r, bulk, max_bulk, out_of_line, at);
     case TypeCode::kDRef: {
       int64_t reg = r->Get<int64_t>("register id");
       if (reg <= 0) r->Fail("register id " + std::to_string(reg) + " is not positive", at + 1);

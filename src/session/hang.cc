@@ -99,6 +99,14 @@ struct Analysis {
   }
 
   void Run() {
+    SettleUnsure(Classify());
+    DropRanksStuckAlone();
+    BlameTheMissing();
+  }
+
+  // Each rank's part from its own state: a culprit by itself (why), or a waiter in its command
+  // (waiters, waits_for); the ranks busy in a collective command not known to wait in it.
+  std::vector<int> Classify() {
     std::vector<int> unsure;  // busy in a collective command, not known to wait in it
     for (int r = 0; r < size(); ++r) {
       const RankState& s = S(r);
@@ -128,10 +136,14 @@ struct Analysis {
         unsure.push_back(r);
       }
     }
-    // A rank in a collective command but in none of its collectives nor in MPI, while others wait
-    // in that command: its own code (an HDF5 read, a computation) holds them up. With no one
-    // waiting in the command, it is counted a waiter (a collective disco did not see, in which
-    // the sample found no MPI frame).
+    return unsure;
+  }
+
+  // A rank in a collective command but in none of its collectives nor in MPI, while others wait
+  // in that command: its own code (an HDF5 read, a computation) holds them up. With no one
+  // waiting in the command, it is counted a waiter (a collective disco did not see, in which
+  // the sample found no MPI frame).
+  void SettleUnsure(const std::vector<int>& unsure) {
     for (int r : unsure) {
       const uint64_t seq = S(r).seq;
       bool others_wait = false;
@@ -147,8 +159,11 @@ struct Analysis {
         waiters[seq].push_back(r);
       }
     }
-    // Ranks in a command that every other rank has finished, none of them known to wait (in a
-    // collective, in MPI, for a peer): stuck themselves (inside an HDF5 read, say).
+  }
+
+  // Ranks in a command that every other rank has finished, none of them known to wait (in a
+  // collective, in MPI, for a peer): stuck themselves (inside an HDF5 read, say).
+  void DropRanksStuckAlone() {
     for (auto it = waiters.begin(); it != waiters.end();) {
       const uint64_t seq = it->first;
       std::vector<int>& in = it->second;
@@ -170,10 +185,13 @@ struct Analysis {
         ++it;
       }
     }
-    // The ranks the waiters wait for: named by the transport; else, when no rank is stuck at or
-    // before their command already (a rank that never reached it holds every later collective
-    // up: commands run in order), every rank not in the command. Rank 0's controller waiting in
-    // a disco call (SyncAll) takes part in the command it waits for without running it.
+  }
+
+  // The ranks the waiters wait for: named by the transport; else, when no rank is stuck at or
+  // before their command already (a rank that never reached it holds every later collective
+  // up: commands run in order), every rank not in the command. Rank 0's controller waiting in
+  // a disco call (SyncAll) takes part in the command it waits for without running it.
+  void BlameTheMissing() {
     for (const auto& [seq, in] : waiters) {
       const std::string where = Where(S(in.front()));
       std::vector<int> foreign;

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -142,6 +145,67 @@ SessionConfig AgreeOnConfig(const SessionConfig& mine) {
   return c;
 }
 
+// The session's configuration as rank 0 reads it from the environment (other ranks: a default,
+// which AgreeOnConfig replaces); nothing on every rank when rank 0 refused a knob (it said why).
+std::optional<SessionConfig> ConfigFromEnv(int rank, int size) {
+  SessionConfig config;
+  int64_t config_ok = 1;
+  if (rank == 0) {
+    try {
+      config = SessionConfig::FromEnv(size);
+    } catch (const std::exception& e) {
+      LogLine(LogLevel::kError, StripPrefix(e.what()));
+      config_ok = 0;
+    }
+  }
+  DISCO_MPI_CALL(MPI_Bcast(&config_ok, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  if (!config_ok) return std::nullopt;
+  return config;
+}
+
+// Starts the watchdog on every rank. The job's liveness secret: drawn by rank 0, carried by MPI
+// only (never by the network otherwise); the hosts of every rank choose the address the liveness
+// socket is bound to, and every rank learns every other's.
+void StartWatchdog(int rank, int size, double timeout_s) {
+  liveness::JobSecret secret;
+  if (rank == 0) secret = liveness::NewJobSecret();
+  DISCO_MPI_CALL(MPI_Bcast(&secret, sizeof secret, MPI_BYTE, 0, MPI_COMM_WORLD));
+  std::vector<watchdog::PingAddress> hosts(static_cast<size_t>(size));
+  watchdog::PingAddress here = watchdog::LocalHost();
+  DISCO_MPI_CALL(MPI_Allgather(&here, sizeof here, MPI_BYTE, hosts.data(), sizeof here, MPI_BYTE,
+                               MPI_COMM_WORLD));
+  watchdog::Start(rank, size, timeout_s, secret, hosts);
+  std::memset(secret.secret, 0, sizeof secret.secret);
+  std::vector<watchdog::PingAddress> all(static_cast<size_t>(size));
+  watchdog::PingAddress mine = watchdog::LocalPingAddress();
+  DISCO_MPI_CALL(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                               MPI_COMM_WORLD));
+  watchdog::SetPingAddresses(all);
+}
+
+// Rank 0: the controller program on a session, then the session's shutdown. The job's exit code.
+int RunController(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info,
+                  const std::function<int(Session&)>& controller) {
+  detail::SetThisWorker(info);
+  auto impl = std::make_shared<detail::SessionImpl>(transport, config, info);
+  Session session(impl);
+  int user_code = 0;
+  watchdog::ControllerRunning(true);
+  try {
+    user_code = controller(session);
+  } catch (const std::exception& e) {
+    FatalAbort(std::string("controller raised ") + e.what());
+  } catch (...) {
+    FatalAbort("controller raised a non-standard exception");
+  }
+  watchdog::ControllerRunning(false);
+  int exit_code = impl->Shutdown(user_code);
+  // A controller that shut the session down itself fixed the workers' code then (0); its own
+  // failure still ends rank 0, and so the job, non-zero.
+  if (exit_code == 0) exit_code = user_code;
+  return exit_code;
+}
+
 }  // namespace
 
 int Main(int argc, char** argv, std::function<int(Session&)> controller) {
@@ -180,44 +244,15 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     RegisterBuiltins();
 
     // Rank 0 validates the environment; a bad knob ends the job with one clear line.
-    SessionConfig config;
-    int64_t config_ok = 1;
-    if (rank == 0) {
-      try {
-        config = SessionConfig::FromEnv(size);
-      } catch (const std::exception& e) {
-        LogLine(LogLevel::kError, StripPrefix(e.what()));
-        config_ok = 0;
-      }
-    }
-    DISCO_MPI_CALL(MPI_Bcast(&config_ok, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
-    if (!config_ok) {
+    std::optional<SessionConfig> checked = ConfigFromEnv(rank, size);
+    if (!checked) {
       if (owns_mpi) MPI_Finalize();
       return 2;
     }
-    config = AgreeOnConfig(config);
+    SessionConfig config = AgreeOnConfig(*checked);
     AgreeOnJobKnobs(rank);
     trace::StartJob(MPI_COMM_WORLD);
-    {
-      // The job's liveness secret: drawn by rank 0, carried by MPI only (never by the network
-      // otherwise); the hosts of every rank choose the address the liveness socket is bound to.
-      liveness::JobSecret secret;
-      if (rank == 0) secret = liveness::NewJobSecret();
-      DISCO_MPI_CALL(MPI_Bcast(&secret, sizeof secret, MPI_BYTE, 0, MPI_COMM_WORLD));
-      std::vector<watchdog::PingAddress> hosts(static_cast<size_t>(size));
-      watchdog::PingAddress here = watchdog::LocalHost();
-      DISCO_MPI_CALL(MPI_Allgather(&here, sizeof here, MPI_BYTE, hosts.data(), sizeof here,
-                                   MPI_BYTE, MPI_COMM_WORLD));
-      watchdog::Start(rank, size, static_cast<double>(config.timeout_s), secret, hosts);
-      std::memset(secret.secret, 0, sizeof secret.secret);
-    }
-    {
-      std::vector<watchdog::PingAddress> all(static_cast<size_t>(size));
-      watchdog::PingAddress mine = watchdog::LocalPingAddress();
-      DISCO_MPI_CALL(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
-                                   MPI_COMM_WORLD));
-      watchdog::SetPingAddresses(all);
-    }
+    StartWatchdog(rank, size, static_cast<double>(config.timeout_s));
 
     WorkerInfo info;
     info.worker_id = rank;
@@ -235,23 +270,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
 
     MpiTransport transport(MPI_COMM_WORLD);
     if (rank == 0) {
-      detail::SetThisWorker(info);
-      auto impl = std::make_shared<detail::SessionImpl>(&transport, config, info);
-      Session session(impl);
-      int user_code = 0;
-      watchdog::ControllerRunning(true);
-      try {
-        user_code = controller(session);
-      } catch (const std::exception& e) {
-        FatalAbort(std::string("controller raised ") + e.what());
-      } catch (...) {
-        FatalAbort("controller raised a non-standard exception");
-      }
-      watchdog::ControllerRunning(false);
-      exit_code = impl->Shutdown(user_code);
-      // A controller that shut the session down itself fixed the workers' code then (0); its own
-      // failure still ends rank 0, and so the job, non-zero.
-      if (exit_code == 0) exit_code = user_code;
+      exit_code = RunController(&transport, config, info, controller);
     } else {
       exit_code = RunWorkerLoop(&transport, config, info);
     }

@@ -205,26 +205,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   // Whether the result's metadata is the command's: from the command alone, whatever happens here.
   const bool uniform = fr != nullptr && fr->empty_lookup && IsUniformEmptyCall(args, n);
   if (f == nullptr) {
-    std::string label = "<register " + std::to_string(func_reg) + ">";
-    std::string why;
-    if (fr == nullptr) {
-      why = "the function register " + std::to_string(func_reg) + " does not exist on worker " +
-            std::to_string(info_.worker_id);
-    } else if (fr->failure != nullptr) {
-      label = fr->failure->function;
-      why = "the function register " + std::to_string(func_reg) +
-            " holds the failure of an earlier call to '" + fr->failure->function +
-            "': " + fr->failure->message;
-    } else {
-      why = "register " + std::to_string(func_reg) + " holds a " + fr->value.type_name() +
-            ", not a Function";
-    }
-    if (collective_command) {
-      EndJobWithError("worker " + std::to_string(info_.worker_id) + " cannot run command #" +
-                      std::to_string(seq) + ", a collective call on worker 0: " + why +
-                      "; the other workers would wait for this one in the collective");
-    }
-    Fail(seq, result_reg, label, detail::RankPrefix() + why);
+    FailWithoutFunction(seq, result_reg, func_reg, fr, collective_command);
     regs_[result_reg].uniform = uniform;
     return;
   }
@@ -253,42 +234,7 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
   }
   std::string failure;
   try {
-    const Any* call_args = args;
-    for (size_t i = 0; i < n; ++i) {
-      if (args[i].type_code() != TypeCode::kDRef) continue;
-      scratch_.assign(args, args + n);
-      for (size_t j = i; j < n; ++j) {
-        const DRef* ref = std::get_if<DRef>(&args[j].storage());
-        if (!collective) {
-          scratch_[j] = Resolve(args[j], j, f->name());
-          continue;
-        }
-        if (ref == nullptr) continue;
-        // A collective joins its agreement even when an argument failed here: it gets None, and
-        // the agreement raises the failure on every worker (a hang otherwise).
-        try {
-          scratch_[j] = Resolve(args[j], j, f->name());
-        } catch (const Error& e) {
-          if (origins.arg_failure.empty()) origins.arg_failure = e.what();
-          scratch_[j] = Any();
-        }
-        const Register* r = Find(ref->reg_id());
-        if (r == nullptr && ref->reg_id() >= 1 &&
-            static_cast<uint64_t>(ref->reg_id()) < regs_.size()) {
-          r = &regs_[ref->reg_id()];  // poisoned registers are found too; a free one is not
-        }
-        origins.args[j] = ArgOrigin{ref->reg_id(), 0, false, TensorFingerprint(scratch_[j])};
-        if (r != nullptr) {
-          // A graph's register has one key at every replay of the graph (bit 63: no sequence
-          // number reaches it).
-          origins.args[j].version =
-              r->graph != 0 ? (uint64_t{1} << 63) | static_cast<uint64_t>(r->graph) : r->version;
-          origins.args[j].uniform = r->uniform;
-        }
-      }
-      call_args = scratch_.data();
-      break;
-    }
+    const Any* call_args = ResolveArgs(args, n, *f, &origins);
     origins.function = collective ? f->get().get() : nullptr;
     rv = f->CallPacked(call_args, n);
     origins.function = nullptr;
@@ -319,6 +265,73 @@ void Worker::CallPacked(uint64_t seq, int64_t result_reg, int64_t func_reg, cons
     Store(seq, result_reg, std::move(rv));
   }
   regs_[result_reg].uniform = uniform;
+}
+
+void Worker::FailWithoutFunction(uint64_t seq, int64_t result_reg, int64_t func_reg,
+                                 const Register* fr, bool collective_command) {
+  std::string label = "<register " + std::to_string(func_reg) + ">";
+  std::string why;
+  if (fr == nullptr) {
+    why = "the function register " + std::to_string(func_reg) + " does not exist on worker " +
+          std::to_string(info_.worker_id);
+  } else if (fr->failure != nullptr) {
+    label = fr->failure->function;
+    why = "the function register " + std::to_string(func_reg) +
+          " holds the failure of an earlier call to '" + fr->failure->function +
+          "': " + fr->failure->message;
+  } else {
+    why = "register " + std::to_string(func_reg) + " holds a " + fr->value.type_name() +
+          ", not a Function";
+  }
+  if (collective_command) {
+    EndJobWithError("worker " + std::to_string(info_.worker_id) + " cannot run command #" +
+                    std::to_string(seq) + ", a collective call on worker 0: " + why +
+                    "; the other workers would wait for this one in the collective");
+  }
+  Fail(seq, result_reg, label, detail::RankPrefix() + why);
+}
+
+// Registers named by the arguments resolved from the first one on (none: `args` itself); for a
+// collective, where each came from (see CallOrigins), and None for one that failed here.
+const Any* Worker::ResolveArgs(const Any* args, size_t n, const Function& fn,
+                               CallOrigins* call_origins) {
+  const bool collective = fn.get()->collective;
+  CallOrigins& origins = *call_origins;
+  for (size_t i = 0; i < n; ++i) {
+    if (args[i].type_code() != TypeCode::kDRef) continue;
+    scratch_.assign(args, args + n);
+    for (size_t j = i; j < n; ++j) {
+      const DRef* ref = std::get_if<DRef>(&args[j].storage());
+      if (!collective) {
+        scratch_[j] = Resolve(args[j], j, fn.name());
+        continue;
+      }
+      if (ref == nullptr) continue;
+      // A collective joins its agreement even when an argument failed here: it gets None, and
+      // the agreement raises the failure on every worker (a hang otherwise).
+      try {
+        scratch_[j] = Resolve(args[j], j, fn.name());
+      } catch (const Error& e) {
+        if (origins.arg_failure.empty()) origins.arg_failure = e.what();
+        scratch_[j] = Any();
+      }
+      const Register* r = Find(ref->reg_id());
+      if (r == nullptr && ref->reg_id() >= 1 &&
+          static_cast<uint64_t>(ref->reg_id()) < regs_.size()) {
+        r = &regs_[ref->reg_id()];  // poisoned registers are found too; a free one is not
+      }
+      origins.args[j] = ArgOrigin{ref->reg_id(), 0, false, TensorFingerprint(scratch_[j])};
+      if (r != nullptr) {
+        // A graph's register has one key at every replay of the graph (bit 63: no sequence
+        // number reaches it).
+        origins.args[j].version =
+            r->graph != 0 ? (uint64_t{1} << 63) | static_cast<uint64_t>(r->graph) : r->version;
+        origins.args[j].uniform = r->uniform;
+      }
+    }
+    return scratch_.data();
+  }
+  return args;
 }
 
 void Worker::DebugSetRegister(uint64_t seq, int64_t reg, const Any& value) {
@@ -590,158 +603,210 @@ std::atomic<bool> g_corrupt_next_frame{false};
 
 void detail::TestCorruptNextFrame() { g_corrupt_next_frame.store(true); }
 
-int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info) {
-  detail::SetThisWorker(info);
-  protocol::ByteBuffer out;
-  Worker worker(info, [&](const protocol::ErrorReport& report) {
-    protocol::EncodeErrorReport(&out, report);
-    transport->SendAsync(0, MpiTransport::kTagError, out.data(), out.size());
-  });
-  const size_t inline_bytes = static_cast<size_t>(config.inline_bytes);
-  const size_t max_payload = config.max_payload();
-  protocol::ByteBuffer frame;
-  frame.Reserve(inline_bytes);
-  // The next frame, when the last one asked for it by MPI_Ibcast (kFlagNextFrameNonblocking).
-  std::vector<uint8_t> posted(inline_bytes);
-  protocol::Command cmd;
-  uint64_t expected_seq = 1;
-  for (;;) {
-    frame.Resize(inline_bytes);
-    if (transport->posted()) {
-      transport->WaitPosted();
-      std::memcpy(frame.data(), posted.data(), inline_bytes);
+namespace {
+
+// The loop of a worker rank: receives each command frame (inline part, the rest, bulk payloads),
+// checks its sequence, and runs it on the rank's Worker.
+class WorkerLoop {
+ public:
+  WorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info)
+      : transport_(transport),
+        info_(info),
+        worker_(info,
+                [this](const protocol::ErrorReport& report) {
+                  protocol::EncodeErrorReport(&out_, report);
+                  transport_->SendAsync(0, MpiTransport::kTagError, out_.data(), out_.size());
+                }),
+        inline_bytes_(static_cast<size_t>(config.inline_bytes)),
+        max_payload_(config.max_payload()),
+        posted_(inline_bytes_) {
+    frame_.Reserve(inline_bytes_);
+  }
+
+  int Run() {
+    for (;;) {
+      const protocol::FrameHeader header = Receive();
+      // The flight recorder and the watchdog see every command; call_packed records itself (with
+      // its function's name), and parking and shutdown are waits, not work.
+      const protocol::Action action = cmd_.action();
+      const bool recorded =
+          action != protocol::Action::kCallPacked && action != protocol::Action::kReplayGraph &&
+          action != protocol::Action::kPark && action != protocol::Action::kShutdown;
+      if (recorded) watchdog::Begin(header.seq, protocol::ActionName(action), "");
+      if (action == protocol::Action::kShutdown) return Shutdown();
+      Dispatch(header);
+      if (recorded) watchdog::End();
+      transport_->ProgressSends(/*wait=*/false);
+      // The command's values own their data: a large frame or reply is not kept for the next one.
+      frame_.ReleaseAbove(std::max(protocol::kKeepBufferBytes, inline_bytes_));
+      out_.ReleaseAbove(protocol::kKeepBufferBytes);
+    }
+  }
+
+ private:
+  // The next command into cmd_: its frame, the part past the inline bytes, its bulk payloads.
+  protocol::FrameHeader Receive() {
+    frame_.Resize(inline_bytes_);
+    if (transport_->posted()) {
+      transport_->WaitPosted();
+      std::memcpy(frame_.data(), posted_.data(), inline_bytes_);
     } else {
-      transport->Broadcast(frame.data(), inline_bytes);
+      transport_->Broadcast(frame_.data(), inline_bytes_);
     }
-    if (g_corrupt_next_frame.exchange(false)) frame.data()[0] ^= 0xFF;
-    protocol::FrameHeader header = protocol::ParseHeader(frame.data(), inline_bytes, max_payload);
+    if (g_corrupt_next_frame.exchange(false)) frame_.data()[0] ^= 0xFF;
+    protocol::FrameHeader header =
+        protocol::ParseHeader(frame_.data(), inline_bytes_, max_payload_);
     size_t total = protocol::kHeaderBytes + header.payload_bytes;
-    if (total > inline_bytes) {
-      frame.Resize(total);
-      transport->Broadcast(frame.data() + inline_bytes, total - inline_bytes);
+    if (total > inline_bytes_) {
+      frame_.Resize(total);
+      transport_->Broadcast(frame_.data() + inline_bytes_, total - inline_bytes_);
     }
-    protocol::DecodeCommand(header, frame.data(), total, max_payload, &cmd);
-    for (const protocol::BulkSlot& b : cmd.bulk) transport->Broadcast(b.data, b.size);
-    DISCO_CHECK(header.seq == expected_seq, ProtocolError)
-        << "desynchronised command stream on worker " << info.worker_id << ": expected command #"
-        << expected_seq << ", received #" << header.seq << " ("
-        << protocol::ActionName(cmd.action()) << "); this rank and the controller disagree on "
+    protocol::DecodeCommand(header, frame_.data(), total, max_payload_, &cmd_);
+    for (const protocol::BulkSlot& b : cmd_.bulk) transport_->Broadcast(b.data, b.size);
+    DISCO_CHECK(header.seq == expected_seq_, ProtocolError)
+        << "desynchronised command stream on worker " << info_.worker_id << ": expected command #"
+        << expected_seq_ << ", received #" << header.seq << " ("
+        << protocol::ActionName(cmd_.action()) << "); this rank and the controller disagree on "
         << "the command sequence";
-    ++expected_seq;
+    ++expected_seq_;
     // Posted before the command runs: MPI forwards the next frame inside the collective's calls.
     if (header.flags & protocol::kFlagNextFrameNonblocking) {
-      transport->PostBroadcast(posted.data(), inline_bytes);
+      transport_->PostBroadcast(posted_.data(), inline_bytes_);
     }
-    if (!cmd.kills.empty()) worker.KillRegs(cmd.kills.data(), cmd.kills.size());
-    // The flight recorder and the watchdog see every command; call_packed records itself (with
-    // its function's name), and parking and shutdown are waits, not work.
-    const protocol::Action action = cmd.action();
-    const bool recorded =
-        action != protocol::Action::kCallPacked && action != protocol::Action::kReplayGraph &&
-        action != protocol::Action::kPark && action != protocol::Action::kShutdown;
-    if (recorded) watchdog::Begin(header.seq, protocol::ActionName(action), "");
-    switch (action) {
-      case protocol::Action::kShutdown: {
-        watchdog::ShuttingDown();
-        ccl::Reset();
-        transport->ReduceSumU64(worker.errors_reported());
-        transport->ProgressSends(/*wait=*/true);
-        return static_cast<int>(transport->BroadcastI64(0));
-      }
+    if (!cmd_.kills.empty()) worker_.KillRegs(cmd_.kills.data(), cmd_.kills.size());
+    return header;
+  }
+
+  int Shutdown() {
+    watchdog::ShuttingDown();
+    ccl::Reset();
+    transport_->ReduceSumU64(worker_.errors_reported());
+    transport_->ProgressSends(/*wait=*/true);
+    return static_cast<int>(transport_->BroadcastI64(0));
+  }
+
+  void Dispatch(const protocol::FrameHeader& header) {
+    const protocol::Command& cmd = cmd_;
+    switch (cmd.action()) {
+      case protocol::Action::kShutdown:  // Run's
       case protocol::Action::kKillReg:
         break;
       case protocol::Action::kPark:
-        transport->ParkUntilWoken(kParkMaxSleepUs);
+        transport_->ParkUntilWoken(kParkMaxSleepUs);
         break;
       case protocol::Action::kInstallGraph:
-        worker.InstallGraph(header.seq, cmd.args.data(), cmd.args.size());
+        worker_.InstallGraph(header.seq, cmd.args.data(), cmd.args.size());
         break;
       case protocol::Action::kReplayGraph:
         DISCO_CHECK(!cmd.args.empty(), ProtocolError)
             << "replay_graph command #" << header.seq << " has no graph id";
-        worker.ReplayGraph(header.seq, Operand<int64_t>(cmd, 0, "graph id"), cmd.args.data() + 1,
-                           cmd.args.size() - 1);
+        worker_.ReplayGraph(header.seq, Operand<int64_t>(cmd, 0, "graph id"), cmd.args.data() + 1,
+                            cmd.args.size() - 1);
         break;
       case protocol::Action::kFreeGraph:
         for (const Any& id : cmd.args) {
           std::optional<int64_t> g = id.as<int64_t>();
           DISCO_CHECK(g.has_value(), ProtocolError)
               << "free_graph command #" << header.seq << ": a graph id that is not an integer";
-          worker.FreeGraph(*g);
+          worker_.FreeGraph(*g);
         }
         break;
       case protocol::Action::kGetGlobalFunc:
-        worker.GetGlobalFunc(header.seq, Operand<int64_t>(cmd, 0, "register"),
-                             Operand<std::string>(cmd, 1, "name"));
+        worker_.GetGlobalFunc(header.seq, Operand<int64_t>(cmd, 0, "register"),
+                              Operand<std::string>(cmd, 1, "name"));
         break;
       case protocol::Action::kCallPacked:
         DISCO_CHECK(cmd.args.size() >= 2, ProtocolError)
             << "call_packed command #" << header.seq << " has " << cmd.args.size()
             << " operands (needs at least 2)";
-        worker.CallPacked(header.seq, Operand<int64_t>(cmd, 0, "result register"),
-                          Operand<DRef>(cmd, 1, "function").reg_id(), cmd.args.data() + 2,
-                          cmd.args.size() - 2, (header.flags & protocol::kFlagCollective) != 0);
+        worker_.CallPacked(header.seq, Operand<int64_t>(cmd, 0, "result register"),
+                           Operand<DRef>(cmd, 1, "function").reg_id(), cmd.args.data() + 2,
+                           cmd.args.size() - 2, (header.flags & protocol::kFlagCollective) != 0);
         break;
-      case protocol::Action::kSyncWorker: {
-        int64_t target = Operand<int64_t>(cmd, 0, "worker id");
-        if (target == -1) {
-          transport->ReduceSumU64(worker.errors_reported());
-        } else if (target == info.worker_id) {
-          protocol::EncodeSyncAck(&out, worker.errors_reported());
-          transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
+      case protocol::Action::kSyncWorker:
+        SyncWorker();
+        break;
+      case protocol::Action::kDebugGetFromRemote:
+        if (Operand<int64_t>(cmd, 1, "worker id") == info_.worker_id) {
+          DebugGet(Operand<int64_t>(cmd, 0, "register"));
         }
         break;
-      }
-      case protocol::Action::kDebugGetFromRemote: {
-        int64_t reg = Operand<int64_t>(cmd, 0, "register");
-        if (Operand<int64_t>(cmd, 1, "worker id") == info.worker_id) {
-          Any value;
-          protocol::DebugStatus status = worker.DebugGetRegister(reg, &value);
-          try {
-            protocol::EncodeDebugValue(&out, worker.errors_reported(), status, value);
-          } catch (const std::exception& e) {
-            // A Function or Object cannot be sent; say so instead of ending the job.
-            protocol::EncodeDebugValue(
-                &out, worker.errors_reported(), protocol::DebugStatus::kUnsendable,
-                Any("register " + std::to_string(reg) + " on worker " +
-                    std::to_string(info.worker_id) + " cannot be read remotely: " + e.what()));
-          }
-          // A value larger than the controller takes (DISCO_MAX_FRAME_BYTES, the same on every
-          // rank) or than one MPI message holds is refused here, in a small reply, not sent.
-          const size_t limit = std::min<size_t>(max_payload, INT_MAX - protocol::kHeaderBytes);
-          if (out.size() > limit) {
-            size_t bytes = out.size();
-            protocol::EncodeDebugValue(
-                &out, worker.errors_reported(), protocol::DebugStatus::kUnsendable,
-                Any("register " + std::to_string(reg) + " on worker " +
-                    std::to_string(info.worker_id) + " holds " + std::to_string(bytes) +
-                    " bytes, more than a debug read carries (" + std::to_string(limit) +
-                    " bytes: DISCO_MAX_FRAME_BYTES, and MPI's 2 GiB per message); gather it to "
-                    "worker 0 and use CopyFromWorker0, or read it in parts"));
-          }
-          transport->Send(0, MpiTransport::kTagReply, out.data(), out.size());
-        }
+      case protocol::Action::kDebugSetRegister:
+        DebugSet(header);
         break;
-      }
-      case protocol::Action::kDebugSetRegister: {
-        int64_t reg = Operand<int64_t>(cmd, 0, "register");
-        if (Operand<int64_t>(cmd, 1, "worker id") == info.worker_id) {
-          DISCO_CHECK(cmd.args.size() == 3, ProtocolError)
-              << "debug_set_register command #" << header.seq << " has " << cmd.args.size()
-              << " operands (needs 3)";
-          worker.DebugSetRegister(header.seq, reg, cmd.args[2]);
-        } else {
-          worker.TouchRegister(header.seq, reg);
-        }
-        break;
-      }
     }
-    if (recorded) watchdog::End();
-    transport->ProgressSends(/*wait=*/false);
-    // The command's values own their data: a large frame or reply is not kept for the next one.
-    frame.ReleaseAbove(std::max(protocol::kKeepBufferBytes, inline_bytes));
-    out.ReleaseAbove(protocol::kKeepBufferBytes);
   }
+
+  void SyncWorker() {
+    int64_t target = Operand<int64_t>(cmd_, 0, "worker id");
+    if (target == -1) {
+      transport_->ReduceSumU64(worker_.errors_reported());
+    } else if (target == info_.worker_id) {
+      protocol::EncodeSyncAck(&out_, worker_.errors_reported());
+      transport_->Send(0, MpiTransport::kTagReply, out_.data(), out_.size());
+    }
+  }
+
+  // Register `reg` of this worker, sent to the controller.
+  void DebugGet(int64_t reg) {
+    const std::string where =
+        "register " + std::to_string(reg) + " on worker " + std::to_string(info_.worker_id);
+    Any value;
+    protocol::DebugStatus status = worker_.DebugGetRegister(reg, &value);
+    try {
+      protocol::EncodeDebugValue(&out_, worker_.errors_reported(), status, value);
+    } catch (const std::exception& e) {
+      // A Function or Object cannot be sent; say so instead of ending the job.
+      protocol::EncodeDebugValue(&out_, worker_.errors_reported(),
+                                 protocol::DebugStatus::kUnsendable,
+                                 Any(where + " cannot be read remotely: " + e.what()));
+    }
+    // A value larger than the controller takes (DISCO_MAX_FRAME_BYTES, the same on every rank)
+    // or than one MPI message holds is refused here, in a small reply, not sent.
+    const size_t limit = std::min<size_t>(max_payload_, INT_MAX - protocol::kHeaderBytes);
+    if (out_.size() > limit) {
+      size_t bytes = out_.size();
+      protocol::EncodeDebugValue(
+          &out_, worker_.errors_reported(), protocol::DebugStatus::kUnsendable,
+          Any(where + " holds " + std::to_string(bytes) +
+              " bytes, more than a debug read carries (" + std::to_string(limit) +
+              " bytes: DISCO_MAX_FRAME_BYTES, and MPI's 2 GiB per message); gather it to "
+              "worker 0 and use CopyFromWorker0, or read it in parts"));
+    }
+    transport_->Send(0, MpiTransport::kTagReply, out_.data(), out_.size());
+  }
+
+  void DebugSet(const protocol::FrameHeader& header) {
+    int64_t reg = Operand<int64_t>(cmd_, 0, "register");
+    if (Operand<int64_t>(cmd_, 1, "worker id") == info_.worker_id) {
+      DISCO_CHECK(cmd_.args.size() == 3, ProtocolError)
+          << "debug_set_register command #" << header.seq << " has " << cmd_.args.size()
+          << " operands (needs 3)";
+      worker_.DebugSetRegister(header.seq, reg, cmd_.args[2]);
+    } else {
+      worker_.TouchRegister(header.seq, reg);
+    }
+  }
+
+  MpiTransport* transport_;
+  const WorkerInfo& info_;
+  protocol::ByteBuffer out_;  // before worker_: its error callback writes here
+  Worker worker_;
+  const size_t inline_bytes_;
+  const size_t max_payload_;
+  protocol::ByteBuffer frame_;
+  // The next frame, when the last one asked for it by MPI_Ibcast (kFlagNextFrameNonblocking).
+  std::vector<uint8_t> posted_;
+  protocol::Command cmd_;
+  uint64_t expected_seq_ = 1;
+};
+
+}  // namespace
+
+int RunWorkerLoop(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& info) {
+  detail::SetThisWorker(info);
+  WorkerLoop loop(transport, config, info);
+  return loop.Run();
 }
 
 }  // namespace disco

@@ -124,6 +124,11 @@ class Worker {
   /// Reports an error of command `seq` without touching the register.
   void Report(uint64_t seq, int64_t reg, const std::string& function, const std::string& message);
   const Any& Resolve(const Any& arg, size_t index, const std::string& function) const;
+  // CallPacked's parts: the failure when register `func_reg` holds no callable function, and the
+  // arguments with registers resolved (in scratch_, with their origins for a collective).
+  void FailWithoutFunction(uint64_t seq, int64_t result_reg, int64_t func_reg, const Register* fr,
+                           bool collective_command);
+  const Any* ResolveArgs(const Any* args, size_t n, const Function& f, CallOrigins* origins);
 
   // A captured graph as this worker runs it.
   struct GraphCall {
