@@ -169,6 +169,73 @@ std::pair<size_t, size_t> CallWireBytes() {
   return {req, buf.size() + 8};
 }
 
+// One row's figures: the median times of raw and disco (us) and the ratio raw / disco.
+struct Figures {
+  double raw_us, disco_us, ratio;
+};
+
+// A no-op call against a raw ping-pong of the same byte sizes (`req`, `rep`): per repeat, the
+// mean round trip over `iters` of each.
+Figures NoopCallFigures(Session& s, remote::Socket* raw, int repeats, int64_t iters, size_t req,
+                        size_t rep) {
+  DRef f = s.GetGlobalFunc("disco.worker_id");
+  std::vector<double> rt, dt;
+  for (int r = 0; r < repeats; ++r) {
+    RawCommand(raw, 'p', (uint64_t{rep} << 32) | req, static_cast<uint64_t>(iters));
+    std::vector<char> buf(std::max(req, rep));
+    double t0 = NowUs();
+    for (int64_t i = 0; i < iters; ++i) {
+      raw->SendAll(buf.data(), req, kIoTimeoutMs);
+      raw->RecvAll(buf.data(), rep, kIoTimeoutMs, "a pong");
+    }
+    rt.push_back((NowUs() - t0) / iters);
+    t0 = NowUs();
+    for (int64_t i = 0; i < iters; ++i) s.CallPacked(f);
+    dt.push_back((NowUs() - t0) / iters);
+  }
+  double lat_ratio = Median(dt) > 0 ? Median(rt) / Median(dt) : 0;
+  return {Median(rt), Median(dt), lat_ratio};
+}
+
+// Copies of `n` bytes to and from worker 0, raw and disco alternating op by op: the median time
+// per op and the median of the per-round ratios, for copy_to and copy_from.
+std::pair<Figures, Figures> CopyFigures(Session& s, remote::Socket* raw, int repeats, int64_t n) {
+  DRef remote_t = s.Empty(Shape{n}, DataType("uint8"));
+  Tensor host = Tensor::Empty(Shape{n}, DataType("uint8"));
+  std::memset(host.data(), 7, static_cast<size_t>(n));
+  const size_t bytes = static_cast<size_t>(n);
+  int64_t rounds = repeats * std::max<int64_t>(3, std::min<int64_t>(200, (int64_t{256} << 20) / n));
+  std::vector<double> raw_to, raw_from, disco_to, disco_from, ratio_to, ratio_from;
+  std::vector<char> ack(1);
+  for (int64_t r = -1; r < rounds; ++r) {  // round -1 warms up both sides
+    RawCommand(raw, 'u', bytes, 1);
+    double t0 = NowUs();
+    raw->SendAll(host.data(), bytes, kIoTimeoutMs);
+    raw->RecvAll(ack.data(), 1, kIoTimeoutMs, "an ack");
+    double t_raw_to = NowUs() - t0;
+    t0 = NowUs();
+    s.CopyToWorker0(host, remote_t);
+    double t_to = NowUs() - t0;
+    RawCommand(raw, 'd', bytes, 1);
+    t0 = NowUs();
+    raw->SendAll("d", 1, kIoTimeoutMs);
+    raw->RecvAll(host.data(), bytes, kIoTimeoutMs, "a download");
+    double t_raw_from = NowUs() - t0;
+    t0 = NowUs();
+    s.CopyFromWorker0(host, remote_t);
+    double t_from = NowUs() - t0;
+    if (r < 0) continue;
+    raw_to.push_back(t_raw_to);
+    disco_to.push_back(t_to);
+    ratio_to.push_back(t_raw_to / t_to);
+    raw_from.push_back(t_raw_from);
+    disco_from.push_back(t_from);
+    ratio_from.push_back(t_raw_from / t_from);
+  }
+  return {{Median(raw_to), Median(disco_to), Median(ratio_to)},
+          {Median(raw_from), Median(disco_from), Median(ratio_from)}};
+}
+
 }  // namespace
 
 int RunRemoteBench(const RemoteOptions& opts) {
@@ -214,63 +281,16 @@ int RunRemoteBench(const RemoteOptions& opts) {
   // Latency: a no-op call per round trip.
   {
     auto [req, rep] = CallWireBytes();
-    DRef f = s.GetGlobalFunc("disco.worker_id");
-    std::vector<double> rt, dt;
-    for (int r = 0; r < repeats; ++r) {
-      RawCommand(&raw, 'p', (uint64_t{rep} << 32) | req, static_cast<uint64_t>(lat_iters));
-      std::vector<char> buf(std::max(req, rep));
-      double t0 = NowUs();
-      for (int64_t i = 0; i < lat_iters; ++i) {
-        raw.SendAll(buf.data(), req, kIoTimeoutMs);
-        raw.RecvAll(buf.data(), rep, kIoTimeoutMs, "a pong");
-      }
-      rt.push_back((NowUs() - t0) / lat_iters);
-      t0 = NowUs();
-      for (int64_t i = 0; i < lat_iters; ++i) s.CallPacked(f);
-      dt.push_back((NowUs() - t0) / lat_iters);
-    }
-    double lat_ratio = Median(dt) > 0 ? Median(rt) / Median(dt) : 0;
-    row("noop_call", 0, static_cast<int64_t>(req + rep), Median(rt), Median(dt), lat_ratio);
+    Figures f = NoopCallFigures(s, &raw, repeats, lat_iters, req, rep);
+    row("noop_call", 0, static_cast<int64_t>(req + rep), f.raw_us, f.disco_us, f.ratio);
   }
 
   // Copies: raw and disco alternate op by op, so that both see the same phases of a noisy host;
   // times are medians over every op, the ratio the median of the per-round ratios.
   for (int64_t n = min_bytes; n <= max_bytes; n *= 4) {
-    DRef remote_t = s.Empty(Shape{n}, DataType("uint8"));
-    Tensor host = Tensor::Empty(Shape{n}, DataType("uint8"));
-    std::memset(host.data(), 7, static_cast<size_t>(n));
-    const size_t bytes = static_cast<size_t>(n);
-    int64_t rounds =
-        repeats * std::max<int64_t>(3, std::min<int64_t>(200, (int64_t{256} << 20) / n));
-    std::vector<double> raw_to, raw_from, disco_to, disco_from, ratio_to, ratio_from;
-    std::vector<char> ack(1);
-    for (int64_t r = -1; r < rounds; ++r) {  // round -1 warms up both sides
-      RawCommand(&raw, 'u', bytes, 1);
-      double t0 = NowUs();
-      raw.SendAll(host.data(), bytes, kIoTimeoutMs);
-      raw.RecvAll(ack.data(), 1, kIoTimeoutMs, "an ack");
-      double t_raw_to = NowUs() - t0;
-      t0 = NowUs();
-      s.CopyToWorker0(host, remote_t);
-      double t_to = NowUs() - t0;
-      RawCommand(&raw, 'd', bytes, 1);
-      t0 = NowUs();
-      raw.SendAll("d", 1, kIoTimeoutMs);
-      raw.RecvAll(host.data(), bytes, kIoTimeoutMs, "a download");
-      double t_raw_from = NowUs() - t0;
-      t0 = NowUs();
-      s.CopyFromWorker0(host, remote_t);
-      double t_from = NowUs() - t0;
-      if (r < 0) continue;
-      raw_to.push_back(t_raw_to);
-      disco_to.push_back(t_to);
-      ratio_to.push_back(t_raw_to / t_to);
-      raw_from.push_back(t_raw_from);
-      disco_from.push_back(t_from);
-      ratio_from.push_back(t_raw_from / t_from);
-    }
-    row("copy_to", n, n, Median(raw_to), Median(disco_to), Median(ratio_to));
-    row("copy_from", n, n, Median(raw_from), Median(disco_from), Median(ratio_from));
+    auto [to, from] = CopyFigures(s, &raw, repeats, n);
+    row("copy_to", n, n, to.raw_us, to.disco_us, to.ratio);
+    row("copy_from", n, n, from.raw_us, from.disco_us, from.ratio);
   }
   RawCommand(&raw, 'q', 0, 0);
   Emit(table, opts.out, meta);
