@@ -31,6 +31,13 @@
 // compute stream (disco::ThisWorkerStream()), allreduces included: a worker function returns
 // before the GPU has run it, so the controller's next calls overlap the GPU's work. The kernels
 // and cuBLAS products are in libdisco_llama_cuda.so (cuda_kernels.h), loaded on first use.
+//
+// This file stays whole, over the house's 800 lines, as llm.c's model file does: it opens with
+// the algorithm above and then holds, in its order, the rank's shards (Model), the state of a
+// generation (State), the layers on a GPU and on the host, and the worker functions; the classes
+// are private to it, so a reader follows one step from the algorithm to its code without a header
+// in between. The parts that are not the model (the checkpoint's files, the config, the kernels,
+// the driver) are files of their own beside it.
 #include "llama/model.h"
 
 #include <cblas.h>
@@ -983,6 +990,17 @@ void BeginDecode(State& s, int64_t step) {
 
 // ---- Registration -------------------------------------------------------------------------------
 
+// A host tensor of `shape` with the state's copy: from the GPU when it lives there, else `host`.
+Tensor HostCopy(const Shape& shape, const char* dtype, const void* host, const Tensor* gpu) {
+  Tensor t = Tensor::Empty(shape, disco::DataType(dtype));
+  if (gpu != nullptr) {
+    t.CopyFrom(*gpu);
+  } else {
+    std::memcpy(t.data(), host, t.nbytes());
+  }
+  return t;
+}
+
 const char* const kNames[] = {
     "llama.open",   "llama.new_model", "llama.set_weight",    "llama.weight",
     "llama.config", "llama.new_state", "llama.begin_prefill", "llama.begin_decode",
@@ -1090,13 +1108,8 @@ DISCO_REGISTER_GLOBAL("llama.tokens")
     .set_body_typed(
         [](Object state) {
           State& s = StateOf(state, "llama.tokens");
-          Tensor t = Tensor::Empty(Shape{s.batch, s.max_new}, disco::DataType("int64"));
-          if (s.g != nullptr) {
-            t.CopyFrom(s.g->tokens);
-          } else {
-            std::memcpy(t.data(), s.tokens.data(), t.nbytes());
-          }
-          return t;
+          return HostCopy(Shape{s.batch, s.max_new}, "int64", s.tokens.data(),
+                          s.g != nullptr ? &s.g->tokens : nullptr);
         },
         {"state"});
 
@@ -1106,14 +1119,8 @@ DISCO_REGISTER_GLOBAL("llama.logits")
           State& s = StateOf(state, "llama.logits");
           DISCO_CHECK(s.keep_logits, ValueError)
               << "llama.logits: the state keeps no logits (llama.new_state with keep_logits)";
-          Tensor t =
-              Tensor::Empty(Shape{s.max_new, s.batch, s.m->vocab}, disco::DataType("float32"));
-          if (s.g != nullptr) {
-            t.CopyFrom(s.g->kept);
-          } else {
-            std::memcpy(t.data(), s.kept.data(), t.nbytes());
-          }
-          return t;
+          return HostCopy(Shape{s.max_new, s.batch, s.m->vocab}, "float32", s.kept.data(),
+                          s.g != nullptr ? &s.g->kept : nullptr);
         },
         {"state"});
 
