@@ -27,6 +27,15 @@
 /// the unique id, which travels by `MPI_Bcast`) or over MPI on host memory, on communicators of
 /// their own, so control frames never interleave with tensor traffic.
 ///
+/// **Captured steps.** `Session::Capture` records a sequence of calls once and installs it on
+/// every worker (disco/graph.h); a replay is then one small frame, and each worker runs the
+/// recorded calls on its fast path, collectives included.
+///
+/// **Watchdog.** Every rank runs a thread of its own (src/session/watchdog.h): a flight recorder
+/// of the commands it ran, liveness pings over authenticated UDP, and, when a command runs past
+/// `DISCO_TIMEOUT` or a rank goes silent, every rank's state gathered into one line that names
+/// the rank holding the others up (src/session/hang.h), then the end of the job.
+///
 /// **Remote controllers.** A job can serve its session over TCP instead (disco/remote.h):
 /// rank 0 forwards each request of an attached client into the session, and while it waits on
 /// the socket the workers park (sleep in a nonblocking barrier) rather than spin for the next
@@ -42,6 +51,10 @@
 ///     protocol                                    frames and (de)serialization, no MPI
 ///     core                                        values, tensors, registry, worker identity and
 ///                                                 call context, wait record, logging, knobs
+///
+/// Models (models/: the Llama decoder, the MLP demo) and the programs in examples/ use the public
+/// headers (include/disco/) only. The design in full (the wire format, the error model, the names
+/// that are fixed) is docs/design.md; where each part lives, docs/layout.md.
 ///
 /// **Errors.** A function that throws on a worker poisons its result register and reports (worker
 /// id, function, message) to rank 0; the controller raises `disco::RemoteError` at the next
