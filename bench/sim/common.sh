@@ -27,15 +27,22 @@ sim_need() {
   return 77
 }
 
+# The skeleton's sources, and the headers of disco's it takes its constants from (skeleton.h).
+sim_sources=("$SIM_DIR"/*.cc)
+sim_deps=("${sim_sources[@]}" "$SIM_DIR"/*.h "$SIM_REPO"/src/protocol/frame_header.h
+  "$SIM_REPO"/src/session/config.h "$SIM_REPO"/src/session/transport_tags.h
+  "$SIM_REPO"/src/ccl/mpi/ring.h "$SIM_REPO"/src/ccl/builtins.h "$SIM_REPO"/src/core/env_knobs.def)
+
 # sim_build NAME COMPILER FLAGS...: builds the skeleton as $SIM_BUILD/NAME when missing or older
-# than its source; prints its path.
+# than one of its sources; prints its path.
 sim_build() {
-  local name=$1 compiler=$2
+  local name=$1 compiler=$2 dep stale=0
   shift 2
   mkdir -p "$SIM_BUILD"
   local bin=$SIM_BUILD/$name
-  if [[ ! -x $bin || $SIM_DIR/skeleton.cc -nt $bin ]]; then
-    "$compiler" "$@" -o "$bin" "$SIM_DIR/skeleton.cc" 2> "$SIM_BUILD/$name.log" || {
+  for dep in "${sim_deps[@]}"; do [[ $dep -nt $bin ]] && stale=1; done
+  if [[ ! -x $bin ]] || ((stale)); then
+    "$compiler" -std=c++17 "$@" -I "$SIM_REPO/src" -o "$bin" "${sim_sources[@]}" 2> "$SIM_BUILD/$name.log" || {
       cat "$SIM_BUILD/$name.log" >&2
       return 1
     }

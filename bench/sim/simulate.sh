@@ -5,7 +5,7 @@
 #   e.g. bench/sim/simulate.sh ft1 512 call_pipe,raw_pipe --iters 40 --no-barrier
 #
 # KIND: shm2 | ft1 | ft8 | df1 (bench/sim/platform.py), or a SimGrid platform file (*.xml) with
-# SIM_HOSTS_FILE naming its hosts; MODES: skeleton.cc's modes, comma-separated.
+# SIM_HOSTS_FILE naming its hosts; MODES: the skeleton's modes (modes.cc), comma-separated.
 # Environment:
 #   OS_INTER OR_INTER   per-message send / receive software overhead between nodes, us (0.25 0.25)
 #   OS_INTRA OR_INTRA   the same inside a node (0.30 0.10: Open MPI's shared memory on our machines)

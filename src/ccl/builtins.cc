@@ -237,9 +237,10 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
     }
   }
   const Extent e = ExtentOf(sizing, data);
-  int64_t all[7] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype, e.location, -e.location};
+  int64_t all[] = {local ? 1 : 0, e.count, -e.count, e.dtype, -e.dtype, e.location, -e.location};
+  static_assert(sizeof all / sizeof all[0] == kAgreementValues, "the agreement's values");
   ++ctx->agreement_rounds;
-  c.HostMax(all, 7);
+  c.HostMax(all, kAgreementValues);
   if (local) std::rethrow_exception(local);
   DISCO_CHECK(all[0] == 0, ValueError)
       << fn << ": another worker of this collective rejected its arguments (its error says why); "
@@ -254,7 +255,7 @@ void CheckAndAgree(Communicator& c, const Communicator& data, const char* fn, co
       << fn << ": some workers of this collective hold host tensors and others device tensors "
       << "(this worker: " << sizing.ToString() << "); nothing was sent";
   if (key.valid) {
-    if (ctx->agreed.size() >= 4096) ctx->agreed.clear();
+    if (ctx->agreed.size() >= kMaxAgreedKeys) ctx->agreed.clear();
     ctx->agreed[key] = {key.fingerprint[0], key.fingerprint[1]};
   }
 }

@@ -1,4 +1,5 @@
-// The disco wire format, in one header.
+// The disco wire format, described in one place (the header's layout and the wire's codes are
+// in protocol/frame_header.h, which includes nothing of disco: bench/sim's skeleton compiles it).
 //
 // A control frame is broadcast from rank 0 to every worker:
 //
@@ -58,6 +59,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/frame_header.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "disco's wire format is little-endian; big-endian hosts need byte swapping in frame.h"
 #endif
@@ -65,9 +68,6 @@
 namespace disco {
 namespace protocol {
 
-constexpr uint32_t kMagic = 0x4F435344;
-constexpr uint8_t kVersion = 1;
-constexpr size_t kHeaderBytes = 24;
 /// Smallest DISCO_INLINE_BYTES accepted: a header plus a small call.
 constexpr size_t kMinInlineBytes = 64;
 /// Largest tensor rank accepted on the wire.
@@ -77,46 +77,7 @@ constexpr uint8_t kOutOfLine = 0x80;
 /// Bytes and tensor arguments from this size on travel out of line.
 constexpr size_t kOutOfLineMinBytes = 512;
 
-/// Command actions. Values are part of the wire format: never renumber.
-enum class Action : uint8_t {
-  kShutdown = 0,
-  kKillReg = 1,
-  kGetGlobalFunc = 2,
-  kCallPacked = 3,
-  kSyncWorker = 4,
-  kDebugGetFromRemote = 5,
-  kDebugSetRegister = 6,
-  kPark = 7,
-  // Capture and replay (disco/graph.h). Install: the graph's program, once (operands: see
-  // Worker::InstallGraph); replay: [graph id, inputs...]; free: [graph ids...].
-  kInstallGraph = 8,
-  kReplayGraph = 9,
-  kFreeGraph = 10,
-};
-constexpr uint8_t kMaxAction = 10;
 const char* ActionName(Action action);
-
-enum class ReplyKind : uint8_t { kSyncAck = 1, kDebugValue = 2, kError = 3 };
-
-/// Frame flag: the frame after this one travels by MPI_Ibcast, which the workers post before they
-/// run this command (a collective call), so that the next frame moves down the broadcast tree
-/// while they wait in the collective instead of after it.
-constexpr uint16_t kFlagNextFrameNonblocking = 1;
-/// Frame flag: the call is of a collective (worker 0's function register holds one). A worker whose
-/// own function register fails ends the job instead of leaving the others waiting in it.
-constexpr uint16_t kFlagCollective = 2;
-constexpr uint16_t kKnownFlags = kFlagNextFrameNonblocking | kFlagCollective;
-
-struct FrameHeader {
-  uint32_t magic = kMagic;
-  uint8_t version = kVersion;
-  uint8_t action = 0;
-  uint16_t flags = 0;
-  uint64_t seq = 0;
-  uint32_t payload_bytes = 0;
-  uint32_t reserved = 0;
-};
-static_assert(sizeof(FrameHeader) == kHeaderBytes, "FrameHeader layout");
 
 /// Writes `header` into the first kHeaderBytes of `dst`.
 inline void WriteHeader(uint8_t* dst, const FrameHeader& header) {

@@ -413,6 +413,7 @@ void EncodeSyncAck(ByteBuffer* buf, uint64_t errors_sent) {
   Writer w(buf);
   w.Put<uint8_t>(static_cast<uint8_t>(ReplyKind::kSyncAck));
   w.Put<uint64_t>(errors_sent);
+  DISCO_ICHECK_EQ(buf->size(), kSyncAckBytes);  // what SyncWorker receives without a probe
 }
 
 void EncodeDebugValue(ByteBuffer* buf, uint64_t errors_sent, DebugStatus status, const Any& value) {

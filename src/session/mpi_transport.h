@@ -11,14 +11,15 @@
 
 #include "mpi/mpi_util.h"
 #include "protocol/frame.h"
+#include "session/transport_tags.h"
 
 namespace disco {
 
 class MpiTransport {
  public:
   /// Tags of point-to-point messages on the control communicator.
-  static constexpr int kTagReply = 101;
-  static constexpr int kTagError = 102;
+  static constexpr int kTagReply = kControlTagReply;
+  static constexpr int kTagError = kControlTagError;
 
   explicit MpiTransport(MPI_Comm world);
   MpiTransport(const MpiTransport&) = delete;

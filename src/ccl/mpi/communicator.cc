@@ -343,10 +343,6 @@ class MpiCommunicator final : public Communicator {
     return bytes;
   }
   static constexpr size_t kOverlapMinBytes = 8 * 1024;
-  static constexpr int kRingTag = 12;
-  // Segments of a ring step: receiving segment k+1 overlaps reducing segment k.
-  static constexpr size_t kSegmentBytes = 256 * 1024;
-  static constexpr int64_t kWindow = 4;
 
   void BcastBytes(char* data, size_t n, int root) {
     constexpr size_t kChunk = size_t{1} << 30;
@@ -403,36 +399,37 @@ class MpiCommunicator final : public Communicator {
 
   // Sends `out` to `right` while receiving `in_count` elements from `left`, segment by segment,
   // reducing each arrived segment: dst = mine op incoming. Incoming segments land in a small ring
-  // of staging slots (kWindow x kSegmentBytes) that stays in cache, reposted as they are reduced.
+  // of staging slots (kRingWindow x kRingSegmentBytes) that stays in cache, reposted as they are
+  // reduced.
   void ExchangeAndReduce(const char* out, size_t out_bytes, int64_t in_count, const char* mine,
                          char* dst, DLDataType t, ReduceOp op, int right, int left) {
     const size_t elem = DataTypeBytes(t);
-    const int64_t seg = std::max<int64_t>(1, static_cast<int64_t>(kSegmentBytes / elem));
+    const int64_t seg = std::max<int64_t>(1, static_cast<int64_t>(kRingSegmentBytes / elem));
     const int64_t nseg = (in_count + seg - 1) / seg;
     const int64_t out_count = static_cast<int64_t>(out_bytes / elem);
     const int64_t nout = (out_count + seg - 1) / seg;
-    char* slots = Staging(0, kWindow * seg * elem);
-    requests_.assign(static_cast<size_t>(kWindow + nout), MPI_REQUEST_NULL);
+    char* slots = Staging(0, kRingWindow * seg * elem);
+    requests_.assign(static_cast<size_t>(kRingWindow + nout), MPI_REQUEST_NULL);
     auto post = [&](int64_t k) {
       int64_t c = std::min(seg, in_count - k * seg);
-      DISCO_MPI_CALL(MPI_Irecv(slots + (k % kWindow) * seg * elem, static_cast<int>(c * elem),
-                               MPI_BYTE, left, kRingTag, comm_.get(), &requests_[k % kWindow]));
+      DISCO_MPI_CALL(MPI_Irecv(slots + (k % kRingWindow) * seg * elem, static_cast<int>(c * elem),
+                               MPI_BYTE, left, kRingTag, comm_.get(), &requests_[k % kRingWindow]));
     };
-    for (int64_t k = 0; k < std::min<int64_t>(kWindow, nseg); ++k) post(k);
+    for (int64_t k = 0; k < std::min<int64_t>(kRingWindow, nseg); ++k) post(k);
     for (int64_t k = 0; k < nout; ++k) {
       int64_t c = std::min(seg, out_count - k * seg);
       DISCO_MPI_CALL(MPI_Isend(out + k * seg * elem, static_cast<int>(c * elem), MPI_BYTE, right,
-                               kRingTag, comm_.get(), &requests_[kWindow + k]));
+                               kRingTag, comm_.get(), &requests_[kRingWindow + k]));
     }
     for (int64_t k = 0; k < nseg; ++k) {
-      DISCO_MPI_CALL(MPI_Wait(&requests_[k % kWindow], MPI_STATUS_IGNORE));
+      DISCO_MPI_CALL(MPI_Wait(&requests_[k % kRingWindow], MPI_STATUS_IGNORE));
       int64_t c = std::min(seg, in_count - k * seg);
-      Reduce(dst + k * seg * elem, mine + k * seg * elem, slots + (k % kWindow) * seg * elem, c, t,
-             op);
-      if (k + kWindow < nseg) post(k + kWindow);
+      Reduce(dst + k * seg * elem, mine + k * seg * elem, slots + (k % kRingWindow) * seg * elem, c,
+             t, op);
+      if (k + kRingWindow < nseg) post(k + kRingWindow);
     }
     DISCO_MPI_CALL(
-        MPI_Waitall(static_cast<int>(nout), requests_.data() + kWindow, MPI_STATUSES_IGNORE));
+        MPI_Waitall(static_cast<int>(nout), requests_.data() + kRingWindow, MPI_STATUSES_IGNORE));
   }
 
   void RingAllReduce(const char* send, char* recv, int64_t n, DLDataType t, ReduceOp op) {
