@@ -15,9 +15,10 @@ cp "$demo" "$dir/disco-demo"
 # Alone: the one line, exit code 2.
 rc=0
 out=$(LC_ALL=C "$dir/disco-demo" --mlp --steps 2 2>&1) || rc=$?
-want="disco-demo: --mlp runs the MLP demo, $dir/disco-demo-mlp, which cannot be started: No such file or directory"
+want="disco-demo: --mlp runs the MLP demo, $dir/disco-demo-mlp, which cannot be started: "
+want+="No such file or directory"
 if [[ $rc -ne 2 || $(wc -l <<<"$out") -ne 1 || $out != "$want" ]]; then
-  bad "disco-demo --mlp without disco-demo-mlp: exit code $rc (expected 2), expected the one line '$want'"
+  bad "disco-demo --mlp without disco-demo-mlp: exit code $rc (expected 2), not the one line '$want'"
 else
   echo "ok: without disco-demo-mlp -> $out"
 fi
