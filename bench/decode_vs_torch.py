@@ -318,7 +318,7 @@ def ratio(a_, b_):
     return None if a_ is None or b_ is None or b_ == 0 else a_ / b_
 
 
-def main(argv=None):
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--torch-only", action="store_true", help="no disco-demo runs")
@@ -353,35 +353,13 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--json", help="write the figures here too")
-    a = p.parse_args(argv)
-    if a.new_tokens < 2:
-        raise SystemExit("--new-tokens must be at least 2 (one prefill token, then decode)")
-    threads = [int(x) for x in a.threads.split(",") if x]
-    ranks = [] if a.torch_only else [int(x) for x in a.ranks.split(",") if x]
-    if ranks and not os.path.exists(a.demo):
-        raise SystemExit(f"no disco-demo at {a.demo} (--demo PATH, or --torch-only)")
+    return p.parse_args(argv)
 
-    model_dir = model_dir_for(a)
-    cfg, W = load_hf_checkpoint(model_dir, a.dtype)
-    params = sum(w.numel() for w in W.values())
-    prompts = make_prompts(a, cfg["vocab_size"])
+
+def measure(a, model, model_dir, prompts, threads, ranks):
+    """Torch at each thread count, then disco-demo at each rank count, --repeats times over."""
     n_prompt = sum(map(len, prompts))
     n_decode = a.batch * (a.new_tokens - 1)
-    model = TorchLlama(cfg, W, a.batch, max(map(len, prompts)) + a.new_tokens)
-    load0 = os.getloadavg()
-
-    print(f"model: {model_dir}\n  {params / 1e6:.1f}M parameters, hidden {cfg['hidden_size']}, "
-          f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads "
-          f"({cfg['num_key_value_heads']} kv), ffn {cfg['intermediate_size']}, vocab "
-          f"{cfg['vocab_size']}; storage {a.storage}, disco --dtype {a.dtype}\n"
-          f"  batch {a.batch}: prompts of {','.join(str(len(q)) for q in prompts)} tokens "
-          f"({n_prompt}), {a.new_tokens} new tokens each; {a.repeats} repeats (medians)\n"
-          f"  torch {torch.__version__}, attention: "
-          + ("scaled_dot_product_attention" if HAVE_SDPA
-             else "matmul+softmax (no SDPA in this torch)") +
-          f", OpenBLAS threads {'set' if OPENBLAS else 'not found'}; load average at start "
-          f"{load0[0]:.2f}", flush=True)
-
     results = {f"torch {n}t": {"prefill": [], "decode": [], "tokens": None} for n in threads}
     results.update({f"disco {r}r": {"prefill": [], "decode": [], "share": [], "runs": []}
                     for r in ranks})
@@ -407,13 +385,11 @@ def main(argv=None):
         print(f"  repeat {rep + 1}/{a.repeats}: " + ", ".join(
             f"{k} {v['decode'][-1]:.1f}" for k, v in results.items()) + " decode tokens/s",
             flush=True)
-    load1 = os.getloadavg()
+    return results
 
-    med = {}
-    for k, v in results.items():
-        med[k] = {m: statistics.median(v[m]) for m in ("prefill", "decode", "share") if v.get(m)}
-    torch_ref = results[f"torch {threads[0]}t"]["tokens"] if threads else None
 
+def print_table(a, results, med, torch_ref):
+    """One line per configuration: the medians, and notes (spread, memory, same tokens)."""
     print(f"\n{'':22s} {'prefill tok/s':>14s} {'decode tok/s':>13s} {'ms/step':>8s} "
           f"{'runtime share':>14s}  notes")
     for k, v in results.items():
@@ -435,6 +411,9 @@ def main(argv=None):
               f"{fmt(m.get('prefill')):>14s} {fmt(m.get('decode')):>13s} {fmt(step, '{:.2f}'):>8s} "
               f"{fmt(m.get('share'), '{:.2f}%'):>14s}  {note}")
 
+
+def print_ratios(med, threads, ranks):
+    """The ratios of the medians against their targets; returns them (for --json)."""
     def get(k, m):
         return med.get(k, {}).get(m)
 
@@ -465,6 +444,47 @@ def main(argv=None):
     share = get("disco 2r", "share")
     print(f"{'runtime share of a decode step, 2 ranks':46s} {fmt(share, '{:.2f}%'):>7s} "
           f"{'':8s}  <= 2%" + verdict(share, share is not None and share <= 2.0))
+    return ratios
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.new_tokens < 2:
+        raise SystemExit("--new-tokens must be at least 2 (one prefill token, then decode)")
+    threads = [int(x) for x in a.threads.split(",") if x]
+    ranks = [] if a.torch_only else [int(x) for x in a.ranks.split(",") if x]
+    if ranks and not os.path.exists(a.demo):
+        raise SystemExit(f"no disco-demo at {a.demo} (--demo PATH, or --torch-only)")
+
+    model_dir = model_dir_for(a)
+    cfg, W = load_hf_checkpoint(model_dir, a.dtype)
+    params = sum(w.numel() for w in W.values())
+    prompts = make_prompts(a, cfg["vocab_size"])
+    n_prompt = sum(map(len, prompts))
+    model = TorchLlama(cfg, W, a.batch, max(map(len, prompts)) + a.new_tokens)
+    load0 = os.getloadavg()
+
+    print(f"model: {model_dir}\n  {params / 1e6:.1f}M parameters, hidden {cfg['hidden_size']}, "
+          f"{cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads "
+          f"({cfg['num_key_value_heads']} kv), ffn {cfg['intermediate_size']}, vocab "
+          f"{cfg['vocab_size']}; storage {a.storage}, disco --dtype {a.dtype}\n"
+          f"  batch {a.batch}: prompts of {','.join(str(len(q)) for q in prompts)} tokens "
+          f"({n_prompt}), {a.new_tokens} new tokens each; {a.repeats} repeats (medians)\n"
+          f"  torch {torch.__version__}, attention: "
+          + ("scaled_dot_product_attention" if HAVE_SDPA
+             else "matmul+softmax (no SDPA in this torch)") +
+          f", OpenBLAS threads {'set' if OPENBLAS else 'not found'}; load average at start "
+          f"{load0[0]:.2f}", flush=True)
+
+    results = measure(a, model, model_dir, prompts, threads, ranks)
+    load1 = os.getloadavg()
+
+    med = {}
+    for k, v in results.items():
+        med[k] = {m: statistics.median(v[m]) for m in ("prefill", "decode", "share") if v.get(m)}
+    torch_ref = results[f"torch {threads[0]}t"]["tokens"] if threads else None
+    print_table(a, results, med, torch_ref)
+    ratios = print_ratios(med, threads, ranks)
     busy = max(load0[0], load1[0]) > 0.5 * (os.cpu_count() or 1)
     print(f"\nload average at start {load0[0]:.2f}, at the end {load1[0]:.2f} "
           f"({os.cpu_count()} CPUs)" + (": WARNING, the machine was busy with other work; "

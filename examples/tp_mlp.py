@@ -101,14 +101,8 @@ def layer_params(hidden, ffn, layer):
 # ---- the controller --------------------------------------------------------------------------
 
 
-def run(sess, a):
-    n = sess.num_workers
-    if a.ffn % n:
-        raise ValueError("--ffn %d cannot be split over %d workers" % (a.ffn, n))
-    bf16 = a.dtype == "bfloat16"
-    print("tp_mlp.py: %d workers, %d layers, hidden %d, ffn %d, %d tokens, %s"
-          % (n, a.layers, a.hidden, a.ffn, a.tokens, a.dtype))
-    sess.init_ccl("mpi")
+def ensure_checkpoint(sess, a):
+    """The checkpoint's path (--checkpoint, else one in /tmp), written from the seed if missing."""
     path = a.checkpoint or "/tmp/disco-tp-mlp-%s-h%d-f%d-l%d-s%d.h5" % (
         a.dtype, a.hidden, a.ffn, a.layers, a.seed)
     if not os.path.exists(path):
@@ -122,6 +116,60 @@ def run(sess, a):
         sess.sync_all()
         print("[checkpoint] wrote %s (seed %d) in %.0f ms" % (path, a.seed,
                                                               (time.perf_counter() - t0) * 1e3))
+    return path
+
+
+def make_input(a, bf16):
+    """The input batch of the seed as float32 (as the workers see it) and the host tensor sent."""
+    rng = np.random.default_rng(a.seed)
+    x_in = rng.uniform(-1.0, 1.0, size=(a.tokens, a.hidden)).astype(np.float32)
+    if not bf16:
+        return x_in, x_in
+    bits = np.empty(x_in.shape, np.uint16)
+    store(bits, x_in, True)
+    return to_f32(bits, True), disco.Tensor.from_numpy(bits, "bfloat16")
+
+
+def reference(sess, a, path, plan, x_in, bf16):
+    """The single-process reference, from the whole checkpoint (loaded whole through disco)."""
+    whole = sess.load_tensors(path, {name: -1 for name in plan})
+    params = {k: to_f32(v.debug_get_from_remote(0), bf16) for k, v in whole.items()}
+    x = x_in
+    for layer in range(a.layers):
+        p = "layers/%d/" % layer
+        h = gelu(x @ params[p + "w1"] + params[p + "b1"])
+        x = residual_layernorm(x, h @ params[p + "w2"], params[p + "b2"], params[p + "ln_g"],
+                               params[p + "ln_b"])
+    return x
+
+
+def report(a, steps, other, got, ref, bf16):
+    """The summary and the check against the reference; returns the exit code."""
+    max_abs = float(np.abs(got - ref).max())
+    max_ref = float(np.abs(ref).max())
+    rel = max_abs / max_ref if max_ref > 0 else max_abs
+    tol = a.tolerance if a.tolerance >= 0 else (5e-2 if bf16 else 1e-4)
+    median = sorted(steps)[len(steps) // 2]
+    print("\nsummary: %d steps of %d layers, median step %.2f ms, %.0f tokens/s"
+          % (a.steps, a.layers, median, a.tokens / (median / 1e3)))
+    other_median = sorted(other)[len(other) // 2]
+    by_replay, by_calls = (other_median, median) if a.calls else (median, other_median)
+    print("  median step by replay %.3f ms, call by call %.3f ms" % (by_replay, by_calls))
+    verdict = "PASS" if rel <= tol else "FAIL"
+    print("  check vs single-process reference: max abs error %.3g, max rel error %.3g "
+          "(tolerance %.3g): %s" % (max_abs, rel, tol, verdict))
+    return 0 if verdict == "PASS" else 1
+
+
+def run(sess, a):
+    n = sess.num_workers
+    if a.ffn % n:
+        raise ValueError("--ffn %d cannot be split over %d workers" % (a.ffn, n))
+    bf16 = a.dtype == "bfloat16"
+    print("tp_mlp.py: %d workers, %d layers, hidden %d, ffn %d, %d tokens, %s"
+          % (n, a.layers, a.hidden, a.ffn, a.tokens, a.dtype))
+    sess.init_ccl("mpi")
+    path = ensure_checkpoint(sess, a)
     t0 = time.perf_counter()
     plan = {name: axis for layer in range(a.layers)
             for name, _, axis, _, _ in layer_params(a.hidden, a.ffn, layer)}
@@ -130,15 +178,7 @@ def run(sess, a):
     print("[load] %d datasets from %s, sharded over %d workers, in %.0f ms"
           % (len(w), path, n, (time.perf_counter() - t0) * 1e3))
 
-    rng = np.random.default_rng(a.seed)
-    x_in = rng.uniform(-1.0, 1.0, size=(a.tokens, a.hidden)).astype(np.float32)
-    if bf16:
-        bits = np.empty(x_in.shape, np.uint16)
-        store(bits, x_in, True)
-        x_in = to_f32(bits, True)  # the input as the workers see it
-        host = disco.Tensor.from_numpy(bits, "bfloat16")
-    else:
-        host = x_in
+    x_in, host = make_input(a, bf16)
     up_down_f = sess.get_global_func("tp_mlp.up_down")
     norm_f = sess.get_global_func("tp_mlp.residual_norm")
     partial = sess.empty((a.tokens, a.hidden), a.dtype)
@@ -180,31 +220,8 @@ def run(sess, a):
     steps, out = timed(not a.calls, True)
     other, _ = timed(a.calls, False)  # the other way, for the comparison
 
-    got = out.debug_get_from_remote(0)
-    got = to_f32(got, bf16)
-    # The single-process reference, from the whole checkpoint (loaded whole through disco).
-    whole = sess.load_tensors(path, {name: -1 for name in plan})
-    params = {k: to_f32(v.debug_get_from_remote(0), bf16) for k, v in whole.items()}
-    x = x_in
-    for layer in range(a.layers):
-        p = "layers/%d/" % layer
-        h = gelu(x @ params[p + "w1"] + params[p + "b1"])
-        x = residual_layernorm(x, h @ params[p + "w2"], params[p + "b2"], params[p + "ln_g"],
-                               params[p + "ln_b"])
-    max_abs = float(np.abs(got - x).max())
-    max_ref = float(np.abs(x).max())
-    rel = max_abs / max_ref if max_ref > 0 else max_abs
-    tol = a.tolerance if a.tolerance >= 0 else (5e-2 if bf16 else 1e-4)
-    median = sorted(steps)[len(steps) // 2]
-    print("\nsummary: %d steps of %d layers, median step %.2f ms, %.0f tokens/s"
-          % (a.steps, a.layers, median, a.tokens / (median / 1e3)))
-    other_median = sorted(other)[len(other) // 2]
-    by_replay, by_calls = (other_median, median) if a.calls else (median, other_median)
-    print("  median step by replay %.3f ms, call by call %.3f ms" % (by_replay, by_calls))
-    verdict = "PASS" if rel <= tol else "FAIL"
-    print("  check vs single-process reference: max abs error %.3g, max rel error %.3g "
-          "(tolerance %.3g): %s" % (max_abs, rel, tol, verdict))
-    return 0 if verdict == "PASS" else 1
+    got = to_f32(out.debug_get_from_remote(0), bf16)
+    return report(a, steps, other, got, reference(sess, a, path, plan, x_in, bf16), bf16)
 
 
 def main():

@@ -411,8 +411,9 @@ std::string Mib(double bytes) {
   return buf;
 }
 
-int RunChecked(Session& s, Options& o) {
-  const int n = s.num_workers();
+// Looks up every worker function (a worker without one fails here, first) and starts the
+// collectives.
+void StartWorkers(Session& s, const Options& o) {
   for (const std::string& name : WorkerFunctionNames()) s.GetGlobalFunc(name);
   // On GPUs, InitCCL("nccl") binds each worker to its own GPU, where llama.open and
   // llama.new_model then put the model.
@@ -423,43 +424,32 @@ int RunChecked(Session& s, Options& o) {
     DISCO_THROW(ValueError) << "--device cuda needs a GPU per rank: " << e.what()
                             << " (on CPUs, leave out --device cuda)";
   }
-  std::string path = o.model;
-  if (path.empty()) {
-    path = DefaultCheckpointDir(o);
-    struct stat st;
-    if (lstat(path.c_str(), &st) == 0) {
-      // Made by this user's earlier run, or planted: a shared temporary directory is anyone's.
-      DISCO_CHECK(S_ISDIR(st.st_mode) && st.st_uid == geteuid(), ValueError)
-          << "the default checkpoint " << path << " is "
-          << (S_ISDIR(st.st_mode) ? "owned by uid " + std::to_string(st.st_uid)
-                                  : std::string("not a directory"))
-          << ", not a directory of yours (uid " << geteuid()
-          << "): remove it, set TMPDIR elsewhere, or pass --model DIR";
-    } else {
-      const double t0 = NowS();
-      WriteDefaultCheckpoint(path, o.config, o.seed);
-      std::printf("[checkpoint] wrote %s (seed %" PRIu64 ", %s) in %.0f ms\n", path.c_str(), o.seed,
-                  o.config.Summary().c_str(), (NowS() - t0) * 1e3);
-    }
+}
+
+// The checkpoint to load: --model, else the default checkpoint, written once.
+std::string CheckpointPath(const Options& o) {
+  if (!o.model.empty()) return o.model;
+  std::string path = DefaultCheckpointDir(o);
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    // Made by this user's earlier run, or planted: a shared temporary directory is anyone's.
+    DISCO_CHECK(S_ISDIR(st.st_mode) && st.st_uid == geteuid(), ValueError)
+        << "the default checkpoint " << path << " is "
+        << (S_ISDIR(st.st_mode) ? "owned by uid " + std::to_string(st.st_uid)
+                                : std::string("not a directory"))
+        << ", not a directory of yours (uid " << geteuid()
+        << "): remove it, set TMPDIR elsewhere, or pass --model DIR";
+  } else {
+    const double t0 = NowS();
+    WriteDefaultCheckpoint(path, o.config, o.seed);
+    std::printf("[checkpoint] wrote %s (seed %" PRIu64 ", %s) in %.0f ms\n", path.c_str(), o.seed,
+                o.config.Summary().c_str(), (NowS() - t0) * 1e3);
   }
-  double t0 = NowS();
-  Config c;
-  DRef model = LoadModel(s, path, o.dtype, &c);
-  s.SyncAll();
-  std::printf(
-      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s%s, from %s, loaded in "
-      "%.0f ms\n",
-      n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
-      o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(), (NowS() - t0) * 1e3);
-  if (!o.convert.empty()) {
-    DISCO_CHECK(o.device == "cpu", ValueError)
-        << "--convert reads and writes on the host: leave out --device " << o.device;
-    t0 = NowS();
-    Convert(s, model, c, o.convert);
-    std::printf("converted %s to %s (%s) in %.0f ms\n", path.c_str(), o.convert.c_str(),
-                o.dtype.c_str(), (NowS() - t0) * 1e3);
-    return 0;
-  }
+  return path;
+}
+
+// Refuses prompt tokens outside the vocabulary; warns when positions pass the model's maximum.
+void CheckPrompts(const Options& o, const Config& c) {
   for (size_t i = 0; i < o.prompts.size(); ++i) {
     for (int64_t tok : o.prompts[i]) {
       DISCO_CHECK(tok >= 0 && tok < c.vocab_size, ValueError)
@@ -476,52 +466,35 @@ int RunChecked(Session& s, Options& o) {
                  ", past max_position_embeddings %" PRId64 " (rotary embeddings go on anyway)\n",
                  static_cast<int64_t>(longest) + o.max_new_tokens - 1, c.max_position_embeddings);
   }
-  Generator gen(s, model, c, o);
-  const double t_warm = NowS();
-  for (int64_t i = 0; i < o.warmup; ++i) {
-    gen.Generate(!o.calls);
-    gen.Generate(o.calls);
-  }
-  if (o.warmup > 0) {
-    std::printf("[warm-up] %" PRId64 " generation(s) each way in %.0f ms\n", o.warmup,
-                (NowS() - t_warm) * 1e3);
-  }
-  // The timed runs: `repeat` generations the chosen way, then as many the other way.
-  struct Totals {
-    double prefill_s = 0, decode_s = 0, busy_s = 0;
-    std::vector<int64_t> tokens;
-  };
-  std::vector<float> logits;
-  auto timed = [&](bool replay, bool main) {
-    Totals t;
-    for (int64_t i = 0; i < o.repeat; ++i) {
-      Generator::Run r = gen.Generate(replay);
-      t.prefill_s += r.prefill_s;
-      for (double d : r.step_s) t.decode_s += d;
-      t.busy_s += *std::max_element(r.busy_s.begin(), r.busy_s.end());
-      DISCO_CHECK(t.tokens.empty() || t.tokens == r.tokens, RuntimeError)
-          << "two generations of the same prompts gave different tokens";
-      t.tokens = r.tokens;
-      if (main && i + 1 == o.repeat && !o.dump_logits.empty()) logits = gen.GatherLogits();
-    }
-    return t;
-  };
-  Totals main_run = timed(!o.calls, true);
-  Totals other_run = timed(o.calls, false);
-  DISCO_CHECK(main_run.tokens == other_run.tokens, RuntimeError)
-      << "the decode steps by replay and call by call generated different tokens";
+}
 
+// The timed runs' sums: `repeat` generations one way.
+struct Totals {
+  double prefill_s = 0, decode_s = 0, busy_s = 0;
+  std::vector<int64_t> tokens;
+};
+
+// `repeat` generations one way (`replay`); the main way's last one leaves its logits in `logits`
+// when --dump-logits asks for them.
+Totals Timed(Generator& gen, const Options& o, bool replay, bool main, std::vector<float>* logits) {
+  Totals t;
+  for (int64_t i = 0; i < o.repeat; ++i) {
+    Generator::Run r = gen.Generate(replay);
+    t.prefill_s += r.prefill_s;
+    for (double d : r.step_s) t.decode_s += d;
+    t.busy_s += *std::max_element(r.busy_s.begin(), r.busy_s.end());
+    DISCO_CHECK(t.tokens.empty() || t.tokens == r.tokens, RuntimeError)
+        << "two generations of the same prompts gave different tokens";
+    t.tokens = r.tokens;
+    if (main && i + 1 == o.repeat && !o.dump_logits.empty()) *logits = gen.GatherLogits();
+  }
+  return t;
+}
+
+// The rates of the main runs and the runtime's share of a decode step each way.
+void PrintRates(const Generator& gen, const Options& o, const Totals& main_run,
+                const Totals& other_run) {
   const int64_t b = gen.batch(), t = o.max_new_tokens;
-  for (int64_t i = 0; i < b; ++i) {
-    std::string line = "generated:";
-    for (int64_t k = 0; k < t; ++k) line += " " + std::to_string(main_run.tokens[i * t + k]);
-    std::printf("%s\n", line.c_str());
-  }
-  if (!o.dump_logits.empty()) {
-    WriteNpy(o.dump_logits, {b, t, c.vocab_size}, logits);
-    std::printf("[logits] (%" PRId64 ", %" PRId64 ", %" PRId64 ") float32 written to %s\n", b, t,
-                c.vocab_size, o.dump_logits.c_str());
-  }
   const double reps = static_cast<double>(o.repeat);
   std::printf("prefill: %.1f tokens/s\n", gen.prompt_tokens() * reps / main_run.prefill_s);
   if (t > 1) {
@@ -549,12 +522,71 @@ int RunChecked(Session& s, Options& o) {
     std::printf("runtime share of a decode step: 0.00%% (%s), 0.00%% (%s)\n",
                 o.calls ? "call by call" : "by replay", o.calls ? "by replay" : "call by call");
   }
+}
+
+// Warm-up, the timed generations both ways, and what they print.
+void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options& o) {
+  Generator gen(s, model, c, o);
+  const double t_warm = NowS();
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    gen.Generate(!o.calls);
+    gen.Generate(o.calls);
+  }
+  if (o.warmup > 0) {
+    std::printf("[warm-up] %" PRId64 " generation(s) each way in %.0f ms\n", o.warmup,
+                (NowS() - t_warm) * 1e3);
+  }
+  // The timed runs: `repeat` generations the chosen way, then as many the other way.
+  std::vector<float> logits;
+  Totals main_run = Timed(gen, o, !o.calls, true, &logits);
+  Totals other_run = Timed(gen, o, o.calls, false, &logits);
+  DISCO_CHECK(main_run.tokens == other_run.tokens, RuntimeError)
+      << "the decode steps by replay and call by call generated different tokens";
+
+  const int64_t b = gen.batch(), t = o.max_new_tokens;
+  for (int64_t i = 0; i < b; ++i) {
+    std::string line = "generated:";
+    for (int64_t k = 0; k < t; ++k) line += " " + std::to_string(main_run.tokens[i * t + k]);
+    std::printf("%s\n", line.c_str());
+  }
+  if (!o.dump_logits.empty()) {
+    WriteNpy(o.dump_logits, {b, t, c.vocab_size}, logits);
+    std::printf("[logits] (%" PRId64 ", %" PRId64 ", %" PRId64 ") float32 written to %s\n", b, t,
+                c.vocab_size, o.dump_logits.c_str());
+  }
+  PrintRates(gen, o, main_run, other_run);
   std::vector<Shape> stats = gen.Stats();
   std::string peaks;
   for (const Shape& st : stats) peaks += (peaks.empty() ? "" : " ") + Mib(st[3] * 1024.0);
   std::printf("kv cache per rank: %s MiB\n", Mib(static_cast<double>(stats[0][5])).c_str());
   std::printf("peak rss per rank (MiB): %s\n", peaks.c_str());
   std::printf("weights per rank: %s MiB\n", Mib(static_cast<double>(stats[0][4])).c_str());
+}
+
+int RunChecked(Session& s, Options& o) {
+  const int n = s.num_workers();
+  StartWorkers(s, o);
+  const std::string path = CheckpointPath(o);
+  double t0 = NowS();
+  Config c;
+  DRef model = LoadModel(s, path, o.dtype, &c);
+  s.SyncAll();
+  std::printf(
+      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s%s, from %s, loaded in "
+      "%.0f ms\n",
+      n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
+      o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(), (NowS() - t0) * 1e3);
+  if (!o.convert.empty()) {
+    DISCO_CHECK(o.device == "cpu", ValueError)
+        << "--convert reads and writes on the host: leave out --device " << o.device;
+    t0 = NowS();
+    Convert(s, model, c, o.convert);
+    std::printf("converted %s to %s (%s) in %.0f ms\n", path.c_str(), o.convert.c_str(),
+                o.dtype.c_str(), (NowS() - t0) * 1e3);
+    return 0;
+  }
+  CheckPrompts(o, c);
+  GenerateTimed(s, model, c, o);
   return 0;
 }
 

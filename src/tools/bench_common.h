@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "mlp/model.h"
 #include "mpi/clock.h"
-#include "tools/mlp_model.h"
 
 namespace disco {
 namespace bench {

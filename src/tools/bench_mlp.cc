@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "mlp/model.h"
 #include "tools/bench_common.h"
-#include "tools/mlp_model.h"
 
 namespace disco {
 namespace bench {

@@ -1,26 +1,23 @@
 // disco-demo: greedy generation with a tensor-parallel Llama-style decoder from a Hugging Face
 // checkpoint (models/llama: libdisco_llama, written against disco's public API only), or, with
-// --mlp, the tensor-parallel MLP demo, which lives in a module of its own (disco-demo-mlp.so,
-// src/tools/disco_demo.cc) loaded only then: its CUDA path links cuBLAS, whose resident data
-// (about 140 MiB per process) the decoder's ranks should not carry.
+// --mlp, the tensor-parallel MLP demo, which is a program of its own (disco-demo-mlp, models/mlp)
+// that this one execs: its CUDA path links cuBLAS, whose resident data (about 140 MiB per process)
+// the decoder's ranks should not carry.
 #include <disco/error.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llama/driver.h"
 #include "tools/cli.h"
-
-#ifndef DISCO_DEMO_MLP_FROM_BINDIR
-#define DISCO_DEMO_MLP_FROM_BINDIR "../lib"
-#endif
 
 namespace {
 
@@ -33,37 +30,14 @@ std::string ExeDir() {
   return path.substr(0, path.rfind('/'));
 }
 
-// Loads disco-demo-mlp.so (DISCO_DEMO_MLP_MODULE, else next to this program as built, else in the
-// installed library directory) and runs its main.
-int RunMlp(int argc, char** argv) {
-  const std::string dir = ExeDir();
-  std::vector<std::string> paths;
-  if (const char* env = std::getenv("DISCO_DEMO_MLP_MODULE"); env != nullptr && env[0] != '\0') {
-    paths.push_back(env);
-  } else {
-    paths = {dir + "/disco-demo-mlp.so", dir + "/" DISCO_DEMO_MLP_FROM_BINDIR "/disco-demo-mlp.so",
-             dir + "/../lib/disco-demo-mlp.so"};
-  }
-  std::string errors;
-  for (const std::string& p : paths) {
-    if (access(p.c_str(), F_OK) != 0) {
-      errors += "\n  " + p + ": no such file";
-      continue;
-    }
-    void* handle = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      errors += "\n  " + p + ": " + dlerror();
-      continue;
-    }
-    auto* main_fn = reinterpret_cast<int (*)(int, char**)>(dlsym(handle, "disco_demo_mlp_main"));
-    if (main_fn == nullptr) {
-      errors += "\n  " + p + ": no disco_demo_mlp_main";
-      continue;
-    }
-    return main_fn(argc, argv);
-  }
-  std::fprintf(stderr, "disco-demo: --mlp needs the MLP demo's module, disco-demo-mlp.so:%s\n",
-               errors.c_str());
+// Runs disco-demo-mlp, next to this program (as built and as installed), with `args` (argv without
+// --mlp, ending in nullptr); returns only when it cannot.
+int RunMlp(std::vector<char*> args) {
+  std::string path = ExeDir() + "/disco-demo-mlp";
+  args[0] = path.data();
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr, "disco-demo: --mlp runs the MLP demo, %s, which cannot be started: %s\n",
+               path.c_str(), std::strerror(errno));
   return 2;
 }
 
@@ -117,7 +91,9 @@ int LlamaMain(int argc, char** argv) {
       "--seed) is written once to $TMPDIR or /tmp. Prints one 'generated:' line per prompt.",
       "disco-demo");
   disco::cli::Configure(&app);
-  app.add_flag("--mlp", "run the tensor-parallel MLP demo instead (its options: --mlp --help)");
+  app.add_flag("--mlp",
+               "run the MLP demo instead: disco-demo-mlp, next to this program (its options: "
+               "--mlp --help)");
   AddModelOptions(&app, &o);
   AddDefaultModelOptions(&app, &o);
   app.callback([&o] {
@@ -140,5 +116,5 @@ int main(int argc, char** argv) {
   if (mlp == args.end()) return LlamaMain(argc, argv);
   args.erase(mlp);
   args.push_back(nullptr);
-  return RunMlp(argc - 1, args.data());
+  return RunMlp(std::move(args));
 }

@@ -145,7 +145,7 @@ if [[ -n $bundle ]]; then
     say "check.sh: libraries missing on this node:"; cat "$out/ldd.log" | tee -a "$out/summary.txt"
     exit 1
   fi
-  real_bin=$B/bin module=$B/lib/disco-demo-mlp.so
+  real_bin=$B/bin mlp_demo=$B/bin/disco-demo-mlp
 else
   build=${DISCO_BUILD_DIR:-$root/build-gpu}
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
@@ -156,16 +156,16 @@ else
   grep -q 'with the CUDA path' "$out/configure.log" ||
     { say "configure: disco-demo has no CUDA path (cuBLAS or nvcc missing)"; failed=$((failed + 1)); }
   step build 900 cmake --build "$build" -j"$(nproc)" --target disco_unit_tests disco_gpu_tests \
-    disco_mpi_tests disco-demo disco_llama_cuda
+    disco_mpi_tests disco-demo disco-demo-mlp disco_llama_cuda
   bin=$build/tests demo=$build/src/tools/disco-demo demo_test=$root/tests/demo/run_demo_test.sh
   llama_check=$root/tests/llama/check_disco.py
   one=mpirun mpirun_cmd=mpirun
-  ldd_env=(env) real_bin=$build/tests module=$build/src/tools/disco-demo-mlp.so
+  ldd_env=(env) real_bin=$build/tests mlp_demo=$build/src/tools/disco-demo-mlp
 fi
 # The CUDA, NCCL and MPI libraries the programs load here (the node's, a wheel's or the bundle's).
 {
-  echo "== libraries of disco_gpu_tests and disco-demo-mlp.so"
-  "${ldd_env[@]}" ldd "$real_bin/disco_gpu_tests" "$module" 2>&1 |
+  echo "== libraries of disco_gpu_tests and disco-demo-mlp"
+  "${ldd_env[@]}" ldd "$real_bin/disco_gpu_tests" "$mlp_demo" 2>&1 |
     grep -E '^/|lib(nccl|cudart|cublas|mpi|open-pal|pmix|hdf5)[._a-z]*\.so'
 } >>"$out/node.txt" 2>&1
 

@@ -18,13 +18,11 @@ die() { echo "make-bundle: $*" >&2; exit 1; }
 grep -q '^#define DISCO_HAVE_NCCL 1' "$build/include/disco/config.h" ||
   die "$build was configured without NCCL (configure with -DDISCO_ENABLE_CUDA=ON -DDISCO_ENABLE_NCCL=ON)"
 programs=("$build/tests/disco_unit_tests" "$build/tests/disco_gpu_tests"
-  "$build/tests/disco_mpi_tests" "$build/src/tools/disco-demo")
+  "$build/tests/disco_mpi_tests" "$build/src/tools/disco-demo" "$build/src/tools/disco-demo-mlp")
 for p in "${programs[@]}"; do [[ -x $p ]] || die "$p is missing (build the tests and disco-demo)"; done
-# disco-demo --mlp loads the MLP demo from its module, which carries the CUDA path.
-mlp_module=$build/src/tools/disco-demo-mlp.so
-[[ -f $mlp_module ]] || die "$mlp_module is missing (build disco-demo)"
-[[ $(ldd "$mlp_module") == *libcublas* ]] ||
-  die "disco-demo-mlp.so in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
+# disco-demo --mlp runs disco-demo-mlp, next to it in bin/, which carries the CUDA path.
+[[ $(ldd "$build/src/tools/disco-demo-mlp") == *libcublas* ]] ||
+  die "disco-demo-mlp in $build has no CUDA path (it needs cuBLAS and nvcc at configure time)"
 # The Llama decoder's GPU path is a module libdisco_llama loads from its own directory.
 llama_module=$build/libdisco_llama_cuda.so
 [[ -f $llama_module ]] ||
@@ -38,7 +36,7 @@ mkdir -p "$b/bin" "$b/lib/openmpi" "$b/lib/pmix" "$b/share/openmpi" "$b/tests/mp
   "$b/tests/llama"
 
 cp -L "${programs[@]}" "$b/bin/"
-cp -L "$build"/libdisco.so.[0-9] "$mlp_module" "$b/lib/"  # disco-demo finds the module in ../lib
+cp -L "$build"/libdisco.so.[0-9] "$b/lib/"
 cp -L "$build"/libdisco_llama.so "$llama_module" "$b/lib/"  # the module beside its library
 # Open MPI's launcher, for the multi-rank steps on nodes with several GPUs.
 for tool in orterun orted; do cp -L "$(command -v "$tool")" "$b/bin/" 2>/dev/null || true; done

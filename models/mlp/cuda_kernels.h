@@ -1,8 +1,8 @@
-// The demo MLP's element-wise kernels on CUDA tensors (src/tools/mlp_cuda.cu); the matrix
-// products go to cuBLAS (src/tools/mlp_model.cc). Pointers are device pointers; `bf16` selects
+// The demo MLP's element-wise kernels on CUDA tensors (models/mlp/cuda_kernels.cu); the
+// matrix products go to cuBLAS (models/mlp/model.cc). Pointers are device pointers; `bf16` selects
 // bfloat16 storage (float32 otherwise); arithmetic is float32. Kernels run on the default stream.
-#ifndef DISCO_TOOLS_MLP_CUDA_H_
-#define DISCO_TOOLS_MLP_CUDA_H_
+#ifndef DISCO_MODELS_MLP_CUDA_KERNELS_H_
+#define DISCO_MODELS_MLP_CUDA_KERNELS_H_
 
 #include <cstdint>
 
@@ -22,4 +22,4 @@ const char* LastLaunchError();
 }  // namespace demo
 }  // namespace disco
 
-#endif  // DISCO_TOOLS_MLP_CUDA_H_
+#endif  // DISCO_MODELS_MLP_CUDA_KERNELS_H_

@@ -1,31 +1,32 @@
-#include "tools/mlp_model.h"
+// The model of models/mlp/model.h, on disco's public API only (tests/layers/check_layers.sh).
+#include "mlp/model.h"
 
 #ifndef DISCO_DEMO_CUDA
 #define DISCO_DEMO_CUDA 0
 #endif
 
 #include <cblas.h>
+#include <disco/files.h>
+#include <disco/half.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 
-#include "ccl/reduce.h"
 #include "common/rng.h"
-#include "core/process_info.h"
-#include "io/h5.h"
-#include "mpi/clock.h"
+#include "mlp/h5_read.h"
 
 #if DISCO_DEMO_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_check.h"
-#include "tools/mlp_cuda.h"
+#include "mlp/cuda_kernels.h"
 #endif
 
 namespace disco {
@@ -38,7 +39,22 @@ const bool kOneBlasThreadPerRank = [] {
   return true;
 }();
 
-double NowMs() { return mpi::NowUs() * 1e-3; }
+// A monotonic clock, in milliseconds.
+double NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+// This process's peak resident set since it started, in KiB, from /proc/self/status (VmHWM); -1
+// where the kernel does not say.
+int64_t PeakRssKib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
 
 // ---- Deterministic parameters -----------------------------------------------------------------
 
@@ -58,7 +74,7 @@ bool IsBf16(const Tensor& t) { return t.dtype().code == kDLBfloat; }
 
 void StoreFloat(const Tensor& t, int64_t i, float v) {
   if (IsBf16(t)) {
-    static_cast<uint16_t*>(t.data())[i] = ccl::FloatToBFloat16(v);
+    static_cast<uint16_t*>(t.data())[i] = FloatToBf16(v);
   } else {
     t.data_as<float>()[i] = v;
   }
@@ -69,7 +85,7 @@ const float* AsFloat(const Tensor& t, std::vector<float>* scratch) {
   if (!IsBf16(t)) return t.data_as<float>();
   scratch->resize(static_cast<size_t>(t.numel()));
   const auto* p = static_cast<const uint16_t*>(t.data());
-  for (int64_t i = 0; i < t.numel(); ++i) (*scratch)[i] = ccl::BFloat16ToFloat(p[i]);
+  for (int64_t i = 0; i < t.numel(); ++i) (*scratch)[i] = Bf16ToFloat(p[i]);
   return scratch->data();
 }
 
@@ -164,6 +180,30 @@ void DownProjection(const float* h, const float* w2, int64_t tokens, int64_t f, 
 }
 
 #if DISCO_DEMO_CUDA
+// A CUDA runtime call's error as a RuntimeError that names the call (`what`: its text).
+void CudaCall(cudaError_t st, const char* what) {
+  DISCO_CHECK(st == cudaSuccess, RuntimeError)
+      << what << " failed: " << cudaGetErrorName(st) << ": " << cudaGetErrorString(st);
+}
+
+// Makes `device` current for the lifetime of the guard and restores the previous one.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device) : device_(device) {
+    CudaCall(cudaGetDevice(&previous_), "cudaGetDevice(&previous_)");
+    if (previous_ != device) CudaCall(cudaSetDevice(device), "cudaSetDevice(device)");
+  }
+  ~CudaDeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int device_;
+};
+
 // One cuBLAS handle per device, made on first use on that device (after InitCCL bound it), its
 // work on stream 0 (set explicitly), where the kernels and disco's copies run and after which the
 // NCCL backend orders its collectives. The handles live until the process ends (never destroyed
@@ -221,7 +261,7 @@ struct DeviceTimes {
   cudaEvent_t Next(int i) {
     if (used == pool.size()) {
       LayerEvents le;
-      for (cudaEvent_t& ev : le.e) DISCO_CUDA_CALL(cudaEventCreate(&ev));
+      for (cudaEvent_t& ev : le.e) CudaCall(cudaEventCreate(&ev), "cudaEventCreate(&ev)");
       pool.push_back(le);
     }
     return pool[used].e[i];
@@ -236,23 +276,27 @@ void CollectDeviceTimes(Stats* st);
 void Record(int i) {
   // A long run without statistics folds its events in now and then, so that the pool stays small.
   if (i == 0 && WorkerDeviceTimes().used >= 1024) CollectDeviceTimes(&WorkerStats());
-  DISCO_CUDA_CALL(cudaEventRecord(WorkerDeviceTimes().Next(i), cudaStreamLegacy));
+  CudaCall(cudaEventRecord(WorkerDeviceTimes().Next(i), cudaStreamLegacy),
+           "cudaEventRecord(WorkerDeviceTimes().Next(i), cudaStreamLegacy)");
 }
 
 void CollectDeviceTimes(Stats* st) {
   DeviceTimes& t = WorkerDeviceTimes();
   for (size_t i = 0; i < t.used; ++i) {
     const LayerEvents& le = t.pool[i];
-    DISCO_CUDA_CALL(cudaEventSynchronize(le.e[3]));
+    CudaCall(cudaEventSynchronize(le.e[3]), "cudaEventSynchronize(le.e[3])");
     float ms[3] = {0, 0, 0};
-    for (int k = 0; k < 3; ++k) DISCO_CUDA_CALL(cudaEventElapsedTime(&ms[k], le.e[k], le.e[k + 1]));
+    for (int k = 0; k < 3; ++k) {
+      CudaCall(cudaEventElapsedTime(&ms[k], le.e[k], le.e[k + 1]),
+               "cudaEventElapsedTime(&ms[k], le.e[k], le.e[k + 1])");
+    }
     st->compute_ms += ms[0] + ms[2];
     st->allreduce_ms += ms[1];
   }
   t.used = 0;
 }
 
-// The layer on CUDA tensors: cuBLAS products and the kernels of mlp_cuda.cu on stream 0, the
+// The layer on CUDA tensors: cuBLAS products and the kernels of cuda_kernels.cu on stream 0, the
 // allreduce through the NCCL backend (ordered after stream 0 by the backend itself). Nothing here
 // allocates with cudaMalloc (tensors come from the device's memory pool) or synchronizes.
 Tensor LayerOnDevice(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
@@ -369,7 +413,7 @@ DISCO_REGISTER_GLOBAL("demo.stats").set_body_typed([]() {
 #endif
   const Stats& s = WorkerStats();
   return Shape{static_cast<int64_t>(s.compute_ms * 1000),
-               static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, GetMemoryUse().peak_kib};
+               static_cast<int64_t>(s.allreduce_ms * 1000), s.calls, PeakRssKib()};
 });
 
 // ---- The controller ----------------------------------------------------------------------------
@@ -404,7 +448,7 @@ std::vector<float> Reference(const Config& c, const std::string& path,
   for (int64_t l = 0; l < c.layers; ++l) {
     std::vector<Param> ps = LayerParams(c, l);
     std::vector<Tensor> w;
-    for (const Param& p : ps) w.push_back(io::ReadWholeDataset(path, p.name));
+    for (const Param& p : ps) w.push_back(ReadWholeDataset(path, p.name));
     const float* f[6];
     for (int i = 0; i < 6; ++i) f[i] = AsFloat(w[i], &scratch[i]);
     UpProjection(x.data(), f[0], f[1], c.tokens, c.hidden, c.ffn, h.data());
@@ -416,8 +460,7 @@ std::vector<float> Reference(const Config& c, const std::string& path,
 }
 
 float ToFloat(const Tensor& t, int64_t i) {
-  return IsBf16(t) ? ccl::BFloat16ToFloat(static_cast<const uint16_t*>(t.data())[i])
-                   : t.data_as<float>()[i];
+  return IsBf16(t) ? Bf16ToFloat(static_cast<const uint16_t*>(t.data())[i]) : t.data_as<float>()[i];
 }
 
 Tensor MakeInput(const Config& c, std::vector<float>* as_float) {

@@ -1,8 +1,8 @@
-// The tensor-parallel MLP of disco-demo and disco-bench mlp: parameters, the layer as worker
-// functions, checkpoint writing and loading, and the single-process reference. The model is told
-// at the top of src/tools/disco_demo.cc.
-#ifndef DISCO_TOOLS_MLP_MODEL_H_
-#define DISCO_TOOLS_MLP_MODEL_H_
+// The tensor-parallel MLP of disco-demo-mlp and disco-bench mlp: parameters, the layer as worker
+// functions, checkpoint writing and loading, and the single-process reference, on disco's public
+// API only. The model is told at the top of models/mlp/driver.h.
+#ifndef DISCO_MODELS_MLP_MODEL_H_
+#define DISCO_MODELS_MLP_MODEL_H_
 
 #include <disco/disco.h>
 #include <disco/h5.h>
@@ -57,7 +57,7 @@ void WriteCheckpoint(Session& s, const Config& c, const std::string& path);
 std::map<std::string, DRef> LoadModel(Session& s, const Config& c, const std::string& path);
 /// The full parameters on worker 0 only, for the single-worker baseline of disco-bench mlp.
 std::map<std::string, DRef> MakeFullModelOnWorker0(Session& s, const Config& c);
-/// True when this build runs the model on CUDA tensors (cuBLAS and the kernels of mlp_cuda.cu).
+/// True when this build runs the model on CUDA tensors (cuBLAS and the kernels of cuda_kernels.cu).
 bool HaveCudaPath();
 /// Copies every register of `w` (and `x`) to each worker's device (the one InitCCL bound).
 void MoveToDevice(Session& s, std::map<std::string, DRef>* w);
@@ -82,4 +82,4 @@ std::vector<WorkerTimes> GetWorkerTimes(Session& s);
 }  // namespace demo
 }  // namespace disco
 
-#endif  // DISCO_TOOLS_MLP_MODEL_H_
+#endif  // DISCO_MODELS_MLP_MODEL_H_

@@ -1,9 +1,9 @@
-// The demo MLP's element-wise kernels on CUDA tensors (see mlp_cuda.h); the same math as the CPU
-// path in mlp_model.cc (tanh GELU, layer norm with epsilon 1e-5).
+// The demo MLP's element-wise kernels on CUDA tensors (see cuda_kernels.h); the same math as the
+// CPU path in model.cc (tanh GELU, layer norm with epsilon 1e-5).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "tools/mlp_cuda.h"
+#include "mlp/cuda_kernels.h"
 
 namespace disco {
 namespace demo {
