@@ -16,9 +16,11 @@
 //                         character) as \u00XX of the byte: the file stays valid JSON, and the
 //                         byte can still be told. JsonEscape writes through `put(char)` and is
 //                         async-signal-safe when `put` is (a failing rank's trace file).
-//   SignalSafePrintable   ASCII only, for signal handlers and fixed-size fields that cross the
-//                         wire (a rank's liveness state, cut anywhere): every byte that is not
-//                         printable ASCII reads '?'. Async-signal-safe.
+//   SignalSafePrintable   ASCII only, for the lines signal handlers write: every byte that is
+//                         not printable ASCII reads '?'. Async-signal-safe.
+//   SignalSafePrintableUtf8  in place, for fixed-size fields (a rank's liveness state, its wait
+//                         record, cut anywhere): every byte that is not part of a well-formed,
+//                         non-control UTF-8 character reads '?'. Async-signal-safe.
 //
 // Well-formed UTF-8 is RFC 3629's: no overlong forms, no surrogates, nothing above U+10FFFF.
 #ifndef DISCO_CORE_TEXT_H_
@@ -120,6 +122,23 @@ void JsonEscape(const char* s, size_t n, Put&& put) {
       for (size_t k = 0; k < len; ++k) put(s[i + k]);
     }
     i += len;
+  }
+}
+
+/// Makes the NUL-terminated text in `text` (`cap` bytes) printable in place, keeping well-formed
+/// UTF-8 (SignalSafePrintableUtf8 above), and terminates it at `cap` - 1 at the latest.
+inline void SignalSafePrintableUtf8(char* text, size_t cap) {
+  if (cap == 0) return;
+  text[cap - 1] = '\0';
+  size_t n = 0;
+  while (text[n] != '\0') ++n;
+  for (size_t i = 0; i < n;) {
+    const size_t len = Utf8Length(text + i, n - i);
+    if (len == 0 || IsControl(CodePoint(text + i, len))) {
+      text[i++] = '?';
+    } else {
+      i += len;
+    }
   }
 }
 

@@ -239,13 +239,12 @@ struct Analysis {
 
 std::string Verdict(const std::vector<RankView>& given) {
   if (given.empty()) return "hang culprit: not known (no rank's state)";
-  // One line whatever the names hold (a function registered with a newline in its name). ASCII
-  // only: a rank's state crosses the wire in fixed-size fields, cut anywhere, and reaches here
-  // made printable (liveness::DecodeState) but for this rank's own.
+  // One line whatever the names hold (a function registered with a newline in its name); UTF-8
+  // names stay readable.
   std::vector<RankView> ranks = given;
   for (RankView& v : ranks) {
     liveness::MakePrintable(&v.state);
-    for (char& c : v.host) c = text::SignalSafePrintable(c);
+    v.host = text::ForLogLine(v.host);
   }
   Analysis a(ranks);
   a.Run();

@@ -106,7 +106,8 @@ RankState DecodeState(const uint8_t* data) {
 }
 
 void MakePrintable(RankState* state) {
-  ForEachString(state, [](char* field, size_t size) { text::SignalSafePrintable(field, size); });
+  ForEachString(state,
+                [](char* field, size_t size) { text::SignalSafePrintableUtf8(field, size); });
 }
 
 Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_id, Packet* out) {

@@ -78,6 +78,15 @@ TEST(TextTest, SignalSafePrintableIsAsciiOnly) {
   EXPECT_EQ(SignalSafePrintable('~'), '~');
 }
 
+TEST(TextTest, SignalSafePrintableUtf8KeepsWholeCharacters) {
+  char buf[] = "函数\n\xc2\x9b\xff é \xe5\x87";  // a C1 control, a bad byte, a cut "函"
+  SignalSafePrintableUtf8(buf, sizeof buf);
+  EXPECT_STREQ(buf, "函数???? é ??");
+  char cut[] = "ab函";
+  SignalSafePrintableUtf8(cut, 4);  // "ab" and the first byte of "函"
+  EXPECT_STREQ(cut, "ab?");
+}
+
 TEST(TextTest, Utf8CutEndsInAWholeCharacter) {
   const std::string s = "ab函数";  // 2 + 3 + 3 bytes
   EXPECT_EQ(Utf8Cut(s.data(), s.size(), 100), 8u);
