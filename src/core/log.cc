@@ -13,6 +13,7 @@
 
 #include "core/env.h"
 #include "core/process_info.h"
+#include "core/text.h"
 
 namespace disco {
 namespace {
@@ -145,18 +146,8 @@ void LogLine(LogLevel level, const std::string& msg) {
   line += ": ";
   // Control characters other than newline and tab (terminal escapes from a name a client or a
   // file supplied) are written as \xNN, so a log line can neither drive a terminal nor read as
-  // binary.
-  for (char c : msg) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      line += "\\x";
-      line += kHex[u >> 4];
-      line += kHex[u & 15];
-    } else {
-      line += c;
-    }
-  }
+  // binary; so are the bytes of ill-formed UTF-8, while well-formed UTF-8 stays readable.
+  line += text::ForLogText(msg);
   if (line.empty() || line.back() != '\n') line += '\n';
   // One write(2) per line, so lines from many ranks sharing a terminal do not interleave. With a
   // log file, errors still reach stderr too: a failing job must say why where the user looks.

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/text.h"
+
 namespace disco {
 namespace trace {
 namespace detail {
@@ -125,21 +127,10 @@ class Text {
     self().Char(static_cast<char>('0' + v % 100 / 10));
     self().Char(static_cast<char>('0' + v % 10));
   }
+  // `s` inside a JSON string: well-formed UTF-8 kept, controls and cut characters escaped
+  // (text::JsonEscape).
   void Escaped(const char* s) {
-    static const char kHex[] = "0123456789abcdef";
-    for (; *s != '\0'; ++s) {
-      const unsigned char c = static_cast<unsigned char>(*s);
-      if (c == '"' || c == '\\') {
-        self().Char('\\');
-        self().Char(static_cast<char>(c));
-      } else if (c < 0x20 || c >= 0x7f) {  // control bytes, and bytes of cut UTF-8: escaped
-        Str("\\u00");
-        self().Char(kHex[c >> 4]);
-        self().Char(kHex[c & 15]);
-      } else {
-        self().Char(static_cast<char>(c));
-      }
-    }
+    text::JsonEscape(s, std::strlen(s), [this](char c) { self().Char(c); });
   }
 
  private:
@@ -299,7 +290,7 @@ void Record(Kind kind, const char* name, size_t name_len, int64_t start_ns, int6
   e.a[1] = a1;
   e.a[2] = a2;
   e.kind = kind;
-  const size_t n = std::min(name_len, kNameBytes - 1);
+  const size_t n = text::Utf8Cut(name, name_len, kNameBytes - 1);  // "函数" not cut inside "数"
   std::memcpy(e.name, name, n);
   e.name[n] = '\0';
   slot.Store(e);

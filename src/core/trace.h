@@ -4,10 +4,10 @@
 //
 // Each rank keeps its events in a ring of DISCO_TRACE_EVENTS entries (allocated once, when tracing
 // is on; the oldest are overwritten and counted), so memory stays bounded however long the job
-// runs. An event is a span: a kind, a name (at most kNameBytes - 1 characters are kept), its start
-// and end on this rank's steady clock, and up to three integers whose meaning the kind gives.
-// Recording costs one branch when tracing is off, and a clock read and a slot of the ring when it
-// is on; any thread may record.
+// runs. An event is a span: a kind, a name (at most kNameBytes - 1 bytes are kept, not cutting a
+// UTF-8 character), its start and end on this rank's steady clock, and up to three integers whose
+// meaning the kind gives. Recording costs one branch when tracing is off, and a clock read and a
+// slot of the ring when it is on; any thread may record.
 #ifndef DISCO_CORE_TRACE_H_
 #define DISCO_CORE_TRACE_H_
 

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "core/printable.h"
+#include "core/text.h"
 
 namespace disco {
 namespace wait_record {
@@ -49,7 +49,7 @@ void Activity(char* out, size_t cap) {
   const size_t n = std::min(cap, kActivityBytes);
   out[0] = g_activity[0].load(std::memory_order_acquire);
   for (size_t i = 1; i < n; ++i) out[i] = g_activity[i].load(std::memory_order_relaxed);
-  MakePrintable(out, n);
+  text::SignalSafePrintableUtf8(out, n);
 }
 
 Doing::Doing(const std::string& text) { SetActivity(text.data(), text.size()); }

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/printable.h"
+#include "core/text.h"
 #include "core/trace.h"
 #include "core/wait_record.h"
 #include "mpi/clock.h"
@@ -52,18 +52,12 @@ bool MarkedCollective() { return R().collective.load(std::memory_order_relaxed);
 
 // The rest allocates.
 
-// `text` with every byte that is not printable ASCII as '?' (a function's name may hold a newline
-// or a terminal's escape codes: one line stays one line).
-std::string Printable(const char* text) {
-  std::string out = text != nullptr ? text : "";
-  for (char& c : out) c = PrintableChar(c);
-  return out;
-}
-
 std::string Describe(const CommandRecord& r) {
   std::ostringstream os;
-  os << "command #" << r.seq << " (" << Printable(r.action);
-  if (r.function[0] != '\0') os << " '" << Printable(r.function) << "'";
+  // A function's name may hold a newline or a terminal's escape codes: one line stays one line
+  // (text::ForLogLine), and a quote in it cannot close the quoted name.
+  os << "command #" << r.seq << " (" << text::ForLogLine(r.action);
+  if (r.function[0] != '\0') os << " " << text::Quoted(r.function);
   os << (r.torn ? ", being recorded)" : ")");
   return os.str();
 }
@@ -133,7 +127,7 @@ void Dump(const std::string& why) {
     if (r.duration_ns < 0) {
       const char* step = s.step_label.load(std::memory_order_relaxed);
       if (i + 1 == next && step != nullptr) {
-        os << "at " << recorder::Printable(step) << ", ";  // a replay's
+        os << "at " << text::ForLogLine(step) << ", ";  // a replay's
       }
       os << "running for " << (now - r.start_ns) / 1e6 << " ms";
     } else {

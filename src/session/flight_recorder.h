@@ -33,8 +33,6 @@ int64_t NowNs();  // signal-safe
 
 /// "command #7 (call_packed 'my.fn')": a record for a log line (allocates).
 std::string Describe(const CommandRecord& r);
-/// `text` with every byte that is not printable ASCII as '?' (allocates).
-std::string Printable(const char* text);
 
 }  // namespace recorder
 }  // namespace watchdog

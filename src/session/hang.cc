@@ -7,7 +7,7 @@
 #include <sstream>
 #include <utility>
 
-#include "core/printable.h"
+#include "core/text.h"
 
 namespace disco {
 namespace hang {
@@ -38,9 +38,7 @@ std::string Where(const RankState& s) {
   } else if (std::string(s.action) == "replay_graph" && fn.rfind("graph ", 0) == 0) {
     what = fn;
   } else {
-    what = "'";
-    for (char c : fn) what += c == '\'' ? std::string("\\'") : std::string(1, c);
-    what += "'";
+    what = text::Quoted(fn);
   }
   return what + " (command #" + std::to_string(s.seq) + ")";
 }
@@ -259,11 +257,12 @@ struct Analysis {
 
 std::string Verdict(const std::vector<RankView>& given) {
   if (given.empty()) return "hang culprit: not known (no rank's state)";
-  // One line whatever the names hold (a function registered with a newline in its name).
+  // One line whatever the names hold (a function registered with a newline in its name); UTF-8
+  // names stay readable.
   std::vector<RankView> ranks = given;
   for (RankView& v : ranks) {
     liveness::MakePrintable(&v.state);
-    for (char& c : v.host) c = PrintableChar(c);
+    v.host = text::ForLogLine(v.host);
   }
   Analysis a(ranks);
   a.Run();

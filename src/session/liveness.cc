@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/printable.h"
+#include "core/text.h"
 
 namespace disco {
 namespace liveness {
@@ -106,7 +106,8 @@ RankState DecodeState(const uint8_t* data) {
 }
 
 void MakePrintable(RankState* state) {
-  ForEachString(state, [](char* field, size_t size) { disco::MakePrintable(field, size); });
+  ForEachString(state,
+                [](char* field, size_t size) { text::SignalSafePrintableUtf8(field, size); });
 }
 
 Verdict Parse(const uint8_t* data, size_t n, int self, int world, uint64_t job_id, Packet* out) {

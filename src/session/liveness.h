@@ -93,9 +93,10 @@ void Encode(const Packet& p, const crypto::HmacSha256& mac, uint8_t* out);
 void EncodeState(const Packet& p, const RankState& state, const crypto::HmacSha256& mac,
                  uint8_t* out);
 /// The state of a datagram that Decode accepted as kState (kStatePacketBytes); every string ends
-/// in NUL, and a byte that is not printable ASCII reads '?'.
+/// in NUL, and a byte that is not printable ASCII or UTF-8 reads '?'.
 RankState DecodeState(const uint8_t* data);
-/// Ends every string of `state` in NUL and makes it printable ('?' for any other byte).
+/// Ends every string of `state` in NUL and makes it printable ('?' for any byte that is not
+/// printable ASCII or part of a well-formed UTF-8 character: text::SignalSafePrintableUtf8).
 void MakePrintable(RankState* state);
 /// The cheap checks of the `n` bytes of `data` for rank `self` of a job of `world` ranks with id
 /// `job_id` (everything but the MAC); fills `*out` when it returns kAccepted.

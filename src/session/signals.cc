@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "core/exit_cleanup.h"
-#include "core/printable.h"
+#include "core/text.h"
 #include "core/trace.h"
 #include "session/flight_recorder.h"
 
@@ -38,7 +38,7 @@ void PutStr(char* buf, size_t cap, size_t* at, const char* s) {
 }
 // PutStr with every byte that is not printable ASCII as '?' (names from the program).
 void PutPrintable(char* buf, size_t cap, size_t* at, const char* s) {
-  for (; *s != '\0' && *at + 1 < cap; ++s) buf[(*at)++] = PrintableChar(*s);
+  for (; *s != '\0' && *at + 1 < cap; ++s) buf[(*at)++] = text::SignalSafePrintable(*s);
 }
 
 // What the rank was doing: "while running command #7 (call_packed 'f') for 3.2 s".

@@ -17,6 +17,7 @@
 
 #include "core/env.h"
 #include "core/process_info.h"
+#include "core/text.h"
 #include "core/trace.h"
 #include "mpi/mpi_util.h"
 
@@ -166,15 +167,23 @@ void WriteAll(const std::string& path, const std::string& body) {
       << "DISCO_TRACE=" << path << ": closing it failed: " << std::strerror(errno);
 }
 
-std::string Escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f) {
-      out.push_back(c);
-    }
+// The metadata events that name rank `rank`'s process (with its host) and its tracks.
+std::string RankMetadata(int rank) {
+  const std::string r = std::to_string(rank);
+  std::string meta = "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + r +
+                     ",\"tid\":0,\"args\":{\"name\":\"rank " + r +
+                     (rank == 0 ? ": controller + worker 0" : "") + " (" +
+                     text::ForJsonString(GetProcessInfo().host) + ")\"}},\n";
+  meta += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + r +
+          ",\"tid\":0,\"args\":{\"sort_index\":" + r + "}},\n";
+  meta += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + r +
+          ",\"tid\":1,\"args\":{\"name\":\"worker " + r + ": commands\"}},\n";
+  if (rank == 0) {
+    meta +=
+        "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":"
+        "\"controller\"}},\n";
   }
-  return out;
+  return meta;
 }
 
 }  // namespace
@@ -239,24 +248,7 @@ void FinishJob(MPI_Comm world) {
   MPI_Comm_size(job.comm, &size);
   const Offset end = EstimateOffset(job.comm);
   uint64_t count = 0;
-  std::string mine;
-  char meta[512];
-  std::snprintf(meta, sizeof meta,
-                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
-                "\"rank %d%s (%s)\"}},\n"
-                "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":"
-                "{\"sort_index\":%d}},\n"
-                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":"
-                "\"worker %d: commands\"}},\n",
-                rank, rank, rank == 0 ? ": controller + worker 0" : "",
-                Escaped(GetProcessInfo().host).c_str(), rank, rank, rank, rank);
-  mine += meta;
-  if (rank == 0) {
-    std::snprintf(meta, sizeof meta,
-                  "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":"
-                  "\"controller\"}},\n");
-    mine += meta;
-  }
+  std::string mine = RankMetadata(rank);
   mine += EventsJson(job.start.local_ns, job.start.offset_ns, end.local_ns, end.offset_ns,
                      job.origin_ns, rank, &count);
   // Rank 0 gathers every rank's text (sizes first), then writes the file.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/exit_cleanup.h"
+#include "core/text.h"
 #include "core/wait_record.h"
 #include "session/controller_probe.h"
 #include "session/flight_recorder.h"
@@ -81,7 +82,7 @@ bool GatherOnRankZero(std::ostringstream& line, std::vector<hang::RankView>* vie
   const CommandRecord current = recorder::Last();
   std::ostringstream line;
   line << "watchdog: " << recorder::Describe(current);
-  if (const char* step = recorder::StepLabel()) line << " at " << recorder::Printable(step);
+  if (const char* step = recorder::StepLabel()) line << " at " << text::ForLogLine(step);
   line << " has run for " << elapsed_s << " s, past DISCO_TIMEOUT=" << s.timeout_s << " s";
   DescribeWait(line, s.rank);
   // Rank 0 gathers every rank's state (which also finds the ranks that answer nothing) before

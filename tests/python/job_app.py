@@ -32,6 +32,16 @@ def stuck_on(worker, seconds):
         stuck_in_python(seconds)
 
 
+@disco.register_func("test.job.répétition")
+def repetition(n):
+    return n + 1
+
+
+@disco.register_func("test.job.函数")
+def stuck_on_utf8(worker, seconds):  # a UTF-8 name in the trace and in the watchdog's line
+    stuck_on(worker, seconds)
+
+
 def say(*args):
     sys.stdout.write(" ".join(str(a) for a in args) + "\n")  # one write: ranks' lines stay whole
     sys.stdout.flush()
@@ -59,6 +69,15 @@ def controller(sess):
         return 0 if x.debug_get_from_remote(sess.num_workers - 1).shape == (2,) else 1
     if MODE == "stuck_worker":
         sess.get_global_func("test.job.stuck_on")(int(ARGS[0]), 120)
+        sess.sync_all()
+        return 0
+    if MODE == "utf8_names":
+        sess.get_global_func("test.job.répétition")(1)
+        sess.get_global_func("test.job.函数")(-1, 0)
+        sess.sync_all()
+        return 0
+    if MODE == "stuck_utf8":
+        sess.get_global_func("test.job.函数")(int(ARGS[0]), 120)
         sess.sync_all()
         return 0
     return 0

@@ -5,6 +5,7 @@ session: the in-job and served runs skip this file.
 DISCO_TEST_MPIEXEC is the launcher with its process-count flag last (CTest passes CMake's; by
 default "mpirun -n", with --oversubscribe where launch/disco-run finds Open MPI)."""
 
+import json
 import os
 import re
 import shlex
@@ -149,6 +150,24 @@ def test_a_stuck_python_worker_function_shows_its_python_stack():
         assert "never arrived" not in out, out
         assert "it is not a collective: the function itself is still running" in out, out
         assert seconds < 40, (seconds, out)
+
+
+def test_utf8_function_names_stay_readable_in_the_trace_and_the_watchdog_line(tmp_path):
+    path = str(tmp_path / "t.json")
+    code, out, _ = run(2, "utf8_names", env=job_env(DISCO_TRACE=path))
+    assert code == 0, out
+    with open(path, encoding="utf-8") as f:  # JSON is UTF-8 (RFC 8259)
+        names = [e["name"] for e in json.load(f)["traceEvents"]]
+    for name in ("test.job.répétition", "test.job.函数"):
+        assert name in names, names  # a run event of each rank, named after the function
+    r = subprocess.run([sys.executable, "-m", "disco.trace", path], capture_output=True,
+                       env=job_env(PYTHONIOENCODING="utf-8"), check=False)
+    summary = r.stdout.decode("utf-8")
+    assert r.returncode == 0 and "test.job.函数" in summary, (summary, r.stderr)
+    code, out, _ = run(2, "stuck_utf8", 1, env=job_env(DISCO_TIMEOUT=3), timeout=60)
+    assert code != 0, out
+    for what in ("watchdog: command", "hang culprit: "):  # the rank's line, the job's verdict
+        assert any(what in line and "'test.job.函数'" in line for line in out.splitlines()), out
 
 
 def test_no_watchdog_line_after_disco_main_returned():

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "session/flight_recorder.h"
 #include "session/watchdog.h"
 
 namespace disco {
@@ -68,6 +69,18 @@ TEST(FlightRecordTest, ReadGivesWhatWasWrittenAndCutNamesSaySo) {
   EXPECT_EQ(r.seq, 8u);
   EXPECT_STREQ(r.function, "");
   EXPECT_EQ(r.duration_ns, -1);
+}
+
+// A record in a log line: a UTF-8 name stays readable; a newline or a terminal's escape in a name
+// cannot split or forge the line, and a quote in it cannot close the quoted name.
+TEST(FlightRecordTest, DescribeKeepsUtf8AndOneLine) {
+  Begin(7, "call", "répétition.函数");
+  EXPECT_EQ(recorder::Describe(recorder::Last()), "command #7 (call 'répétition.函数')");
+  End();
+  Begin(8, "call", "f'\n[rank 1] error: \x1b[2Jx");
+  EXPECT_EQ(recorder::Describe(recorder::Last()),
+            "command #8 (call 'f\\'\\x0a[rank 1] error: \\x1b[2Jx')");
+  End();
 }
 
 }  // namespace

@@ -129,6 +129,27 @@ TEST(HangVerdictTest, AQuoteInANameCannotPassForVerdictText) {
             "#3) for 3.1 s, outside any collective: its own code does not return");
 }
 
+// UTF-8 names stay readable in the verdict (also through a datagram); a newline, a terminal's
+// escape or a character cut short in a name still cannot split or forge the line.
+TEST(HangVerdictTest, Utf8NamesStayReadableAndTheVerdictOneLine) {
+  std::vector<RankView> views =
+      Views({Idle(2), Busy(3, "répétition.函数"), Busy(3, "a\nb\x1b[0m")});
+  views[2].host = "nœud\n";
+  std::string v = Verdict(views);
+  EXPECT_NE(v.find("rank 1 (node0) is still running 'répétition.函数' (command #3)"),
+            std::string::npos)
+      << v;
+  EXPECT_NE(v.find("rank 2 (nœud\\x0a) is still running 'a?b?[0m' (command #3)"), std::string::npos)
+      << v;
+  EXPECT_EQ(v.find('\n'), std::string::npos) << v;
+  EXPECT_EQ(v.find('\x1b'), std::string::npos) << v;
+  RankState cut = Busy(3, "");
+  std::strcpy(cut.function, "函数");
+  cut.function[5] = '\0';  // "数" cut short
+  liveness::MakePrintable(&cut);
+  EXPECT_STREQ(cut.function, "函??");
+}
+
 TEST(HangVerdictTest, AControllerInAForeignMpiCall) {
   RankState controller = Idle(2);
   controller.flags |= RankState::kController;

@@ -39,6 +39,14 @@ TEST(LogTest, ControlCharactersAreEscaped) {
   EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
 }
 
+// UTF-8 stays readable; a byte of ill-formed UTF-8 is shown, not written as binary.
+TEST(LogTest, Utf8IsKeptAndBadBytesAreShown) {
+  testing::internal::CaptureStderr();
+  LogLine(LogLevel::kError, std::string("répétition 函数 cut \xe5\x87 \xff"));
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("répétition 函数 cut \\xe5\\x87 \\xff\n"), std::string::npos) << out;
+}
+
 TEST(LogTest, TheMacroWritesOneLinePerPeriodFromEachPlace) {
   testing::internal::CaptureStderr();
   for (int i = 0; i < 100; ++i) DISCO_LOG_EVERY_N_SEC(WARN, 3600) << "repeated warning " << i;

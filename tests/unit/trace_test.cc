@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace disco {
 namespace trace {
@@ -51,6 +53,44 @@ TEST(TraceTest, BothWritersWriteTheSameEvents) {
   std::remove((path + ".rank0.json").c_str());
   rmdir(dir);
   Stop();
+}
+
+// Names in UTF-8 stay readable in both writers' JSON (a strict parser reads them back as they
+// were, where a name cut at kNameBytes - 1 ends in a whole character); ill-formed UTF-8 and control
+// characters still give valid JSON.
+TEST(TraceTest, Utf8NamesSurviveAndAnyBytesStayJson) {
+  char dir[] = "/tmp/disco-trace-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/t.json";
+  std::string long_name;
+  while (long_name.size() < kNameBytes) long_name += "数";  // cut at 47 bytes: inside a "数"
+  const std::string names[] = {"répétition", "函数", long_name, "bad \xff\xe5\x87 \x1b[2J\n"};
+  Start(0, path, 16);
+  for (const std::string& name : names) Record(Kind::kRun, name, 1000, 2000, 1);
+  const std::string merged = EventsJson(0, 0, 0, 0, 0, 0, nullptr);
+  ASSERT_GT(merged.size(), 2u);
+  WriteRankFile("répétition");
+  Stop();
+  const std::string own = Slurp(path + ".rank0.json");
+  std::remove((path + ".rank0.json").c_str());
+  rmdir(dir);
+  const std::string cut = long_name.substr(0, (kNameBytes - 1) / 3 * 3);
+  for (const std::string& doc : {"[" + merged.substr(0, merged.size() - 2) + "]", own}) {
+    nlohmann::json parsed;
+    ASSERT_NO_THROW(parsed = nlohmann::json::parse(doc)) << doc;
+    const nlohmann::json& events = parsed.is_array() ? parsed : parsed["traceEvents"];
+    std::vector<std::string> got;
+    for (const auto& e : events) {
+      if (e.value("ph", "") == "X") got.push_back(e["name"].get<std::string>());
+    }
+    ASSERT_EQ(got.size(), 4u) << doc;
+    EXPECT_EQ(got[0], "répétition");
+    EXPECT_EQ(got[1], "函数");
+    EXPECT_EQ(got[2], cut);
+    EXPECT_EQ(got[3],
+              "bad \u00ff\u00e5\u0087 \x1b[2J\n");  // each bad byte: the character of its value
+  }
+  EXPECT_NE(own.find("\"why\":\"répétition\""), std::string::npos) << own;
 }
 
 // A failing rank's file is written (the watchdog's thread) while another thread still records:
