@@ -1,6 +1,7 @@
 // The server end of remote sessions, on rank 0 of a job: an acceptor thread that runs handshakes
 // (and answers "busy" while a client is attached), and the main thread, which alone touches the
 // session (MPI stays in one thread), serving one client's requests at a time.
+#include <disco/files.h>
 #include <disco/log.h>
 #include <disco/remote.h>
 #include <disco/worker.h>
@@ -83,14 +84,15 @@ bool IsLoopback(const std::string& host) {
 }
 
 void WritePortFile(const std::string& path, int port) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp);
-    f << port << "\n";
-    DISCO_CHECK(f.good(), ValueError) << "cannot write the port file '" << tmp << "'";
+  // Created beside `path` (O_EXCL, O_NOFOLLOW: a link planted there is not written through), then
+  // renamed onto it.
+  try {
+    AtomicFile file(path);
+    file.Write(std::to_string(port) + "\n");
+    file.Commit();
+  } catch (const RuntimeError& e) {
+    DISCO_THROW(ValueError) << "cannot write the port file '" << path << "': " << e.what();
   }
-  DISCO_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, ValueError)
-      << "cannot move the port file into place at '" << path << "'";
 }
 
 // Accepts connections in a thread of its own and runs their handshakes, many at once, each step
