@@ -84,8 +84,8 @@ bool IsLoopback(const std::string& host) {
 }
 
 void WritePortFile(const std::string& path, int port) {
-  // Created beside `path` (O_EXCL, O_NOFOLLOW: a link planted there is not written through), then
-  // renamed onto it.
+  // Created beside `path` (O_EXCL, O_NOFOLLOW: a link planted there is not written through), 0600,
+  // then renamed onto it.
   try {
     AtomicFile file(path);
     file.Write(std::to_string(port) + "\n");
