@@ -89,15 +89,16 @@ class PartialCheckpoint {
 
   const std::string& path() const { return path_; }
 
-  // Renames the checkpoint to `dir`. When that fails (a run of this user made it first), `dir`
-  // must be a directory of this user's (not a link to one); the partial one goes either way.
+  // Renames the checkpoint to `dir`, its files synced first. When that fails (a run of this user
+  // made it first), `dir` must be a directory of this user's (not a link to one); the partial one
+  // goes either way.
   void Commit(const std::string& dir) {
-    if (std::rename(path_.c_str(), dir.c_str()) == 0) {
+    const int err = disco::CommitRename(path_, dir);
+    if (err == 0) {
       Forget();
       path_.clear();
       return;
     }
-    const int err = errno;
     Remove();
     struct stat st;
     DISCO_CHECK(::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid(),

@@ -1,6 +1,7 @@
 #include "remote/key.h"
 
 #include <disco/error.h>
+#include <disco/files.h>
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -56,20 +57,12 @@ void WriteKeyFile(const std::string& path, const std::string& key) {
     DISCO_CHECK(mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST, RuntimeError)
         << "cannot make the key directory '" << dir << "': " << std::strerror(errno);
   }
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  DISCO_CHECK(fd >= 0, RuntimeError)
-      << "cannot create the key file '" << tmp << "': " << std::strerror(errno);
-  const std::string line = KeyFileContent(key);
-  bool ok = fchmod(fd, 0600) == 0 &&
-            write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  int err = errno;
-  ok = close(fd) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (ok) err = errno;
-    unlink(tmp.c_str());
-    DISCO_THROW(RuntimeError) << "cannot write the key file '" << path
-                              << "': " << std::strerror(err);
+  try {
+    AtomicFile file(path);  // 0600 exactly, whatever the umask
+    file.Write(KeyFileContent(key));
+    file.Commit();
+  } catch (const RuntimeError& e) {
+    DISCO_THROW(RuntimeError) << "cannot write the key file '" << path << "': " << e.what();
   }
 }
 

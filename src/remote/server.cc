@@ -2,6 +2,7 @@
 // guard on every rank. An acceptor thread runs handshakes (acceptor.h, handshake.h; it answers
 // "busy" while a client is attached), and the main thread, which alone touches the session (MPI
 // stays in one thread), serves one client's requests at a time (connection.h).
+#include <disco/files.h>
 #include <disco/log.h>
 #include <disco/remote.h>
 #include <disco/worker.h>
@@ -59,14 +60,15 @@ bool IsLoopback(const std::string& host) {
 }
 
 void WritePortFile(const std::string& path, int port) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream f(tmp);
-    f << port << "\n";
-    DISCO_CHECK(f.good(), ValueError) << "cannot write the port file '" << tmp << "'";
+  // Created beside `path` (O_EXCL, O_NOFOLLOW: a link planted there is not written through), 0600,
+  // then renamed onto it.
+  try {
+    AtomicFile file(path);
+    file.Write(std::to_string(port) + "\n");
+    file.Commit();
+  } catch (const RuntimeError& e) {
+    DISCO_THROW(ValueError) << "cannot write the port file '" << path << "': " << e.what();
   }
-  DISCO_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, ValueError)
-      << "cannot move the port file into place at '" << path << "'";
 }
 
 // ---- The generated key file on every rank ------------------------------------------------------
