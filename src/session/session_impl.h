@@ -29,7 +29,7 @@ class SessionImpl final : public SessionBackend {
   static constexpr size_t kMaxPendingKills = 16;
 
   SessionImpl(MpiTransport* transport, const SessionConfig& config, const WorkerInfo& worker0);
-  ~SessionImpl();
+  ~SessionImpl() override;
 
   int num_workers() const override { return transport_->size(); }
   int num_groups() const override { return static_cast<int>(config_.num_groups); }
