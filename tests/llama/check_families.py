@@ -2,7 +2,7 @@
 """disco-demo against transformers itself, on a checkpoint of every family the loader reads.
 
     check_families.py --mpiexec MPIEXEC --demo DISCO_DEMO [--np 1,2,4] [--case NAME ...]
-        [--mpiexec-flag FLAG ...] [--demo-flag FLAG ...] [--keep DIR]
+        [--mpiexec-flag FLAG ...] [--demo-flag FLAG ...] [--keep DIR] [--no-hdf5]
 
 Runs in a Python with torch, transformers, safetensors and numpy (launch/test's venv:
 run_families_test.sh finds it). For each case below it makes a small random model WITH
@@ -10,7 +10,8 @@ transformers (AutoConfig.for_model with tiny sizes, AutoModelForCausalLM.from_co
 redrawn well-conditioned, save_pretrained), computes the reference with transformers (greedy, 32
 new tokens for each of 3 prompts of different lengths, one prompt at a time, the whole sequence
 again at every step: eager attention, no KV cache), and runs disco-demo --model DIR on the same
-prompts at each NP, with --dump-logits. Pass, per case and NP:
+prompts at each NP, with --dump-logits; then converts it to HDF5 at 2 ranks (disco-demo --convert:
+config.json as disco writes it) and runs that file at the largest NP. Pass, per case and run:
 - the 3 `generated:` lines equal the reference's tokens (32 each);
 - logits (3, 32, vocab) within TOL * max(1, max|ref|): TOL 1e-4 for float32 runs, 5e-2 for
   --dtype bfloat16 runs (on bfloat16 storage: the same weights; the tolerance is the house's);
@@ -182,7 +183,16 @@ def run_disco(args, name, model_dir, prompts, np_, dump):
             if line.startswith("generated:")], r.stdout
 
 
-def check(name, np_, got, dump, tokens, logits, np):
+def convert(args, name, model_dir, out):
+    """disco-demo --convert at 2 ranks: the checkpoint as HDF5 (config.json as disco writes it)."""
+    cmd = [args.mpiexec, "-n", "2", *args.mpiexec_flag, args.demo, "--model", model_dir,
+           "--dtype", CASES[name][3], "--convert", out]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=TIMEOUT)
+    return None if r.returncode == 0 else f"--convert: exit {r.returncode}:\n{r.stdout[-2000:]}"
+
+
+def check(what, name, got, dump, tokens, logits, np):
     tol = TOL[CASES[name][3]]
     if got != tokens.tolist():
         for b, (g, w) in enumerate(zip(got, tokens.tolist())):
@@ -194,7 +204,7 @@ def check(name, np_, got, dump, tokens, logits, np):
         return f"logits of shape {d.shape}, not {logits.shape}"
     err = float(np.abs(d - logits).max())
     scale = max(1.0, float(np.abs(logits).max()))
-    log(f"ok: {name} at {np_} rank(s): {NEW_TOKENS} tokens x {len(tokens)} prompts equal; "
+    log(f"ok: {what}: {NEW_TOKENS} tokens x {len(tokens)} prompts equal; "
         f"max |logit diff| {err:.2e} = {err / scale:.1e} of max |logit| (tolerance {tol:g})")
     return None if err <= tol * scale else f"logits differ by {err:.3e} (> {tol * scale:.3e})"
 
@@ -208,6 +218,7 @@ def main():
     ap.add_argument("--mpiexec-flag", action="append", default=[])
     ap.add_argument("--demo-flag", action="append", default=[])
     ap.add_argument("--keep", help="make the checkpoints here and keep them")
+    ap.add_argument("--no-hdf5", action="store_true", help="leave out the HDF5 round trip")
     args = ap.parse_args()
     try:
         import numpy as np
@@ -228,13 +239,20 @@ def main():
             model_dir = os.path.join(base, name)
             shutil.rmtree(model_dir, ignore_errors=True)
             prompts, tokens, logits = make_case(name, model_dir, torch, transformers, np)
-            for np_ in (int(n) for n in args.np.split(",")):
+            runs = [(int(n), model_dir) for n in args.np.split(",")]
+            h5 = os.path.join(base, name + ".h5")
+            if not args.no_hdf5:  # then from the HDF5 file, written at 2 ranks, at the most
+                runs.append((runs[-1][0], h5))
+            for np_, model in runs:
+                what = f"{name} at {np_} rank(s)" + (" from HDF5" if model == h5 else "")
                 dump = os.path.join(base, f"{name}.np{np_}.npy")
-                got, out = run_disco(args, name, model_dir, prompts, np_, dump)
-                why = out if got is None else check(name, np_, got, dump, tokens, logits, np)
+                why = convert(args, name, model_dir, h5) if model == h5 else None
+                if not why:
+                    got, out = run_disco(args, name, model, prompts, np_, dump)
+                    why = out if got is None else check(what, name, got, dump, tokens, logits, np)
                 if why:
-                    log(f"FAIL: {name} at {np_} rank(s): {why}")
-                    failures.append(f"{name} np{np_}")
+                    log(f"FAIL: {what}: {why}")
+                    failures.append(what)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
