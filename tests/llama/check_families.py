@@ -76,8 +76,10 @@ def log(*a):
 
 def well_conditioned(model, torch, seed):
     """Redraws every weight: transformers' init (std 0.02) gives near-uniform logits and argmax
-    ties. Matrices N(0, 1/in), embeddings N(0, 1), the LM head N(0, 9/hidden) (logits of a few
-    units), norms 1 + N(0, 0.1^2), biases N(0, 0.1^2)."""
+    ties. Matrices N(0, 1/in); the embeddings and the LM head N(0, 9/hidden): logits of a few
+    units, tied or not (embeddings of norm ~1 per element make a tied model's logits those of
+    the last token's own row, whatever the layers do); norms 1 + N(0, 0.1^2), biases
+    N(0, 0.1^2)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -86,9 +88,7 @@ def well_conditioned(model, torch, seed):
                 p.copy_(1 + 0.1 * r)
             elif name.endswith(".bias"):
                 p.copy_(0.1 * r)
-            elif "embed_tokens" in name:
-                p.copy_(r)
-            elif name == "lm_head.weight":
+            elif "embed_tokens" in name or name == "lm_head.weight":
                 p.copy_(r * 3 / p.shape[1] ** 0.5)
             else:
                 p.copy_(r / p.shape[1] ** 0.5)
@@ -204,9 +204,10 @@ def check(what, name, got, dump, tokens, logits, np):
         return f"logits of shape {d.shape}, not {logits.shape}"
     err = float(np.abs(d - logits).max())
     scale = max(1.0, float(np.abs(logits).max()))
+    if err > tol * scale:
+        return f"tokens equal, but logits differ by {err:.3e} (> {tol:g} x {scale:.2f})"
     log(f"ok: {what}: {NEW_TOKENS} tokens x {len(tokens)} prompts equal; "
         f"max |logit diff| {err:.2e} = {err / scale:.1e} of max |logit| (tolerance {tol:g})")
-    return None if err <= tol * scale else f"logits differ by {err:.3e} (> {tol * scale:.3e})"
 
 
 def main():
