@@ -129,8 +129,9 @@ void ReadFamily(const Json& j, const std::string& what, Config* c) {
   const std::string& t = c->model_type;
   if (t == "llama" || t == "qwen3") c->attention_bias = Bool(j, "attention_bias", what, false);
   if (t == "llama") c->mlp_bias = Bool(j, "mlp_bias", what, false);
-  if (t == "mistral")
+  if (t == "mistral") {  // null: none
     c->sliding_window = PositiveInt(j, "sliding_window", what, false, 0, kMaxPositions);
+  }
   if (t == "qwen2" || t == "qwen3") {
     DISCO_CHECK(!Bool(j, "use_sliding_window", what, false), ValueError)
         << what << ": \"use_sliding_window\": true is not supported (" << t
