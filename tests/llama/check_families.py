@@ -198,7 +198,7 @@ def check(what, name, got, dump, tokens, logits, np):
         for b, (g, w) in enumerate(zip(got, tokens.tolist())):
             if g != w:
                 log(f"  prompt {b}: disco {g}\n  prompt {b}: transformers {w}")
-        return f"tokens differ"
+        return "tokens differ"
     d = np.load(dump)
     if d.shape != logits.shape:
         return f"logits of shape {d.shape}, not {logits.shape}"
