@@ -56,6 +56,29 @@ disco_build() {
   cmake --build "$DISCO_BUILD_DIR" -j"${DISCO_BUILD_JOBS:-2}" "${targets[@]}"
 }
 
+# The virtual environment of the tests against transformers itself (tests/llama/
+# run_families_test.sh): torch (the CPU wheels of download.pytorch.org, else PyPI's, which bring
+# CUDA's libraries: 5.6 GiB), transformers 5, safetensors and numpy, at $DISCO_HF_VENV (.venv-hf at
+# the top of the tree, ignored by git). Made once (about 3 minutes) and reused: .disco-ready marks
+# a complete one. Its log: $DISCO_HF_VENV.log. Needs PyPI; without it the test skips, saying so.
+DISCO_HF_VENV=${DISCO_HF_VENV:-$DISCO_ROOT/.venv-hf}
+export DISCO_HF_VENV
+disco_hf_venv() {
+  local v=$DISCO_HF_VENV py=python3
+  [[ -f $v/.disco-ready ]] && return 0
+  [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3  # Debian's, which python3-venv serves
+  rm -rf "$v"
+  {
+    nice "$py" -m venv "$v" &&
+      { nice "$v/bin/pip" install --retries 1 --timeout 30 torch \
+          --index-url https://download.pytorch.org/whl/cpu ||
+        nice "$v/bin/pip" install torch; } &&
+      nice "$v/bin/pip" install "transformers>=5,<6" safetensors numpy &&
+      "$v/bin/python" -c 'import numpy, safetensors, torch, transformers' &&
+      touch "$v/.disco-ready"
+  } >"$v.log" 2>&1
+}
+
 # Open MPI refuses to run as root without these; harmless for other users and MPIs.
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}

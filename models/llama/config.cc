@@ -24,26 +24,49 @@ int64_t PositiveInt(const Json& j, const char* key, const std::string& what, boo
   return v->as_int();
 }
 
-// The model this loader implements: model_type "llama" (LlamaForCausalLM). Qwen2, Qwen3 and
-// Mistral checkpoints have Llama's tensor names plus weights or rules of their own (biases, q/k
-// norms, a sliding window): read as Llama they would compute silently wrong, so they are refused.
-void CheckArchitecture(const Json& j, const std::string& what) {
+// The families this loader implements, by model_type, and the one architecture each names. They
+// share Llama's tensor names and differ in weights or rules of their own (biases, q/k norms, a
+// sliding window): whatever a family has that the model does not implement is refused, never
+// computed silently wrong.
+const std::pair<const char*, const char*> kFamilies[] = {{"llama", "LlamaForCausalLM"},
+                                                         {"mistral", "MistralForCausalLM"},
+                                                         {"qwen2", "Qwen2ForCausalLM"},
+                                                         {"qwen3", "Qwen3ForCausalLM"}};
+
+const char* Architecture(const std::string& model_type) {
+  for (const auto& [type, arch] : kFamilies) {
+    if (model_type == type) return arch;
+  }
+  return nullptr;
+}
+
+std::string ModelType(const Json& j, const std::string& what) {
+  const char* supported = "this loader reads \"llama\", \"mistral\", \"qwen2\" and \"qwen3\"";
   const Json* type = j.Find("model_type");
   DISCO_CHECK(type != nullptr && type->is_string(), ValueError)
-      << what << ": \"model_type\" is " << (type == nullptr ? "missing" : type->Dump())
-      << "; this loader reads \"llama\" checkpoints only";
-  DISCO_CHECK(type->as_string() == "llama", ValueError)
-      << what << ": model_type " << type->Dump()
-      << " is not supported; this loader reads \"llama\" checkpoints only";
+      << what << ": \"model_type\" is " << (type == nullptr ? "missing" : type->Dump()) << "; "
+      << supported;
+  const char* want = Architecture(type->as_string());
+  DISCO_CHECK(want != nullptr, ValueError)
+      << what << ": model_type " << type->Dump() << " is not supported; " << supported;
   const Json* arch = j.Find("architectures");
-  if (arch == nullptr || arch->is_null()) return;
+  if (arch == nullptr || arch->is_null()) return type->as_string();
   DISCO_CHECK(arch->is_array(), ValueError)
       << what << ": \"architectures\" must be a list, not " << arch->Dump();
   for (const Json& a : arch->items()) {
-    DISCO_CHECK(a.is_string() && a.as_string() == "LlamaForCausalLM", ValueError)
-        << what << ": architectures " << arch->Dump()
-        << " is not supported; this loader reads LlamaForCausalLM only";
+    DISCO_CHECK(a.is_string() && a.as_string() == want, ValueError)
+        << what << ": architectures " << arch->Dump() << " is not supported with model_type "
+        << type->Dump() << "; this loader reads " << want << " only";
   }
+  return type->as_string();
+}
+
+bool Bool(const Json& j, const char* key, const std::string& what, bool fallback) {
+  const Json* b = j.Find(key);
+  if (b == nullptr || b->is_null()) return fallback;
+  DISCO_CHECK(b->kind() == Json::Kind::kBool, ValueError)
+      << what << ": \"" << key << "\" must be true or false, not " << b->Dump();
+  return b->as_bool();
 }
 
 double PositiveNumber(const Json& j, const char* key, const std::string& what, double fallback) {
@@ -54,13 +77,85 @@ double PositiveNumber(const Json& j, const char* key, const std::string& what, d
   return v->as_double();
 }
 
+// RoPE's parameters: transformers 5's rope_parameters (rope_theta inside), else rope_scaling
+// (and rope_theta beside it). Scalings this model does not implement (yarn, dynamic, longrope,
+// ...) are refused naming the type.
+void ReadRope(const Json& j, const std::string& what, Config* c) {
+  c->rope_theta = PositiveNumber(j, "rope_theta", what, 10000.0);
+  const char* key = "rope_parameters";
+  const Json* r = j.Find(key);
+  if (r == nullptr || r->is_null()) r = j.Find(key = "rope_scaling");
+  if (r == nullptr || r->is_null()) return;
+  const std::string field = what + ": " + key;
+  DISCO_CHECK(r->is_object(), ValueError) << field << " must be an object, not " << r->Dump();
+  c->rope_theta = PositiveNumber(*r, "rope_theta", field, c->rope_theta);
+  const Json* type = r->Find("rope_type");
+  if (type == nullptr || type->is_null()) type = r->Find("type");
+  c->rope_type = "default";
+  if (type != nullptr && !type->is_null()) {
+    DISCO_CHECK(type->is_string(), ValueError)
+        << field << ": the rope type must be a string, not " << type->Dump();
+    c->rope_type = type->as_string();
+  }
+  DISCO_CHECK(c->rope_type == "default" || c->rope_type == "linear" || c->rope_type == "llama3",
+              ValueError)
+      << field << ": rope type \"" << c->rope_type
+      << "\" is not supported (only \"default\", \"linear\" and \"llama3\")";
+  const double partial = PositiveNumber(*r, "partial_rotary_factor", field, 1.0);
+  DISCO_CHECK(partial == 1.0, ValueError)
+      << field << ": partial_rotary_factor " << partial << " is not supported (only 1)";
+  if (c->rope_type == "default") return;
+  auto required = [&](const char* name) {
+    const Json* v = r->Find(name);
+    DISCO_CHECK(v != nullptr && !v->is_null(), ValueError)
+        << field << ": rope type \"" << c->rope_type << "\" needs \"" << name << "\"";
+    return PositiveNumber(*r, name, field, 0);
+  };
+  c->rope_factor = required("factor");
+  if (c->rope_type == "linear") return;
+  c->rope_low_freq_factor = required("low_freq_factor");
+  c->rope_high_freq_factor = required("high_freq_factor");
+  DISCO_CHECK(c->rope_high_freq_factor != c->rope_low_freq_factor, ValueError)
+      << field << ": high_freq_factor and low_freq_factor must differ";
+  required("original_max_position_embeddings");
+  c->rope_original_max_positions =
+      PositiveInt(*r, "original_max_position_embeddings", field, true, 0, kMaxPositions);
+}
+
+// What each family adds to Llama: biases (llama, qwen2, qwen3), q/k norms (qwen3, by model_type
+// alone), a sliding window (mistral). Qwen's sliding-window layers (use_sliding_window, or
+// layer_types naming one) are not implemented: refused.
+void ReadFamily(const Json& j, const std::string& what, Config* c) {
+  const std::string& t = c->model_type;
+  if (t == "llama" || t == "qwen3") c->attention_bias = Bool(j, "attention_bias", what, false);
+  if (t == "llama") c->mlp_bias = Bool(j, "mlp_bias", what, false);
+  if (t == "mistral") {  // null: none
+    c->sliding_window = PositiveInt(j, "sliding_window", what, false, 0, kMaxPositions);
+  }
+  if (t == "qwen2" || t == "qwen3") {
+    DISCO_CHECK(!Bool(j, "use_sliding_window", what, false), ValueError)
+        << what << ": \"use_sliding_window\": true is not supported (" << t
+        << "'s sliding-window layers); only full attention";
+  }
+  const Json* types = j.Find("layer_types");
+  if (types == nullptr || types->is_null()) return;
+  const char* want = c->sliding_window > 0 ? "sliding_attention" : "full_attention";
+  DISCO_CHECK(types->is_array(), ValueError)
+      << what << ": \"layer_types\" must be a list, not " << types->Dump();
+  for (const Json& l : types->items()) {
+    DISCO_CHECK(l.is_string() && l.as_string() == want, ValueError)
+        << what << ": layer_types " << types->Dump() << " is not supported: every layer must be \""
+        << want << "\"";
+  }
+}
+
 }  // namespace
 
 Config Config::FromJson(const Json& j, const std::string& what) {
   DISCO_CHECK(j.is_object(), ValueError)
       << what << ": expected a JSON object, got a " << j.kind_name();
-  CheckArchitecture(j, what);
   Config c;
+  c.model_type = ModelType(j, what);
   c.hidden_size = PositiveInt(j, "hidden_size", what, true, 0, kMaxHidden);
   c.intermediate_size = PositiveInt(j, "intermediate_size", what, true, 0, kMaxHidden * 16);
   c.num_hidden_layers = PositiveInt(j, "num_hidden_layers", what, true, 0, kMaxLayers);
@@ -88,27 +183,14 @@ Config Config::FromJson(const Json& j, const std::string& what) {
   CheckedProduct({c.intermediate_size, c.hidden_size},
                  what + ": intermediate_size x hidden_size (mlp)");
   c.rms_norm_eps = PositiveNumber(j, "rms_norm_eps", what, 1e-6);
-  c.rope_theta = PositiveNumber(j, "rope_theta", what, 10000.0);
-  if (const Json* t = j.Find("tie_word_embeddings"); t != nullptr && !t->is_null()) {
-    DISCO_CHECK(t->kind() == Json::Kind::kBool, ValueError)
-        << what << ": \"tie_word_embeddings\" must be true or false, not " << t->Dump();
-    c.tie_word_embeddings = t->as_bool();
-  }
+  c.tie_word_embeddings = Bool(j, "tie_word_embeddings", what, false);
   // Variants this model does not implement are refused, never silently computed wrong.
   if (const Json* a = j.Find("hidden_act"); a != nullptr && !a->is_null()) {
     DISCO_CHECK(a->is_string() && a->as_string() == "silu", ValueError)
         << what << ": hidden_act " << a->Dump() << " is not supported (only \"silu\")";
   }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    const Json* b = j.Find(key);
-    DISCO_CHECK(b == nullptr || b->is_null() || (b->kind() == Json::Kind::kBool && !b->as_bool()),
-                ValueError)
-        << what << ": \"" << key << "\": " << b->Dump() << " is not supported (no biases)";
-  }
-  if (const Json* r = j.Find("rope_scaling"); r != nullptr) {
-    DISCO_CHECK(r->is_null(), ValueError)
-        << what << ": rope_scaling " << r->Dump() << " is not supported (plain RoPE only)";
-  }
+  ReadRope(j, what, &c);
+  ReadFamily(j, what, &c);
   return c;
 }
 
@@ -129,8 +211,8 @@ Config Config::FromText(const std::string& text, const std::string& what) {
 
 std::string Config::ToJson() const {
   std::map<std::string, Json> m;
-  m["architectures"] = Json::Array({Json::String("LlamaForCausalLM")});
-  m["model_type"] = Json::String("llama");
+  m["architectures"] = Json::Array({Json::String(Architecture(model_type))});
+  m["model_type"] = Json::String(model_type);
   m["hidden_act"] = Json::String("silu");
   m["hidden_size"] = Json::Int(hidden_size);
   m["intermediate_size"] = Json::Int(intermediate_size);
@@ -143,10 +225,54 @@ std::string Config::ToJson() const {
   m["rms_norm_eps"] = Json::Number(rms_norm_eps);
   m["rope_theta"] = Json::Number(rope_theta);
   m["tie_word_embeddings"] = Json::Bool(tie_word_embeddings);
-  m["attention_bias"] = Json::Bool(false);
-  m["mlp_bias"] = Json::Bool(false);
+  m["attention_bias"] = Json::Bool(attention_bias);
+  m["mlp_bias"] = Json::Bool(mlp_bias);
+  if (model_type == "mistral") {
+    m["sliding_window"] = sliding_window > 0 ? Json::Int(sliding_window) : Json();
+  }
+  if (rope_type != "default") {
+    std::map<std::string, Json> r;
+    r["rope_type"] = Json::String(rope_type);
+    r["factor"] = Json::Number(rope_factor);
+    if (rope_type == "llama3") {
+      r["low_freq_factor"] = Json::Number(rope_low_freq_factor);
+      r["high_freq_factor"] = Json::Number(rope_high_freq_factor);
+      r["original_max_position_embeddings"] = Json::Int(rope_original_max_positions);
+    }
+    m["rope_scaling"] = Json::Object(std::move(r));
+  }
   m["torch_dtype"] = Json::String("float32");
   return Json::Object(std::move(m)).Dump();
+}
+
+std::vector<float> Config::InvFreq() const {
+  const int64_t half = head_dim / 2;
+  std::vector<float> out(static_cast<size_t>(half));
+  const double pi = 3.14159265358979323846;
+  for (int64_t i = 0; i < half; ++i) {
+    // inv_freq[i] = 1 / theta^(2i / dim) (transformers' default).
+    double f =
+        1.0 / std::pow(rope_theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    if (rope_type == "linear") f /= rope_factor;
+    if (rope_type == "llama3") {
+      // _compute_llama3_parameters: wavelengths past the original context's / low_freq_factor
+      // are slowed by `factor`, those under its / high_freq_factor kept, and those between
+      // interpolated smoothly.
+      const double old_len = static_cast<double>(rope_original_max_positions);
+      const double wavelen = 2 * pi / f;
+      const double low_wavelen = old_len / rope_low_freq_factor;
+      const double high_wavelen = old_len / rope_high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= rope_factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - rope_low_freq_factor) /
+                              (rope_high_freq_factor - rope_low_freq_factor);
+        f = (1 - smooth) * f / rope_factor + smooth * f;
+      }
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return out;
 }
 
 void Config::CheckSplit(int ranks) const {
@@ -166,6 +292,12 @@ std::string Config::Summary() const {
      << " heads (" << num_key_value_heads << " kv, dim " << head_dim << "), ffn "
      << intermediate_size << ", vocab " << vocab_size
      << (tie_word_embeddings ? ", tied embeddings" : "");
+  if (model_type != "llama") os << ", " << model_type;
+  if (QkvBias()) os << (attention_bias ? ", attention biases" : ", q/k/v biases");
+  if (mlp_bias) os << ", mlp biases";
+  if (QkNorm()) os << ", q/k norms";
+  if (sliding_window > 0) os << ", sliding window " << sliding_window;
+  if (rope_type != "default") os << ", rope " << rope_type << " x" << rope_factor;
   return os.str();
 }
 
@@ -191,6 +323,7 @@ std::vector<WeightSpec> WeightSpecs(const Config& c) {
                          n("head_dim", c.head_dim),
                     kvs = n("num_key_value_heads", c.num_key_value_heads) + " x " +
                           n("head_dim", c.head_dim);
+  const std::string ds = n("head_dim", c.head_dim);
   std::vector<WeightSpec> out;
   out.push_back({"model.embed_tokens.weight", {v, h}, Split::kRows, vs + ", " + hs});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -199,11 +332,28 @@ std::vector<WeightSpec> WeightSpecs(const Config& c) {
     out.push_back({p + "self_attn.q_proj.weight", {q, h}, Split::kRows, qs + ", " + hs});
     out.push_back({p + "self_attn.k_proj.weight", {kv, h}, Split::kRows, kvs + ", " + hs});
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}, Split::kRows, kvs + ", " + hs});
+    if (c.QkvBias()) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}, Split::kRows, qs});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}, Split::kRows, kvs});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}, Split::kRows, kvs});
+    }
+    if (c.QkNorm()) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, Split::kReplicated, ds});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Split::kReplicated, ds});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {h, q}, Split::kColumns, hs + ", " + qs});
+    if (c.attention_bias) {
+      out.push_back({p + "self_attn.o_proj.bias", {h}, Split::kReplicated, hs});
+    }
     out.push_back({p + "post_attention_layernorm.weight", {h}, Split::kReplicated, hs});
     out.push_back({p + "mlp.gate_proj.weight", {f, h}, Split::kRows, fs + ", " + hs});
     out.push_back({p + "mlp.up_proj.weight", {f, h}, Split::kRows, fs + ", " + hs});
     out.push_back({p + "mlp.down_proj.weight", {h, f}, Split::kColumns, hs + ", " + fs});
+    if (c.mlp_bias) {
+      out.push_back({p + "mlp.gate_proj.bias", {f}, Split::kRows, fs});
+      out.push_back({p + "mlp.up_proj.bias", {f}, Split::kRows, fs});
+      out.push_back({p + "mlp.down_proj.bias", {h}, Split::kReplicated, hs});
+    }
   }
   out.push_back({"model.norm.weight", {h}, Split::kReplicated, hs});
   if (!c.tie_word_embeddings) {

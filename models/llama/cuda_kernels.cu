@@ -104,20 +104,22 @@ __global__ void RopeAndCacheKernel(float* q, float* k, const float* v, const int
   }
 }
 
-// One block per (row, query head): scores into `scores`, softmax, then the weighted values.
+// One block per (row, query head): scores into `scores`, softmax, then the weighted values, over
+// positions first..n-1 (first > 0 with a sliding window).
 __global__ void AttendKernel(const float* q, const int64_t* row_seq, const int64_t* row_pos,
                              int64_t heads, int64_t kv_heads, int64_t dim, const float* kcache,
-                             const float* vcache, int64_t max_len, float scale, float* scores,
-                             float* out, __nv_bfloat16* out_bf16) {
+                             const float* vcache, int64_t max_len, int64_t window, float scale,
+                             float* scores, float* out, __nv_bfloat16* out_bf16) {
   __shared__ float shared[kThreads];
   const int64_t r = blockIdx.x, head = blockIdx.y, g = head / (heads / kv_heads);
   const int64_t n = row_pos[r] + 1;
+  const int64_t first = window > 0 && n > window ? n - window : 0;
   const float* qh = q + (r * heads + head) * dim;
   const float* kc = kcache + (row_seq[r] * kv_heads + g) * max_len * dim;
   const float* vc = vcache + (row_seq[r] * kv_heads + g) * max_len * dim;
   float* sc = scores + (r * heads + head) * max_len;
   float local_max = -FLT_MAX;
-  for (int64_t p = threadIdx.x; p < n; p += kThreads) {
+  for (int64_t p = first + threadIdx.x; p < n; p += kThreads) {
     float dot = 0;
     for (int64_t d = 0; d < dim; ++d) dot += qh[d] * kc[p * dim + d];
     sc[p] = dot * scale;
@@ -125,7 +127,7 @@ __global__ void AttendKernel(const float* q, const int64_t* row_seq, const int64
   }
   const float m = BlockReduce<true>(local_max, shared);
   float local_sum = 0;
-  for (int64_t p = threadIdx.x; p < n; p += kThreads) {
+  for (int64_t p = first + threadIdx.x; p < n; p += kThreads) {
     const float e = expf(sc[p] - m);
     sc[p] = e;
     local_sum += e;
@@ -134,7 +136,7 @@ __global__ void AttendKernel(const float* q, const int64_t* row_seq, const int64
   const float inv = 1.0f / total;
   for (int64_t d = threadIdx.x; d < dim; d += kThreads) {
     float acc = 0;
-    for (int64_t p = 0; p < n; ++p) acc += sc[p] * vc[p * dim + d];
+    for (int64_t p = first; p < n; ++p) acc += sc[p] * vc[p * dim + d];
     const float o = acc * inv;
     out[(r * heads + head) * dim + d] = o;
     if (out_bf16 != nullptr) out_bf16[(r * heads + head) * dim + d] = __float2bfloat16(o);
@@ -144,6 +146,11 @@ __global__ void AttendKernel(const float* q, const int64_t* row_seq, const int64
 __global__ void AddKernel(const float* x, float* y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += x[i];
+}
+
+__global__ void AddBiasKernel(const float* bias, float* y, int64_t rows, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * n) y[i] += bias[i % n];
 }
 
 __global__ void SiluMulKernel(const float* g, const float* u, float* out, __nv_bfloat16* out_bf16,
@@ -263,17 +270,23 @@ void RopeAndCache(float* q, float* k, const float* v, int64_t rows, const int64_
 }
 void Attend(const float* q, int64_t rows, const int64_t* row_seq, const int64_t* row_pos,
             int64_t heads, int64_t kv_heads, int64_t dim, const float* kcache, const float* vcache,
-            int64_t max_len, float scale, float* scores, float* out, void* out_bf16, void* stream) {
+            int64_t max_len, int64_t window, float scale, float* scores, float* out, void* out_bf16,
+            void* stream) {
   if (rows == 0) return;
   AttendKernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(heads)), kThreads, 0,
                  S(stream)>>>(q, row_seq, row_pos, heads, kv_heads, dim, kcache, vcache, max_len,
-                              scale, scores, out, static_cast<__nv_bfloat16*>(out_bf16));
+                              window, scale, scores, out, static_cast<__nv_bfloat16*>(out_bf16));
   CheckLaunch("the attention kernel");
 }
 void Add(const float* x, float* y, int64_t n, void* stream) {
   if (n == 0) return;
   AddKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(x, y, n);
   CheckLaunch("the residual add kernel");
+}
+void AddBias(const float* bias, float* y, int64_t rows, int64_t n, void* stream) {
+  if (rows * n == 0) return;
+  AddBiasKernel<<<Blocks(rows * n), kThreads, 0, S(stream)>>>(bias, y, rows, n);
+  CheckLaunch("the bias kernel");
 }
 void SiluMul(const float* g, const float* u, float* out, void* out_bf16, int64_t n, void* stream) {
   if (n == 0) return;
@@ -328,10 +341,10 @@ float ElapsedMs(void* start, void* end) {
   return ms;
 }
 
-const Ops kOps = {kVersion,     NewBlas,      DeleteBlas,  Linear,    Embed,
-                  RmsNorm,      RopeAndCache, Attend,      Add,       SiluMul,
-                  ArgmaxPacked, StoreTokens,  DecodeRows,  CopyAsync, MemsetAsync,
-                  Synchronize,  NewEvent,     DeleteEvent, Record,    ElapsedMs};
+const Ops kOps = {kVersion,     NewBlas,    DeleteBlas, Linear,      Embed,       RmsNorm,
+                  RopeAndCache, Attend,     Add,        AddBias,     SiluMul,     ArgmaxPacked,
+                  StoreTokens,  DecodeRows, CopyAsync,  MemsetAsync, Synchronize, NewEvent,
+                  DeleteEvent,  Record,     ElapsedMs};
 
 }  // namespace
 }  // namespace cuda

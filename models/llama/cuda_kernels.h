@@ -35,7 +35,8 @@ struct Ops {
   void (*embed)(const int64_t* row_tok, int64_t rows, const void* embed, bool bf16,
                 int64_t vocab_start, int64_t vocab, int64_t h, float* x, void* stream);
   /// out[i] = rmsnorm(x[rows_of[i]]) * w for i < rows (rows_of null: row i), in float32, and its
-  /// bfloat16 copy into out_bf16 when that is not null.
+  /// bfloat16 copy into out_bf16 when that is not null. out may be x (rows_of null): Qwen3's
+  /// q/k norms, one row per head.
   void (*rms_norm)(const float* x, const int64_t* rows_of, int64_t rows, const float* w, int64_t h,
                    float eps, float* out, void* out_bf16, void* stream);
   /// Rotary embedding (rotate_half) of each row's query heads (q: rows x heads x dim) and key
@@ -48,14 +49,17 @@ struct Ops {
                          int64_t max_len, void* stream);
   /// Causal grouped-query attention of every row and query head (query head j uses kv head
   /// j / (heads / kv_heads)) over positions 0..row_pos[r] of the row's sequence in the layer's
-  /// caches: out = softmax(q k^T * scale) v (rows x heads x dim), and its bfloat16 copy when
-  /// out_bf16 is not null. `scores` holds rows x heads x max_len floats.
+  /// caches (window > 0: the positions > row_pos[r] - window only): out = softmax(q k^T * scale)
+  /// v (rows x heads x dim), and its bfloat16 copy when out_bf16 is not null. `scores` holds
+  /// rows x heads x max_len floats.
   void (*attend)(const float* q, int64_t rows, const int64_t* row_seq, const int64_t* row_pos,
                  int64_t heads, int64_t kv_heads, int64_t dim, const float* kcache,
-                 const float* vcache, int64_t max_len, float scale, float* scores, float* out,
-                 void* out_bf16, void* stream);
+                 const float* vcache, int64_t max_len, int64_t window, float scale, float* scores,
+                 float* out, void* out_bf16, void* stream);
   /// y += x (n floats).
   void (*add)(const float* x, float* y, int64_t n, void* stream);
+  /// Each of the `rows` rows of y (n floats each) += bias (n floats).
+  void (*add_bias)(const float* bias, float* y, int64_t rows, int64_t n, void* stream);
   /// out = silu(g) * u (n floats; out may be g), and its bfloat16 copy when out_bf16 is not null.
   void (*silu_mul)(const float* g, const float* u, float* out, void* out_bf16, int64_t n,
                    void* stream);
@@ -84,7 +88,7 @@ struct Ops {
   float (*elapsed_ms)(void* start, void* end);
 };
 
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: attend's window, add_bias
 
 }  // namespace cuda
 }  // namespace llama

@@ -213,6 +213,10 @@ LLAMA_KERNEL void Add(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void AddBias(const float* bias, float* y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) Add(bias, y + r * n, n);
+}
+
 void SiluMul(const float* g, const float* u, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }

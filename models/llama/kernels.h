@@ -23,11 +23,14 @@ constexpr int64_t kStreamingRows = 16;
 void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
             int64_t ldy, std::vector<float>* scratch);
 
-/// out = x / sqrt(mean(x^2) + eps) * w, over n elements (Hugging Face's LlamaRMSNorm in float32).
+/// out = x / sqrt(mean(x^2) + eps) * w, over n elements (Hugging Face's LlamaRMSNorm in float32);
+/// out may be x.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
 /// y += x.
 void Add(const float* x, float* y, int64_t n);
+/// Each of the `rows` rows of y (n floats each, consecutive) += bias (n floats): a Linear's bias.
+void AddBias(const float* bias, float* y, int64_t rows, int64_t n);
 /// out = silu(g) * u, silu(v) = v / (1 + exp(-v)).
 void SiluMul(const float* g, const float* u, float* out, int64_t n);
 

@@ -1,15 +1,20 @@
-// A Llama-architecture decoder with Megatron tensor parallelism, as disco worker functions.
+// A Llama-architecture decoder with Megatron tensor parallelism, as disco worker functions: Llama,
+// Mistral, Qwen2 and Qwen3 checkpoints (what each family adds: config.h).
 //
 //   x = embed(tokens)                                   vocabulary-parallel, allreduce
 //   for each layer:
 //     h = rmsnorm(x) * input_layernorm
-//     q, k, v = h Wq^T, h Wk^T, h Wv^T                  column-parallel: this rank's heads
-//     q, k = rope(q), rope(k)                           rotate_half, rope_theta
+//     q, k, v = h Wq^T, h Wk^T, h Wv^T (+ biases)       column-parallel: this rank's heads
+//     q, k = rmsnorm(q) * q_norm, rmsnorm(k) * k_norm   Qwen3: per head, replicated weights
+//     q, k = rope(q), rope(k)                           rotate_half, rope_theta (rope_scaling)
 //     cache[k, v] at each row's (sequence, position)
-//     a = softmax(q K^T / sqrt(head_dim)) V             causal, grouped-query (shared kv heads)
-//     x += allreduce(a Wo^T)                            row-parallel: partial sums
+//     a = softmax(q K^T / sqrt(head_dim)) V             causal (Mistral: sliding window),
+//                                                       grouped-query (shared kv heads)
+//     x += allreduce(a Wo^T) (+ o bias)                 row-parallel: partial sums; a bias
+//                                                       is added once, after the sum
 //     h = rmsnorm(x) * post_attention_layernorm
 //     x += allreduce((silu(h Wg^T) * h Wu^T) Wd^T)      gate/up column-, down row-parallel
+//                                                       (Llama's mlp_bias likewise)
 //   logits = rmsnorm(x) * norm  LM_head^T               vocabulary-parallel (tied: embed)
 //   next = argmax(logits)                               each rank its slice's (value, index);
 //                                                       one allreduce(max) of packed pairs
@@ -162,6 +167,14 @@ Tensor OnDevice(const Tensor& t, DLDevice device) {
 
 // ---- The model: this rank's shards -----------------------------------------------------------
 
+// A small vector of weights (a norm; a bias, this rank's shard of it): a float32 copy on the host,
+// and on a GPU one there. Empty when the config has none (biases, q/k norms).
+struct Floats {
+  std::vector<float> host;
+  Tensor gpu;
+  bool empty() const { return host.empty(); }
+};
+
 struct LayerWeights {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -170,8 +183,10 @@ struct LayerWeights {
   const void* gate = nullptr;
   const void* up = nullptr;
   const void* down = nullptr;
-  std::vector<float> input_norm, post_norm;  // float32 copies of the (tiny) norm weights
-  Tensor input_norm_gpu, post_norm_gpu;      // and on a GPU, there
+  Floats input_norm, post_norm;
+  Floats q_norm, k_norm;                  // Qwen3: per head, head_dim each
+  Floats q_bias, k_bias, v_bias, o_bias;  // o_bias whole: added once, after the allreduce
+  Floats gate_bias, up_bias, down_bias;   // down_bias likewise
 };
 
 class Model {
@@ -200,8 +215,10 @@ class Model {
     const int64_t rows = w.shape.size() == 2 ? w.shape[0] : 1;
     const int64_t cols = w.shape.back();
     *r0 = 0, *r1 = rows, *c0 = 0, *c1 = cols;
-    if (w.split == Split::kRows) *r0 = rows / ranks * rank, *r1 = *r0 + rows / ranks;
-    if (w.split == Split::kColumns) *c0 = cols / ranks * rank, *c1 = *c0 + cols / ranks;
+    // A bias split like its matrix's rows is one row here: its columns are split.
+    const bool by_columns = w.split == Split::kColumns || (w.split == Split::kRows && rows == 1);
+    if (w.split == Split::kRows && !by_columns) *r0 = rows / ranks * rank, *r1 = *r0 + rows / ranks;
+    if (by_columns) *c0 = cols / ranks * rank, *c1 = *c0 + cols / ranks;
   }
 
   void SetWeight(const std::string& name, const Tensor& shard) {
@@ -243,7 +260,8 @@ class Model {
     }
   }
 
-  // Pointers to every weight, and float32 copies of the norms; every weight must be there.
+  // Pointers to every weight, and float32 copies of the norms and biases; every weight the config
+  // needs must be there.
   void Finalize() {
     auto get = [&](const std::string& name) -> const void* {
       auto it = weights.find(name);
@@ -251,19 +269,20 @@ class Model {
           << "weight '" << name << "' was never loaded (llama.set_weight)";
       return it->second.data();
     };
-    auto norm = [&](const std::string& name) {
+    // A norm's or bias's float32 copies (on a GPU, there too); empty when the config has none.
+    auto floats = [&](const std::string& name) {
+      Floats f;
+      if (specs.count(name) == 0) return f;
       get(name);
       Tensor host = OnHost(weights[name]);
-      std::vector<float> v(static_cast<size_t>(config.hidden_size));
-      ConvertElements(dtype, host.data(), config.hidden_size, DType::kF32, v.data());
-      return v;
-    };
-    // A float32 copy of a norm's weights on the GPU (undefined on the host).
-    auto on_gpu = [&](const std::vector<float>& v) {
-      if (!gpu) return Tensor();
-      Tensor t = Tensor::Empty(Shape{static_cast<int64_t>(v.size())}, disco::DataType("float32"));
-      std::memcpy(t.data(), v.data(), t.nbytes());
-      return OnDevice(t, device);
+      f.host.resize(static_cast<size_t>(host.numel()));
+      ConvertElements(dtype, host.data(), host.numel(), DType::kF32, f.host.data());
+      if (gpu) {
+        Tensor t = Tensor::Empty(Shape{host.numel()}, disco::DataType("float32"));
+        std::memcpy(t.data(), f.host.data(), t.nbytes());
+        f.gpu = OnDevice(t, device);
+      }
+      return f;
     };
     layers.assign(static_cast<size_t>(config.num_hidden_layers), LayerWeights());
     for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -276,15 +295,21 @@ class Model {
       lw.gate = get(p + "mlp.gate_proj.weight");
       lw.up = get(p + "mlp.up_proj.weight");
       lw.down = get(p + "mlp.down_proj.weight");
-      lw.input_norm = norm(p + "input_layernorm.weight");
-      lw.post_norm = norm(p + "post_attention_layernorm.weight");
-      lw.input_norm_gpu = on_gpu(lw.input_norm);
-      lw.post_norm_gpu = on_gpu(lw.post_norm);
+      lw.input_norm = floats(p + "input_layernorm.weight");
+      lw.post_norm = floats(p + "post_attention_layernorm.weight");
+      lw.q_norm = floats(p + "self_attn.q_norm.weight");
+      lw.k_norm = floats(p + "self_attn.k_norm.weight");
+      lw.q_bias = floats(p + "self_attn.q_proj.bias");
+      lw.k_bias = floats(p + "self_attn.k_proj.bias");
+      lw.v_bias = floats(p + "self_attn.v_proj.bias");
+      lw.o_bias = floats(p + "self_attn.o_proj.bias");
+      lw.gate_bias = floats(p + "mlp.gate_proj.bias");
+      lw.up_bias = floats(p + "mlp.up_proj.bias");
+      lw.down_bias = floats(p + "mlp.down_proj.bias");
     }
     embed = get("model.embed_tokens.weight");
     lm_head = config.tie_word_embeddings ? embed : get("lm_head.weight");
-    final_norm = norm("model.norm.weight");
-    final_norm_gpu = on_gpu(final_norm);
+    final_norm = floats("model.norm.weight");
     finalized = true;
   }
 
@@ -305,8 +330,7 @@ class Model {
   std::vector<LayerWeights> layers;
   const void* embed = nullptr;
   const void* lm_head = nullptr;
-  std::vector<float> final_norm;
-  Tensor final_norm_gpu;
+  Floats final_norm;
   bool finalized = false;
 };
 
@@ -447,15 +471,15 @@ class State {
       vcache.assign(cache, 0.0f);
     }
     // Rotary tables, as Hugging Face computes them in float32: inv_freq[i] = 1 /
-    // theta^(2i / dim), angle = position * inv_freq.
+    // theta^(2i / dim) (scaled as rope_scaling says: Config::InvFreq), angle = position *
+    // inv_freq.
     const int64_t half = hd / 2;
+    const std::vector<float> inv_freq = c.InvFreq();
     cos.resize(static_cast<size_t>(max_len * half));
     sin.resize(cos.size());
     for (int64_t i = 0; i < half; ++i) {
-      const float inv_freq = static_cast<float>(
-          1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
       for (int64_t p = 0; p < max_len; ++p) {
-        const float angle = static_cast<float>(p) * inv_freq;
+        const float angle = static_cast<float>(p) * inv_freq[i];
         cos[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
         sin[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
       }
@@ -677,12 +701,24 @@ void GpuAttention(State& s, int64_t layer) {
   const bool bf16 = m.dtype == DType::kBF16;
   const int64_t h = c.hidden_size, hd = c.head_dim, rows = s.rows;
   const int64_t qw = m.heads * hd, kvw = m.kv_heads * hd;
-  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.input_norm_gpu), h,
-                 static_cast<float>(c.rms_norm_eps), Ptr(g.hbuf), Ptr<void>(g.hbuf16), g.stream);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.input_norm.gpu), h, eps, Ptr(g.hbuf),
+                 Ptr<void>(g.hbuf16), g.stream);
   const void* in = bf16 ? g.hbuf16.data() : g.hbuf.data();
   g.ops.linear(g.blas, in, rows, h, w.q, bf16, qw, Ptr(g.q), qw);
   g.ops.linear(g.blas, in, rows, h, w.k, bf16, kvw, Ptr(g.k), kvw);
   g.ops.linear(g.blas, in, rows, h, w.v, bf16, kvw, Ptr(g.v), kvw);
+  if (!w.q_bias.empty()) {
+    g.ops.add_bias(Ptr(w.q_bias.gpu), Ptr(g.q), rows, qw, g.stream);
+    g.ops.add_bias(Ptr(w.k_bias.gpu), Ptr(g.k), rows, kvw, g.stream);
+    g.ops.add_bias(Ptr(w.v_bias.gpu), Ptr(g.v), rows, kvw, g.stream);
+  }
+  if (!w.q_norm.empty()) {  // every head of q and k normalized in place, before the rotation
+    g.ops.rms_norm(Ptr(g.q), nullptr, rows * m.heads, Ptr(w.q_norm.gpu), hd, eps, Ptr(g.q), nullptr,
+                   g.stream);
+    g.ops.rms_norm(Ptr(g.k), nullptr, rows * m.kv_heads, Ptr(w.k_norm.gpu), hd, eps, Ptr(g.k),
+                   nullptr, g.stream);
+  }
   const int64_t layer_cache = layer * s.batch * m.kv_heads * s.cache_stride;
   float* kc = Ptr(g.kcache) + layer_cache;
   float* vc = Ptr(g.vcache) + layer_cache;
@@ -690,14 +726,16 @@ void GpuAttention(State& s, int64_t layer) {
                        Ptr<int64_t>(g.row_pos), m.heads, m.kv_heads, hd, Ptr(g.cos), Ptr(g.sin), kc,
                        vc, s.max_len, g.stream);
   g.ops.attend(Ptr(g.q), rows, Ptr<int64_t>(g.row_seq), Ptr<int64_t>(g.row_pos), m.heads,
-               m.kv_heads, hd, kc, vc, s.max_len, 1.0f / std::sqrt(static_cast<float>(hd)),
-               Ptr(g.scores), Ptr(g.attn), Ptr<void>(g.attn16), g.stream);
+               m.kv_heads, hd, kc, vc, s.max_len, c.sliding_window,
+               1.0f / std::sqrt(static_cast<float>(hd)), Ptr(g.scores), Ptr(g.attn),
+               Ptr<void>(g.attn16), g.stream);
   g.ops.linear(g.blas, bf16 ? g.attn16.data() : g.attn.data(), rows, qw, w.o, bf16, h,
                s.part.data(), h);
   timer.StartAllReduce();
   s.part.AllReduce(rows);
   timer.EndAllReduce();
   g.ops.add(s.part.data(), s.x.data(), rows * h, g.stream);
+  if (!w.o_bias.empty()) g.ops.add_bias(Ptr(w.o_bias.gpu), s.x.data(), rows, h, g.stream);
 }
 
 void GpuMlp(State& s, int64_t layer) {
@@ -708,11 +746,15 @@ void GpuMlp(State& s, int64_t layer) {
   GpuState& g = *s.g;
   const bool bf16 = m.dtype == DType::kBF16;
   const int64_t h = c.hidden_size, f = m.ffn, rows = s.rows;
-  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.post_norm_gpu), h,
+  g.ops.rms_norm(s.x.data(), nullptr, rows, Ptr(w.post_norm.gpu), h,
                  static_cast<float>(c.rms_norm_eps), Ptr(g.hbuf), Ptr<void>(g.hbuf16), g.stream);
   const void* in = bf16 ? g.hbuf16.data() : g.hbuf.data();
   g.ops.linear(g.blas, in, rows, h, w.gate, bf16, f, Ptr(g.gate), f);
   g.ops.linear(g.blas, in, rows, h, w.up, bf16, f, Ptr(g.up), f);
+  if (!w.gate_bias.empty()) {
+    g.ops.add_bias(Ptr(w.gate_bias.gpu), Ptr(g.gate), rows, f, g.stream);
+    g.ops.add_bias(Ptr(w.up_bias.gpu), Ptr(g.up), rows, f, g.stream);
+  }
   g.ops.silu_mul(Ptr(g.gate), Ptr(g.up), Ptr(g.gate), Ptr<void>(g.gate16), rows * f, g.stream);
   g.ops.linear(g.blas, bf16 ? g.gate16.data() : g.gate.data(), rows, f, w.down, bf16, h,
                s.part.data(), h);
@@ -720,6 +762,7 @@ void GpuMlp(State& s, int64_t layer) {
   s.part.AllReduce(rows);
   timer.EndAllReduce();
   g.ops.add(s.part.data(), s.x.data(), rows * h, g.stream);
+  if (!w.down_bias.empty()) g.ops.add_bias(Ptr(w.down_bias.gpu), s.x.data(), rows, h, g.stream);
 }
 
 void GpuHead(State& s) {
@@ -729,7 +772,7 @@ void GpuHead(State& s) {
   GpuState& g = *s.g;
   const bool bf16 = m.dtype == DType::kBF16;
   const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
-  g.ops.rms_norm(s.x.data(), Ptr<int64_t>(g.last_row), b, Ptr(m.final_norm_gpu), h,
+  g.ops.rms_norm(s.x.data(), Ptr<int64_t>(g.last_row), b, Ptr(m.final_norm.gpu), h,
                  static_cast<float>(c.rms_norm_eps), Ptr(g.hsel), Ptr<void>(g.hsel16), g.stream);
   g.ops.linear(g.blas, bf16 ? g.hsel16.data() : g.hsel.data(), b, h, m.lm_head, bf16, vl,
                Ptr(g.logits), vl);
@@ -767,12 +810,14 @@ void Embed(State& s) {
 }
 
 // The attention of one row, for the `rep` query heads that share one kv head: softmax(q K^T *
-// scale) V over positions 0..pos of the row's sequence.
+// scale) V over positions 0..pos of the row's sequence (with a sliding window, the positions
+// > pos - sliding_window only).
 void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc, int64_t pos,
                float* out) {
-  const int64_t hd = s.m->config.head_dim;
-  Attend(q, rep, kc, vc, pos + 1, hd, 1.0f / std::sqrt(static_cast<float>(hd)), s.scores.data(),
-         out);
+  const int64_t hd = s.m->config.head_dim, window = s.m->config.sliding_window;
+  const int64_t first = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+  Attend(q, rep, kc + first * hd, vc + first * hd, pos + 1 - first, hd,
+         1.0f / std::sqrt(static_cast<float>(hd)), s.scores.data(), out);
 }
 
 void Attention(State& s, int64_t layer) {
@@ -788,11 +833,24 @@ void Attention(State& s, int64_t layer) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* x = s.x.data();
   for (int64_t r = 0; r < rows; ++r) {
-    RmsNorm(x + r * h, w.input_norm.data(), h, eps, s.hbuf.data() + r * h);
+    RmsNorm(x + r * h, w.input_norm.host.data(), h, eps, s.hbuf.data() + r * h);
   }
   Linear(s.hbuf.data(), rows, h, w.q, bf16, qw, s.q.data(), qw, &s.scratch);
   Linear(s.hbuf.data(), rows, h, w.k, bf16, kvw, s.k.data(), kvw, &s.scratch);
   Linear(s.hbuf.data(), rows, h, w.v, bf16, kvw, s.v.data(), kvw, &s.scratch);
+  if (!w.q_bias.empty()) {
+    AddBias(w.q_bias.host.data(), s.q.data(), rows, qw);
+    AddBias(w.k_bias.host.data(), s.k.data(), rows, kvw);
+    AddBias(w.v_bias.host.data(), s.v.data(), rows, kvw);
+  }
+  if (!w.q_norm.empty()) {  // every head of q and k normalized in place, before the rotation
+    for (int64_t i = 0; i < rows * m.heads; ++i) {
+      RmsNorm(s.q.data() + i * hd, w.q_norm.host.data(), hd, eps, s.q.data() + i * hd);
+    }
+    for (int64_t i = 0; i < rows * m.kv_heads; ++i) {
+      RmsNorm(s.k.data() + i * hd, w.k_norm.host.data(), hd, eps, s.k.data() + i * hd);
+    }
+  }
   // Rotary embedding, then every row's key and value into the cache at its position.
   const int64_t half = hd / 2;
   for (int64_t r = 0; r < rows; ++r) {
@@ -819,6 +877,7 @@ void Attention(State& s, int64_t layer) {
   s.part.AllReduce(rows);
   timer.EndAllReduce();
   Add(s.part.data(), x, rows * h);
+  if (!w.o_bias.empty()) AddBias(w.o_bias.host.data(), x, rows, h);  // once: after the sum
 }
 
 void Mlp(State& s, int64_t layer) {
@@ -833,16 +892,21 @@ void Mlp(State& s, int64_t layer) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* x = s.x.data();
   for (int64_t r = 0; r < rows; ++r) {
-    RmsNorm(x + r * h, w.post_norm.data(), h, eps, s.hbuf.data() + r * h);
+    RmsNorm(x + r * h, w.post_norm.host.data(), h, eps, s.hbuf.data() + r * h);
   }
   Linear(s.hbuf.data(), rows, h, w.gate, bf16, f, s.gate.data(), f, &s.scratch);
   Linear(s.hbuf.data(), rows, h, w.up, bf16, f, s.up.data(), f, &s.scratch);
+  if (!w.gate_bias.empty()) {
+    AddBias(w.gate_bias.host.data(), s.gate.data(), rows, f);
+    AddBias(w.up_bias.host.data(), s.up.data(), rows, f);
+  }
   SiluMul(s.gate.data(), s.up.data(), s.gate.data(), rows * f);
   Linear(s.gate.data(), rows, f, w.down, bf16, h, s.part.data(), h, &s.scratch);
   timer.StartAllReduce();
   s.part.AllReduce(rows);
   timer.EndAllReduce();
   Add(s.part.data(), x, rows * h);
+  if (!w.down_bias.empty()) AddBias(w.down_bias.host.data(), x, rows, h);  // once: after the sum
 }
 
 // An order-preserving 64-bit key of (value, index): a larger value wins, then a smaller index
@@ -871,7 +935,7 @@ void Head(State& s) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float* x = s.x.data();
   for (int64_t i = 0; i < b; ++i) {
-    RmsNorm(x + s.last_row[i] * h, m.final_norm.data(), h, eps, s.hsel.data() + i * h);
+    RmsNorm(x + s.last_row[i] * h, m.final_norm.host.data(), h, eps, s.hsel.data() + i * h);
   }
   Linear(s.hsel.data(), b, h, m.lm_head, m.dtype == DType::kBF16, vl, s.logits.data(), vl,
          &s.scratch);

@@ -317,16 +317,18 @@ void Checkpoint::CheckWeights() const {
   const std::vector<WeightSpec> specs = WeightSpecs(config_);
   std::set<std::string> read;
   for (const WeightSpec& w : specs) read.insert(w.name);
-  // A tensor the model would not read means a model it does not implement (Qwen2's q/k/v biases,
-  // Qwen3's q/k norms): computing without it is silently wrong. Older Llama checkpoints carry the
-  // rotary inverse frequencies, which the model computes from rope_theta as Hugging Face does.
+  // A tensor the model would not read means a model it does not implement (biases the config does
+  // not declare, Qwen3's q/k norms under another model_type): computing without it is silently
+  // wrong. Older Llama checkpoints carry the rotary inverse frequencies, which the model computes
+  // from rope_theta as Hugging Face does.
   const std::string inv_freq = ".self_attn.rotary_emb.inv_freq";
   for (const auto& [name, t] : tensors_) {
     const bool rotary = name.size() > inv_freq.size() &&
                         name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;
     DISCO_CHECK(read.count(name) != 0 || rotary, ValueError)
         << "checkpoint " << dir_ << ": tensor '" << name << "' in " << t.file
-        << " is not one this model reads (a llama model: " << config_.Summary()
+        << " is not one this model reads (a " << config_.model_type
+        << " model: " << config_.Summary()
         << "): a checkpoint of another architecture, or of other settings, is refused";
   }
   for (const WeightSpec& w : specs) {

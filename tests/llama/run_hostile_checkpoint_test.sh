@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoints made to break the loader (outside testing, round 3) are refused at once with one
 # line naming the field, tensor or file, and nothing is allocated from their sizes first:
-#   - architectures this loader does not implement (Qwen2's q/k/v biases, Qwen3's q/k norms, a
-#     model_type or architectures other than llama's) and tensors the model would not read (T8);
+#   - architectures this loader does not implement (a model_type other than llama's, mistral's,
+#     qwen2's and qwen3's, or architectures other than its own), Qwen2 without its biases, and
+#     tensors the model would not read (T8: Qwen2's q/k/v biases, Qwen3's q/k norms under llama);
+#     rope types other than default, linear and llama3, Qwen's sliding-window layers;
 #     the rotary inverse frequencies older Llama checkpoints carry are not refused;
 #   - config.json sizes past their bounds (head_dim 2^61+2 wrapped a product to 16 and wrote past
 #     a buffer: T2; num_hidden_layers 2^40 built specs until memory ran out: T3), and products of
@@ -69,9 +71,12 @@ expect() {
 }
 
 f32() { echo "('F32', [$1], struct.pack('<$1f', *([0.5] * $1)))"; }
+variant gemma "cfg['model_type'] = 'gemma'; cfg['architectures'] = ['GemmaForCausalLM']"
+expect "model_type \"gemma\" is not supported; this loader reads \"llama\", \"mistral\"" "$dir/gemma"
+# A Qwen2 checkpoint that lacks its q/k/v biases: the first one missing is named.
 variant qwen2 "cfg['model_type'] = 'qwen2'; cfg['architectures'] = ['Qwen2ForCausalLM']
 tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
-expect "model_type \"qwen2\" is not supported; this loader reads \"llama\" checkpoints only" "$dir/qwen2"
+expect "tensor 'model.layers.0.self_attn.k_proj.bias' is missing" "$dir/qwen2"
 # Qwen2's tensors under a llama model_type: the bias the model would drop is named.
 variant bias "tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
 expect "tensor 'model.layers.0.self_attn.q_proj.bias' in $dir/bias/model.safetensors is not one this model reads" "$dir/bias"
@@ -80,8 +85,21 @@ tensors['model.layers.1.self_attn.q_norm.weight'] = $(f32 8)"
 expect "tensor 'model.layers.1.self_attn.q_norm.weight' in" "$dir/qknorm"
 variant mistral "cfg['architectures'] = ['MistralForCausalLM']"
 expect "architectures [\"MistralForCausalLM\"] is not supported" "$dir/mistral"
+# What a family has that the model does not implement: refused, naming it.
+variant yarn "cfg['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
+expect "rope_scaling: rope type \"yarn\" is not supported (only \"default\", \"linear\" and \"llama3\")" "$dir/yarn"
+variant yarn5 "cfg['rope_parameters'] = {'rope_type': 'dynamic', 'factor': 4.0, 'rope_theta': 1e4}"
+expect "rope_parameters: rope type \"dynamic\" is not supported" "$dir/yarn5"
+variant llama3 "cfg['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
+expect "rope type \"llama3\" needs \"low_freq_factor\"" "$dir/llama3"
+variant qwenwindow "cfg['model_type'] = 'qwen2'; cfg['architectures'] = ['Qwen2ForCausalLM']
+cfg['use_sliding_window'] = True; cfg['sliding_window'] = 4"
+expect "\"use_sliding_window\": true is not supported (qwen2's sliding-window layers)" "$dir/qwenwindow"
+variant layertypes "cfg['model_type'] = 'qwen3'; cfg['architectures'] = ['Qwen3ForCausalLM']
+cfg['layer_types'] = ['full_attention', 'sliding_attention']"
+expect "is not supported: every layer must be \"full_attention\"" "$dir/layertypes"
 variant notype "del cfg['model_type']"
-expect "\"model_type\" is missing; this loader reads \"llama\" checkpoints only" "$dir/notype"
+expect "\"model_type\" is missing; this loader reads \"llama\", \"mistral\"" "$dir/notype"
 # What older Llama checkpoints carry and the model computes itself is read past.
 variant invfreq "tensors['model.layers.0.self_attn.rotary_emb.inv_freq'] = $(f32 4)"
 got=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/invfreq" --prompt 1,2 \
