@@ -77,49 +77,85 @@ double PositiveNumber(const Json& j, const char* key, const std::string& what, d
   return v->as_double();
 }
 
-// RoPE's parameters: transformers 5's rope_parameters (rope_theta inside), else rope_scaling
-// (and rope_theta beside it). Scalings this model does not implement (yarn, dynamic, longrope,
-// ...) are refused naming the type.
-void ReadRope(const Json& j, const std::string& what, Config* c) {
-  c->rope_theta = PositiveNumber(j, "rope_theta", what, 10000.0);
-  const char* key = "rope_parameters";
-  const Json* r = j.Find(key);
-  if (r == nullptr || r->is_null()) r = j.Find(key = "rope_scaling");
-  if (r == nullptr || r->is_null()) return;
-  const std::string field = what + ": " + key;
-  DISCO_CHECK(r->is_object(), ValueError) << field << " must be an object, not " << r->Dump();
-  c->rope_theta = PositiveNumber(*r, "rope_theta", field, c->rope_theta);
-  const Json* type = r->Find("rope_type");
-  if (type == nullptr || type->is_null()) type = r->Find("type");
+// A number in [lo, hi] (a bound that keeps RoPE's frequencies finite), or `fallback` when absent.
+double NumberIn(const Json& j, const char* key, const std::string& what, double fallback, double lo,
+                double hi) {
+  const double v = PositiveNumber(j, key, what, fallback);
+  DISCO_CHECK(v >= lo && v <= hi, ValueError)
+      << what << ": \"" << key << "\" " << v << " is outside [" << lo << ", " << hi << "]";
+  return v;
+}
+
+// One RoPE object (rope_parameters or rope_scaling, `field` naming it) into `c`.
+void ReadRopeObject(const Json& r, const std::string& field, Config* c) {
+  DISCO_CHECK(r.is_object(), ValueError) << field << " must be an object, not " << r.Dump();
+  c->rope_theta = NumberIn(r, "rope_theta", field, c->rope_theta, 1, 1e12);
+  const Json* type = r.Find("rope_type");
+  if (type == nullptr || type->is_null()) type = r.Find("type");
   c->rope_type = "default";
   if (type != nullptr && !type->is_null()) {
     DISCO_CHECK(type->is_string(), ValueError)
         << field << ": the rope type must be a string, not " << type->Dump();
     c->rope_type = type->as_string();
+  } else {
+    // Without a type only rope_theta may be given (a per-layer-type map, or a factor without its
+    // type, would otherwise be read as no scaling at all).
+    for (const auto& member : r.members()) {
+      const std::string& name = member.first;
+      DISCO_CHECK(name == "rope_theta" || name == "partial_rotary_factor", ValueError)
+          << field << " has \"" << name << "\" but no \"rope_type\" (nor \"type\")";
+    }
   }
   DISCO_CHECK(c->rope_type == "default" || c->rope_type == "linear" || c->rope_type == "llama3",
               ValueError)
       << field << ": rope type \"" << c->rope_type
       << "\" is not supported (only \"default\", \"linear\" and \"llama3\")";
-  const double partial = PositiveNumber(*r, "partial_rotary_factor", field, 1.0);
+  const double partial = PositiveNumber(r, "partial_rotary_factor", field, 1.0);
   DISCO_CHECK(partial == 1.0, ValueError)
       << field << ": partial_rotary_factor " << partial << " is not supported (only 1)";
   if (c->rope_type == "default") return;
-  auto required = [&](const char* name) {
-    const Json* v = r->Find(name);
+  auto required = [&](const char* name, double lo, double hi) {
+    const Json* v = r.Find(name);
     DISCO_CHECK(v != nullptr && !v->is_null(), ValueError)
         << field << ": rope type \"" << c->rope_type << "\" needs \"" << name << "\"";
-    return PositiveNumber(*r, name, field, 0);
+    return NumberIn(r, name, field, 0, lo, hi);
   };
-  c->rope_factor = required("factor");
+  c->rope_factor = required("factor", 1e-3, 1e6);
   if (c->rope_type == "linear") return;
-  c->rope_low_freq_factor = required("low_freq_factor");
-  c->rope_high_freq_factor = required("high_freq_factor");
+  c->rope_low_freq_factor = required("low_freq_factor", 1e-3, 1e6);
+  c->rope_high_freq_factor = required("high_freq_factor", 1e-3, 1e6);
   DISCO_CHECK(c->rope_high_freq_factor != c->rope_low_freq_factor, ValueError)
       << field << ": high_freq_factor and low_freq_factor must differ";
-  required("original_max_position_embeddings");
+  required("original_max_position_embeddings", 1, 1e18);
   c->rope_original_max_positions =
-      PositiveInt(*r, "original_max_position_embeddings", field, true, 0, kMaxPositions);
+      PositiveInt(r, "original_max_position_embeddings", field, true, 0, kMaxPositions);
+}
+
+// RoPE's parameters: transformers 5's rope_parameters (rope_theta inside), else rope_scaling
+// (and rope_theta beside it). Scalings this model does not implement (yarn, dynamic, longrope,
+// ...) are refused naming the type; both given and saying different things, refused too.
+void ReadRope(const Json& j, const std::string& what, Config* c) {
+  c->rope_theta = NumberIn(j, "rope_theta", what, 10000.0, 1, 1e12);
+  const double partial = PositiveNumber(j, "partial_rotary_factor", what, 1.0);
+  DISCO_CHECK(partial == 1.0, ValueError)
+      << what << ": partial_rotary_factor " << partial << " is not supported (only 1)";
+  const Json* params = j.Find("rope_parameters");
+  const Json* scaling = j.Find("rope_scaling");
+  const bool has_params = params != nullptr && !params->is_null();
+  const bool has_scaling = scaling != nullptr && !scaling->is_null();
+  if (has_params) ReadRopeObject(*params, what + ": rope_parameters", c);
+  if (!has_scaling) return;
+  Config other = *c;
+  ReadRopeObject(*scaling, what + ": rope_scaling", has_params ? &other : c);
+  if (!has_params) return;
+  DISCO_CHECK(other.rope_type == c->rope_type && other.rope_factor == c->rope_factor &&
+                  other.rope_low_freq_factor == c->rope_low_freq_factor &&
+                  other.rope_high_freq_factor == c->rope_high_freq_factor &&
+                  other.rope_original_max_positions == c->rope_original_max_positions &&
+                  other.rope_theta == c->rope_theta,
+              ValueError)
+      << what << ": rope_parameters and rope_scaling say different things (rope type \""
+      << c->rope_type << "\" and \"" << other.rope_type << "\"); give one of them";
 }
 
 // What each family adds to Llama: biases (llama, qwen2, qwen3), q/k norms (qwen3, by model_type

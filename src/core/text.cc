@@ -12,7 +12,7 @@ void AppendHex(unsigned char byte, std::string* out) {  // \xNN
 }
 
 // The log policies (text.h): control characters and ill-formed bytes as \xNN; newlines and tabs
-// kept only when `keep_lines`; `quote`, when not '\0', escaped with a backslash.
+// kept only when `keep_lines` (a continuation line then indented); `quote`, when not '\0', escaped with a backslash.
 void AppendForLog(std::string_view s, bool keep_lines, char quote, std::string* out) {
   out->reserve(out->size() + s.size());
   for (size_t i = 0; i < s.size();) {
@@ -24,6 +24,12 @@ void AppendForLog(std::string_view s, bool keep_lines, char quote, std::string* 
     const unsigned cp = CodePoint(s.data() + i, len);
     if (keep_lines && (cp == '\n' || cp == '\t')) {
       *out += s[i];
+      // A continuation line starts indented: only the message's first line begins with the rank
+      // prefix, so a name with a newline inside cannot pass off its rest as a line of its own.
+      if (cp == '\n' && i + 1 < s.size() && s[i + 1] != ' ' && s[i + 1] != '\t' &&
+          s[i + 1] != '\n') {
+        *out += "  ";
+      }
     } else if (IsControl(cp)) {  // a terminal's escapes, a line break: every byte of it visible
       for (size_t k = 0; k < len; ++k) AppendHex(static_cast<unsigned char>(s[i + k]), out);
     } else {

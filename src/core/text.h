@@ -6,7 +6,10 @@
 //                         name can neither split nor forge a line, nor drive a terminal;
 //                         well-formed UTF-8 ("répétition", "函数") stays as it is.
 //   ForLogText(s)         a whole log message: as ForLogLine, but the message's own newlines and
-//                         tabs stay (the message is the caller's; names inside it are not).
+//                         tabs stay, and every continuation line starts indented (two spaces
+//                         unless it already starts with a space or tab): a line of the log that
+//                         begins with the rank prefix is always a message's first line, whatever
+//                         a name inside a message holds.
 //   Quoted(s)             'name' inside a log line: ForLogLine, and a quote inside escaped (\'),
 //                         so that a name cannot pass for the text around it.
 //   ForJsonString(s)      the inside of a JSON string (RFC 8259): " and \ escaped; C0 controls,

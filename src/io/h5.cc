@@ -119,12 +119,25 @@ void RegisterAll() {
 
 // The file a save replaces: `path`, or where its symbolic links lead. A save writes through a link
 // (as `cp` and a shell's `>` do), so `latest.h5 -> step-100.h5` stays a link and step-100.h5 gets
-// the data; a dangling link's target is created.
+// the data; a dangling link's target is created. As the kernel's fs.protected_symlinks does for
+// open(), a link in a sticky directory that others can write into (/tmp) is followed only when it
+// is this user's or the directory owner's: another user's link there would aim this user's write
+// (root's, say) at a file of their choosing.
 std::string ResolveLinks(const std::string& path, const std::string& where) {
   std::string p = path;
   for (int hops = 0; hops < 40; ++hops) {
     struct stat st;
     if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    struct stat dir;
+    const std::string parent = DirectoryOf(p);
+    if (stat(parent.c_str(), &dir) == 0 && (dir.st_mode & S_ISVTX) != 0 &&
+        (dir.st_mode & S_IWOTH) != 0) {
+      DISCO_CHECK(st.st_uid == geteuid() || st.st_uid == dir.st_uid, ValueError)
+          << where << ": '" << p << "' is a symbolic link of uid " << st.st_uid
+          << " in the shared directory '" << parent
+          << "' (sticky, writable by all), which a save does not follow (as the kernel's "
+             "fs.protected_symlinks does not): remove it or save elsewhere";
+    }
     std::vector<char> buf(PATH_MAX + 1);
     ssize_t n = readlink(p.c_str(), buf.data(), buf.size() - 1);
     DISCO_CHECK(n > 0, RuntimeError)

@@ -111,8 +111,15 @@ int LlamaMain(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
-  auto mlp = std::find_if(args.begin() + 1, args.end(),
-                          [](const char* a) { return std::strcmp(a, "--mlp") == 0; });
+  // --mlp among the options (not after "--", which ends them); it takes no value.
+  auto mlp = args.end();
+  for (auto a = args.begin() + 1; a != args.end() && std::strcmp(*a, "--") != 0; ++a) {
+    if (std::strncmp(*a, "--mlp=", 6) == 0) {
+      std::fprintf(stderr, "disco-demo: --mlp takes no value (got '%s')\n", *a);
+      return 2;
+    }
+    if (std::strcmp(*a, "--mlp") == 0 && mlp == args.end()) mlp = a;
+  }
   if (mlp == args.end()) return LlamaMain(argc, argv);
   args.erase(mlp);
   args.push_back(nullptr);

@@ -41,4 +41,20 @@ if [[ $rc -ne 2 ]] || ! grep -q "^disco-demo --mlp: .*$want" <<<"$out"; then
 else
   echo "ok: disco-demo --steps 0 --mlp -> $out"
 fi
+# --mlp takes no value (an outside round: --mlp=true ran the decoder), and "--" ends the options
+# (-- --mlp ran the MLP demo).
+rc=0
+out=$("$dir/disco-demo" --mlp=true 2>&1) || rc=$?
+if [[ $rc -ne 2 || $out != "disco-demo: --mlp takes no value (got '--mlp=true')" ]]; then
+  bad "disco-demo --mlp=true: exit code $rc (expected 2), output: $out"
+else
+  echo "ok: disco-demo --mlp=true -> $out"
+fi
+rc=0
+out=$("$dir/disco-demo" -- --mlp 2>&1) || rc=$?
+if [[ $rc -eq 0 ]] || grep -q "^Usage: disco-demo --mlp" <<<"$out"; then
+  bad "disco-demo -- --mlp: exit code $rc; the MLP demo must not run: $(head -2 <<<"$out")"
+else
+  echo "ok: disco-demo -- --mlp -> $(head -1 <<<"$out")"
+fi
 exit $fail

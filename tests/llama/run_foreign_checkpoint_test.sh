@@ -22,6 +22,7 @@ priv=$tmp/disco-u$(id -u)
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 run() { TMPDIR=$tmp timeout 300 "$mpiexec" -n 2 "$@" "$demo" --max-new-tokens 2 --warmup 0 2>&1; }
+convert() { TMPDIR=$tmp timeout 300 "$mpiexec" -n 2 "${flags[@]}" "$demo" --warmup 0 --convert "$1" 2>&1; }
 refused() {  # refused NEEDLE: the demo fails, naming it
   local out rc=0
   out=$(run "${flags[@]}") || rc=$?
@@ -41,6 +42,27 @@ refused "the private directory $priv is a symbolic link"
 rm "$priv" && mkdir -m 0777 "$priv"
 refused "the private directory $priv can be written by other users"
 rmdir "$priv"
+
+# A save through another user's link in the shared directory (fs.protected_symlinks' rule): the
+# link is refused, the file it aims at untouched; a dangling one creates nothing. One's own link is
+# followed (written through, as `cp` does).
+touch "$tmp/victim" && chmod 0600 "$tmp/victim"
+setpriv --reuid 65534 --regid 65534 --clear-groups ln -s "$tmp/victim" "$tmp/out.h5"
+setpriv --reuid 65534 --regid 65534 --clear-groups ln -s "$tmp/made-by-link" "$tmp/dangle.h5"
+for link in out.h5 dangle.h5; do
+  out=$(convert "$tmp/$link") && rc=0 || rc=$?
+  if ((rc == 0)) || ! grep -qF "'$tmp/$link' is a symbolic link of uid 65534 in the shared directory" <<<"$out"; then
+    echo "$out" | tail -3; bad "a save followed another user's link $link (exit $rc)"
+  else
+    echo "ok: refused: a save through another user's link ($link)"
+  fi
+done
+[[ -s $tmp/victim || -e $tmp/made-by-link ]] && bad "the link's target was written"
+rm -f "$tmp/out.h5" "$tmp/dangle.h5" "$tmp/victim"
+ln -s "$tmp/mine-target.h5" "$tmp/mine.h5"
+out=$(convert "$tmp/mine.h5") && [[ -L $tmp/mine.h5 && -s $tmp/mine-target.h5 ]] &&
+  echo "ok: a save through one's own link writes its target" || { echo "$out" | tail -3; bad "own link"; }
+rm -rf "$tmp/mine.h5" "$tmp/mine-target.h5" "$priv"
 
 # The demo's own checkpoint: written, reused; another owner's in its place refused.
 out=$(run "${flags[@]}") || { echo "$out"; bad "the demo's own default checkpoint"; }

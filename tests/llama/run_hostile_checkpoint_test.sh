@@ -92,6 +92,20 @@ variant yarn5 "cfg['rope_parameters'] = {'rope_type': 'dynamic', 'factor': 4.0, 
 expect "rope_parameters: rope type \"dynamic\" is not supported" "$dir/yarn5"
 variant llama3 "cfg['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
 expect "rope type \"llama3\" needs \"low_freq_factor\"" "$dir/llama3"
+# An outside round: settings read past (top-level partial_rotary_factor, a factor without its
+# type, a per-layer-type map, two objects that disagree) and values whose frequencies overflow.
+variant toppartial "cfg['partial_rotary_factor'] = 0.5"
+expect "partial_rotary_factor 0.5 is not supported (only 1)" "$dir/toppartial"
+variant ropenotype "cfg['rope_scaling'] = {'factor': 4.0}"
+expect "rope_scaling has \"factor\" but no \"rope_type\" (nor \"type\")" "$dir/ropenotype"
+variant perlayer "cfg['rope_parameters'] = {'full_attention': {'rope_type': 'linear', 'factor': 2.0}}"
+expect "rope_parameters has \"full_attention\" but no \"rope_type\"" "$dir/perlayer"
+variant both "cfg['rope_parameters'] = {'rope_type': 'default', 'rope_theta': 1e4}; cfg['rope_scaling'] = {'rope_type': 'linear', 'factor': 2.0}"
+expect "rope_parameters and rope_scaling say different things" "$dir/both"
+variant tinyfactor "cfg['rope_scaling'] = {'rope_type': 'linear', 'factor': 1e-308}"
+expect "rope_scaling: \"factor\" 1e-308 is outside [0.001, 1e+06]" "$dir/tinyfactor"
+variant tinytheta "cfg['rope_theta'] = 1e-300"
+expect "\"rope_theta\" 1e-300 is outside [1, 1e+12]" "$dir/tinytheta"
 variant qwenwindow "cfg['model_type'] = 'qwen2'; cfg['architectures'] = ['Qwen2ForCausalLM']
 cfg['use_sliding_window'] = True; cfg['sliding_window'] = 4"
 expect "\"use_sliding_window\": true is not supported (qwen2's sliding-window layers)" "$dir/qwenwindow"

@@ -67,7 +67,9 @@ wait_for_ranks() {
 export DISCO_TIMEOUT=3
 case $mode in
   flood)
-    export DISCO_TEST_SOAK_S=12
+    # The flood takes a core; on a host loaded besides, rank 0 may go a few seconds without the
+    # CPU to answer: a grace of 10 s (DISCO_TIMEOUT, at most 10) tells that from a dead rank.
+    export DISCO_TIMEOUT=10 DISCO_TEST_SOAK_S=12
     setsid env DISCO_LIVENESS_TEST_TOKEN="$token" "$@" soak >"$out/job.log" 2>&1 &
     job_pid=$!
     wait_for_ranks

@@ -30,6 +30,15 @@ TEST(TextTest, LogLineKeepsUtf8AndShowsControlsAndBadBytes) {
 
 TEST(TextTest, LogTextKeepsItsOwnLines) {
   EXPECT_EQ(ForLogText("one\n\ttwo \x1b[0m" + kUtf8), "one\n\ttwo \\x1b[0m" + kUtf8);
+  EXPECT_EQ(ForLogText("one\n  indented\n"), "one\n  indented\n");
+}
+
+// A name with a newline inside a message (an outside attack made a worker function named so):
+// the rest cannot read as a line of its own with the rank prefix.
+TEST(TextTest, LogTextIndentsContinuationLines) {
+  EXPECT_EQ(ForLogText("failed in 'evil\n[rank 0/2 vm] error: forged'"),
+            "failed in 'evil\n  [rank 0/2 vm] error: forged'");
+  EXPECT_EQ(ForLogText("a\nb\n\nc"), "a\n  b\n\n  c");
 }
 
 TEST(TextTest, QuotedEscapesTheQuote) {
