@@ -12,7 +12,8 @@ void AppendHex(unsigned char byte, std::string* out) {  // \xNN
 }
 
 // The log policies (text.h): control characters and ill-formed bytes as \xNN; newlines and tabs
-// kept only when `keep_lines` (a continuation line then indented); `quote`, when not '\0', escaped with a backslash.
+// kept only when `keep_lines` (a continuation line then indented); `quote`, when not '\0', escaped
+// with a backslash.
 void AppendForLog(std::string_view s, bool keep_lines, char quote, std::string* out) {
   out->reserve(out->size() + s.size());
   for (size_t i = 0; i < s.size();) {
