@@ -203,6 +203,25 @@ void AwaitRankZeroVerdict() {
   EndJob(PrintVerdict());
 }
 
+namespace {
+
+// The verdict from `views`, unless worker `printer` (>= 0, a lower one) gives the job's one line:
+// then this rank serves state requests for `wait_ms` and prints its own view only if the job is
+// still there (`why`: what that worker should have acted on). Whether some rank answered nothing.
+bool PrintOrDefer(const std::vector<hang::RankView>& views, int printer, int64_t wait_ms,
+                  const char* why) {
+  if (printer < 0) {
+    LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
+    return AnySilent(views);
+  }
+  ServeFor(wait_ms);
+  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(printer) + " did not end the job " +
+                                why + "; this rank's view follows");
+  return PrintVerdict();
+}
+
+}  // namespace
+
 // A worker whose watchdog fired while rank 0 answers nothing: gathers every rank's state and
 // prints the verdict itself, unless a lower worker's watchdog fires too (that worker prints it:
 // one line for the job; hang::VerdictPrinterBelow). A deferring rank answers state requests while
@@ -210,19 +229,11 @@ void AwaitRankZeroVerdict() {
 // ended. Returns whether some rank answered nothing.
 bool WorkerVerdict(double timeout_s) {
   std::vector<hang::RankView> views = Gather();
-  const auto timeout_ms = static_cast<int64_t>(timeout_s * 1000);
   int64_t wait_ms = 0;
-  const int printer = hang::VerdictPrinterBelow(views, server::Rank(), timeout_ms, 3000, &wait_ms);
-  if (printer < 0) {
-    LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
-    return AnySilent(views);
-  }
+  const int printer = hang::VerdictPrinterBelow(
+      views, server::Rank(), static_cast<int64_t>(timeout_s * 1000), 3000, &wait_ms);
   // Its watchdog polls every 50 ms, gathers for at most 1.5 s and ends the job 1 s later.
-  ServeFor(wait_ms + 5000);
-  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(printer) +
-                                " did not end the job after its own timeout; this rank's view "
-                                "follows");
-  return PrintVerdict();
+  return PrintOrDefer(views, printer, wait_ms + 5000, "after its own timeout");
 }
 
 void DeadControllerVerdict(double wait_s) {
@@ -231,15 +242,7 @@ void DeadControllerVerdict(double wait_s) {
   for (int q = 1; q < server::Rank() && q < static_cast<int>(views.size()) && lower < 0; ++q) {
     if (views[q].answered) lower = q;
   }
-  if (lower < 0) {
-    LogLine(LogLevel::kError, "watchdog: " + hang::Verdict(views));
-    return;
-  }
-  ServeFor(static_cast<int64_t>(wait_s * 1000));
-  LogLine(LogLevel::kError, "watchdog: rank " + std::to_string(lower) +
-                                " did not end the job, although rank 0 is silent; this rank's "
-                                "view follows");
-  PrintVerdict();
+  PrintOrDefer(views, lower, static_cast<int64_t>(wait_s * 1000), "although rank 0 is silent");
 }
 
 // Rank 0, told by rank `rank` that its watchdog fired: every rank's state, the verdict, the end of
