@@ -50,19 +50,36 @@ cleanup() { ((keep)) || "$vc" stop >/dev/null 2>&1; }
 trap cleanup EXIT
 "$vc" start 2 > "$out/cluster.log" 2>&1 || { cat "$out/cluster.log"; echo "FAIL: the cluster did not start"; exit 1; }
 
+# Open MPI 4.1.4 (Debian's) now and then crashes inside MPI_Init when srun --mpi=pmix starts ranks
+# on a loaded machine (about 1 job start in 40 here, beside two busy loops): a jump to address 0
+# from the TCP BTL's event callback during MPI_Init, with "A system call failed during shared memory
+# initialization" beside it (a core showed ompi_mpi_init -> opal_progress -> mca_btl_tcp.so -> 0x0).
+# It is Open MPI's race, before any of disco runs; a case whose log shows Open MPI's report of a
+# signal with no frame in disco's code (libdisco or a disco program) runs once more, and its line
+# says so.
+openmpi_init_crash() {
+  grep -q '\*\*\* Process received signal \*\*\*' "$1" &&
+    ! grep -Eq '^\[[^]]*\] \[ *[0-9]+\] .*(libdisco|/disco[-_][^/(]*\()' "$1"
+}
 # case NAME LIMIT CMD...: PASS when CMD exits 0 within LIMIT seconds; its output in NAME.log.
 case_() {
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
   [[ -z $only || $name =~ $only ]] || return 0
   timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
-  local line
+  local line retried=""
+  if ((rc != 0)) && openmpi_init_crash "$out/$name.log"; then
+    mv "$out/$name.log" "$out/$name.first.log"
+    retried=", retried: Open MPI crashed in MPI_Init (see $name.first.log)"
+    rc=0
+    timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  fi
   if ((rc == 0)); then
-    line=$(printf 'PASS  %-40s %4d s' "$name" $((SECONDS - t0)))
+    line=$(printf 'PASS  %-40s %4d s%s' "$name" $((SECONDS - t0)) "${retried:+  (${retried#, })}")
   else
     fail=1
-    line=$(printf 'FAIL  %-40s %4d s  (exit %d%s)' "$name" $((SECONDS - t0)) "$rc" \
-      "$( ((rc == 124 || rc == 137)) && echo ", killed at ${limit} s")")
+    line=$(printf 'FAIL  %-40s %4d s  (exit %d%s%s)' "$name" $((SECONDS - t0)) "$rc" \
+      "$( ((rc == 124 || rc == 137)) && echo ", killed at ${limit} s")" "$retried")
   fi
   echo "$line"
   summary+=("$line")
@@ -145,10 +162,19 @@ if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
   on1=("$vc" exec node1)
   export DISCO_ROOT=$root DISCO_BUILD_DIR=$build
   # The smoke job (srun --mpi=pmix through disco-run, at 2..4 ranks over both nodes).
-  case_ sbatch.smoke.2x2 300 env DISCO_SMOKE_FILTER='SessionTest.*-SessionTest.Hundred*:SessionTest.LargeTransfers*:SessionTest.Parked*' "${on1[@]}" \
-    sbatch --wait -N 2 --ntasks-per-node=2 -t 10 -o "$out/smoke.out" "$root/jobs/smoke.sbatch"
-  case_ sbatch.multinode-cpu.2x2 300 "${on1[@]}" sbatch --wait -N 2 --ntasks-per-node=2 -t 10 -o "$out/multinode-cpu.out" \
-    "$root/jobs/multinode-cpu.sbatch" "$tests" --gtest_filter='CclTest.AllReduce*:CclTest.Pipeline*:H5Test.Saves*'
+  # sbatch_wait OUT ARGS...: sbatch --wait with the job's output (OUT) in the case's log.
+  sbatch_wait() {
+    local o=$1 rc=0
+    shift
+    "${on1[@]}" sbatch --wait -N 2 --ntasks-per-node=2 -t 10 -o "$o" "$@" || rc=$?
+    cat "$o" 2>/dev/null
+    return $rc
+  }
+  case_ sbatch.smoke.2x2 300 env DISCO_SMOKE_FILTER='SessionTest.*-SessionTest.Hundred*:SessionTest.LargeTransfers*:SessionTest.Parked*' \
+    bash -c "$(declare -f sbatch_wait); $(declare -p on1); sbatch_wait \"\$@\"" _ "$out/smoke.out" "$root/jobs/smoke.sbatch"
+  case_ sbatch.multinode-cpu.2x2 300 bash -c "$(declare -f sbatch_wait); $(declare -p on1); sbatch_wait \"\$@\"" _ \
+    "$out/multinode-cpu.out" "$root/jobs/multinode-cpu.sbatch" "$tests" \
+    --gtest_filter='CclTest.AllReduce*:CclTest.Pipeline*:H5Test.Saves*'
   # Faults under plain srun (no -K): a rank that dies, and a watchdog timeout, end the job within
   # DISCO_TIMEOUT + 10 s.
   expect srun.rank-killed 40 nonzero "stopped answering liveness pings|signal 9|Killed|killed" \
