@@ -5,11 +5,9 @@
 // model.cc.
 #include "llama/driver.h"
 
-#include <dirent.h>
 #include <disco/disco.h>
 #include <disco/h5.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +25,7 @@
 #include "common/rng.h"
 #include "llama/config.h"
 #include "llama/model.h"
+#include "llama/partial_checkpoint.h"
 #include "llama/safetensors.h"
 
 namespace llama {
@@ -56,96 +55,6 @@ std::string DefaultCheckpointDir(const Options& o) {
          std::to_string(c.num_key_value_heads) + "-d" + std::to_string(c.head_dim) + "-f" +
          std::to_string(c.intermediate_size) + "-v" + std::to_string(c.vocab_size) +
          (c.tie_word_embeddings ? "-tied" : "") + "-s" + std::to_string(o.seed);
-}
-
-// Removes a partial checkpoint directory and the two files it may hold; true when it is gone.
-bool RemovePartialDirectory(const std::string& path) {
-  for (const char* f : {"/config.json", "/model.safetensors"}) ::unlink((path + f).c_str());
-  return ::rmdir(path.c_str()) == 0;
-}
-
-// A checkpoint being written: DIR.partial.XXXXXX, removed unless Commit renames it to DIR. It is
-// removed on an error (the destructor) and on SIGTERM/SIGINT (registered with the runtime); while
-// it exists its writer holds a lock on it, so a later run removes one whose writer was killed
-// (RemoveStalePartials).
-class PartialCheckpoint {
- public:
-  explicit PartialCheckpoint(const std::string& dir) {
-    std::string tmpl = dir + ".partial.XXXXXX";
-    DISCO_CHECK(mkdtemp(tmpl.data()) != nullptr, ValueError)
-        << "cannot create a directory like " << tmpl << ": " << std::strerror(errno);
-    path_ = tmpl;
-    disco::RemoveOnAbnormalExit(path_);  // with the files in it
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd_ < 0 || ::flock(fd_, LOCK_EX) != 0) {
-      const int err = errno;
-      Remove();
-      DISCO_THROW(ValueError) << "cannot lock " << path_ << ": " << std::strerror(err);
-    }
-  }
-  ~PartialCheckpoint() { Remove(); }
-  PartialCheckpoint(const PartialCheckpoint&) = delete;
-  PartialCheckpoint& operator=(const PartialCheckpoint&) = delete;
-
-  const std::string& path() const { return path_; }
-
-  // Renames the checkpoint to `dir`, its files synced first. When that fails (a run of this user
-  // made it first), `dir` must be a directory of this user's (not a link to one); the partial one
-  // goes either way.
-  void Commit(const std::string& dir) {
-    const int err = disco::CommitRename(path_, dir);
-    if (err == 0) {
-      Forget();
-      path_.clear();
-      return;
-    }
-    Remove();
-    struct stat st;
-    DISCO_CHECK(::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid(),
-                ValueError)
-        << "cannot rename the checkpoint written to " << dir << ": " << std::strerror(err)
-        << ", and " << dir << " is not a directory of yours";
-  }
-
- private:
-  void Forget() {
-    disco::ForgetOnAbnormalExit(path_);
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  void Remove() {
-    if (path_.empty()) return;
-    RemovePartialDirectory(path_);
-    Forget();
-    path_.clear();
-  }
-
-  std::string path_;
-  int fd_ = -1;
-};
-
-// Removes the partial checkpoints in `parent` (this user's private directory) whose writer is gone:
-// a run killed while it wrote one (SIGKILL, a crash) holds no lock on it any more.
-void RemoveStalePartials(const std::string& parent) {
-  DIR* d = ::opendir(parent.c_str());
-  if (d == nullptr) return;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.find(".partial.") == std::string::npos) continue;
-    const std::string path = parent + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) continue;
-    // A minute old at least: a run that has just made its partial directory may not hold the
-    // lock on it yet.
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && st.st_mtime < ::time(nullptr) - 60 &&
-        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      if (RemovePartialDirectory(path))
-        std::printf("[checkpoint] removed a stale %s\n", path.c_str());
-    }
-    ::close(fd);
-  }
-  ::closedir(d);
 }
 
 // Writes config.json and model.safetensors (float32) into a new directory next to `dir`, then
