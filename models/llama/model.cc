@@ -207,7 +207,8 @@ class Model {
   const WeightSpec& Spec(const std::string& name) const {
     auto it = specs.find(name);
     DISCO_CHECK(it != specs.end(), ValueError)
-        << "'" << name << "' is not a weight of this model (" << config.Summary() << ")";
+        << "'" << name << "' is not a weight of this model (" << config.model_type << ": "
+        << config.Summary() << ")";
     return it->second;
   }
   // The rows and columns of the full tensor this rank holds.
