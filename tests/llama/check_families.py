@@ -64,8 +64,9 @@ CASES = {
     "llama-linear-tied-bf16": ("llama", dict(
         rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_theta=5e5,
         tie_word_embeddings=True), "bfloat16", "bfloat16", "60KB", True),
-    # A window of 6 positions: every prompt and generation runs past it.
-    "mistral-window-f32": ("mistral", dict(sliding_window=6), "float32", "float32", None, False),
+    # A window of 6 positions: every prompt and generation runs past it; float32 in 3 shards.
+    "mistral-window-f32": ("mistral", dict(sliding_window=6), "float32", "float32", "150KB",
+                           False),
     # q/k/v biases (always on), tied embeddings; use_sliding_window false (its default).
     "qwen2-f32": ("qwen2", dict(tie_word_embeddings=True), "float32", "float32", None, False),
     # q/k norms, head_dim 16 (not hidden / heads).
