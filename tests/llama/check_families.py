@@ -271,8 +271,8 @@ def main():
     transformers.utils.logging.disable_progress_bar()
     log(f"transformers {transformers.__version__}, torch {torch.__version__}")
     if args.generate and subprocess.run([sys.executable, "-c", "import disco"]).returncode != 0:
-        log(f"FAIL: {sys.executable} cannot import disco (PYTHONPATH={os.environ.get('PYTHONPATH')})"
-            f"; examples/generate.py needs it")
+        log(f"FAIL: {sys.executable} cannot import disco "
+            f"(PYTHONPATH={os.environ.get('PYTHONPATH')}); examples/generate.py needs it")
         return 1
     base = args.keep or tempfile.mkdtemp(prefix="disco-families-",
                                          dir=os.environ.get("DISCO_TEST_SHARED_DIR"))

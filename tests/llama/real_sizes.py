@@ -106,7 +106,8 @@ def write_checkpoint(np, out_dir, c):
     specs = weights(c)
     for name, shape, _ in specs:
         n = int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + 2 * n]}
+        header[name] = {"dtype": "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + 2 * n]}
         offset += 2 * n
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
@@ -153,8 +154,9 @@ def run(args, name, model_dir, c):
     if len(gen) != len(PROMPTS) or any(len(g) != args.max_new_tokens for g in gen):
         raise ValueError(f"{len(gen)} generated lines, not {len(PROMPTS)} of "
                          f"{args.max_new_tokens} ids")
-    gb, unit, load_s, mbs = value(out, r"^loaded: ([0-9.]+) (GB|MB) in ([0-9.]+) s \(([0-9]+) MB/s\)",
-                                  "loaded: X GB in Y s (Z MB/s) per rank")
+    _, _, load_s, mbs = value(
+        out, r"^loaded: ([0-9.]+) (GB|MB) in ([0-9.]+) s \(([0-9]+) MB/s\)",
+        "loaded: X GB in Y s (Z MB/s) per rank")
     kv = float(value(out, r"^kv cache per rank: ([0-9.]+) MiB", "kv cache per rank")[0])
     peaks = [float(x) for x in value(out, r"^peak rss per rank \(MiB\): ([0-9. ]+)$",
                                      "peak rss per rank (MiB)")[0].split()]
@@ -219,7 +221,8 @@ def main():
         log(f"| {name} | {dt} | {shard:.1f} | {kv:.1f} | {' / '.join(f'{p:.1f}' for p in peaks)} "
             f"| {bound:.1f} | {load_s:.2f} | {mbs} | {decode:.1f} |")
     log(f"FAIL: {', '.join(failures)}" if failures else
-        f"PASS: {len(rows)} real-size checkpoints within 1.1 x (shard + KV cache + 64 MiB) per rank")
+        f"PASS: {len(rows)} real-size checkpoints within 1.1 x (shard + KV cache + 64 MiB) "
+        "per rank")
     return 1 if failures else 0
 
 
