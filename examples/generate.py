@@ -9,10 +9,13 @@ rank holds its tensor-parallel shards. Each decode step is a captured graph repl
 
   mpirun -n 2 python3 examples/generate.py --model DIR --prompt 1,5,9 --prompt 4,2 \\
       --max-new-tokens 16 [--dtype bfloat16] [--calls] [--library PATH/libdisco_llama.so]
+      [--dump-logits FILE.npy]
 
 --model is a Hugging Face checkpoint directory (config.json and safetensors) or an HDF5 file that
 `disco-demo --convert` wrote. The library is found next to the libdisco this process loaded (the
-build tree and installs alike), or given by --library or DISCO_LLAMA_LIBRARY.
+build tree and installs alike), or given by --library or DISCO_LLAMA_LIBRARY. Every family
+disco-demo reads (llama, mistral, qwen2, qwen3) works, from either kind of file. --dump-logits
+writes float32 logits of shape (prompts, new tokens, vocab), as disco-demo's option does.
 """
 import argparse
 import json
@@ -39,22 +42,6 @@ def find_library(explicit):
     sys.exit("generate.py: libdisco_llama.so not found next to libdisco; pass --library")
 
 
-def weight_plan(config):
-    """Every weight's Hugging Face name and its shard axis (Megatron: q/k/v, gate/up, embedding and
-    LM head by rows, o and down by columns, norms whole)."""
-    plan = {"model.embed_tokens.weight": 0, "model.norm.weight": -1}
-    for layer in range(config["num_hidden_layers"]):
-        p = f"model.layers.{layer}."
-        plan.update({p + "input_layernorm.weight": -1, p + "post_attention_layernorm.weight": -1,
-                     p + "self_attn.q_proj.weight": 0, p + "self_attn.k_proj.weight": 0,
-                     p + "self_attn.v_proj.weight": 0, p + "self_attn.o_proj.weight": 1,
-                     p + "mlp.gate_proj.weight": 0, p + "mlp.up_proj.weight": 0,
-                     p + "mlp.down_proj.weight": 1})
-    if not config.get("tie_word_embeddings", False):
-        plan["lm_head.weight"] = 0
-    return plan
-
-
 def load_model(sess, fn, path, dtype):
     """The model on every worker, and its config."""
     if os.path.isdir(path):
@@ -64,7 +51,10 @@ def load_model(sess, fn, path, dtype):
     text = sess.load_tensors(path, {"config.json": -1})["config.json"].debug_get_from_remote(0)
     config = json.loads(bytes(text).decode())
     model = fn("llama.new_model")(json.dumps(config), dtype)
-    for name, shard in sess.load_tensors(path, weight_plan(config)).items():
+    # Every weight the model reads, as the C++ loader derives it from the config (biases, q/k
+    # norms, the LM head unless tied), with its shard axis: {name: 0 rows, 1 columns, -1 whole}.
+    plan = json.loads(fn("llama.weight_plan")(model).debug_get_from_remote(0))
+    for name, shard in sess.load_tensors(path, plan).items():
         fn("llama.set_weight")(model, name, shard)
     return model, config
 
@@ -78,6 +68,8 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--calls", action="store_true", help="decode steps call by call, not replays")
     ap.add_argument("--library", help="path of libdisco_llama.so")
+    ap.add_argument("--dump-logits", metavar="FILE.npy",
+                    help="write the logits that chose each token, (prompts, new tokens, vocab)")
     args = ap.parse_args()
     prompts = [[int(t) for t in p.split(",")] for p in args.prompt]
     steps = args.max_new_tokens
@@ -93,7 +85,7 @@ def main():
         tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
         lengths = np.array([len(p) for p in prompts], dtype=np.int64)
         state = fn("llama.new_state")(model, len(prompts), int(lengths.max()) + steps - 1,
-                                      len(tokens), steps, False)
+                                      len(tokens), steps, bool(args.dump_logits))
         sess.sync_all()
         embed, attention, mlp, head = (fn("llama." + n) for n in ("embed", "attention", "mlp",
                                                                    "head"))
@@ -120,6 +112,11 @@ def main():
         generated = fn("llama.tokens")(state).debug_get_from_remote(0)
         for row in generated:
             print("generated:", " ".join(str(int(t)) for t in row))
+        if args.dump_logits:
+            # Each worker holds (steps, prompts, its vocabulary slice): the slices in rank order.
+            local = fn("llama.logits")(state)
+            parts = [np.asarray(local.debug_get_from_remote(w)) for w in range(sess.num_workers)]
+            np.save(args.dump_logits, np.concatenate(parts, axis=2).transpose(1, 0, 2))
         return 0
 
     sys.exit(disco.main(controller))

@@ -51,8 +51,8 @@ std::string ModelType(const Json& j, const std::string& what) {
       << what << ": model_type " << type->Dump() << " is not supported; " << supported;
   const Json* arch = j.Find("architectures");
   if (arch == nullptr || arch->is_null()) return type->as_string();
-  DISCO_CHECK(arch->is_array(), ValueError)
-      << what << ": \"architectures\" must be a list, not " << arch->Dump();
+  DISCO_CHECK(arch->is_array() && !arch->items().empty(), ValueError)
+      << what << ": \"architectures\" must be a list naming " << want << ", not " << arch->Dump();
   for (const Json& a : arch->items()) {
     DISCO_CHECK(a.is_string() && a.as_string() == want, ValueError)
         << what << ": architectures " << arch->Dump() << " is not supported with model_type "
@@ -178,10 +178,26 @@ void ReadFamily(const Json& j, const std::string& what, Config* c) {
   const char* want = c->sliding_window > 0 ? "sliding_attention" : "full_attention";
   DISCO_CHECK(types->is_array(), ValueError)
       << what << ": \"layer_types\" must be a list, not " << types->Dump();
+  DISCO_CHECK(static_cast<int64_t>(types->items().size()) == c->num_hidden_layers, ValueError)
+      << what << ": \"layer_types\" has " << types->items().size() << " entries, but "
+      << "num_hidden_layers is " << c->num_hidden_layers;
   for (const Json& l : types->items()) {
     DISCO_CHECK(l.is_string() && l.as_string() == want, ValueError)
         << what << ": layer_types " << types->Dump() << " is not supported: every layer must be \""
         << want << "\"";
+  }
+}
+
+// The dtype the checkpoint was saved in (torch_dtype; transformers 5: dtype), when given: one of
+// those a checkpoint's tensors may have. The tensors' own dtypes are what the loader reads.
+void CheckStorageDtype(const Json& j, const std::string& what) {
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    const Json* d = j.Find(key);
+    if (d == nullptr || d->is_null()) continue;
+    const std::string v = d->is_string() ? d->as_string() : "";
+    DISCO_CHECK(v == "float32" || v == "bfloat16" || v == "float16", ValueError)
+        << what << ": \"" << key << "\" is " << d->Dump()
+        << "; a checkpoint this loader reads is \"float32\", \"bfloat16\" or \"float16\"";
   }
 }
 
@@ -225,6 +241,7 @@ Config Config::FromJson(const Json& j, const std::string& what) {
     DISCO_CHECK(a->is_string() && a->as_string() == "silu", ValueError)
         << what << ": hidden_act " << a->Dump() << " is not supported (only \"silu\")";
   }
+  CheckStorageDtype(j, what);
   ReadRope(j, what, &c);
   ReadFamily(j, what, &c);
   return c;
@@ -328,7 +345,6 @@ std::string Config::Summary() const {
      << " heads (" << num_key_value_heads << " kv, dim " << head_dim << "), ffn "
      << intermediate_size << ", vocab " << vocab_size
      << (tie_word_embeddings ? ", tied embeddings" : "");
-  if (model_type != "llama") os << ", " << model_type;
   if (QkvBias()) os << (attention_bias ? ", attention biases" : ", q/k/v biases");
   if (mlp_bias) os << ", mlp biases";
   if (QkNorm()) os << ", q/k norms";

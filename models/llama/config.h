@@ -77,7 +77,7 @@ struct Config {
   /// "num_key_value_heads 4 cannot be split over 3 ranks".
   void CheckSplit(int ranks) const;
   /// "hidden 256, 4 layers, 8 heads (4 kv, dim 32), ffn 768, vocab 1024", then what is not plain
-  /// Llama (", qwen3, q/k norms, rope llama3 x8").
+  /// Llama (", q/k norms, rope llama3 x8"); the family is model_type.
   std::string Summary() const;
   /// The number of parameters of the whole model.
   int64_t NumParams() const;

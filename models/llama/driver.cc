@@ -257,9 +257,28 @@ class Generator {
   disco::Graph step_graph_;
 };
 
+// What a load read: the storage dtypes ("BF16", or "F16+F32" when they differ) and the bytes of
+// the file each rank read (its shards, in their stored dtype).
+struct LoadInfo {
+  std::string storage;
+  int64_t bytes_per_rank = 0;
+};
+
+int64_t ShardBytes(const WeightSpec& w, int ranks, int element_size) {
+  int64_t e = element_size;
+  for (int64_t d : ShardShape(w, ranks)) e *= d;
+  return e;
+}
+
+void AddStorage(LoadInfo* info, const std::string& dtype) {
+  if (("+" + info->storage + "+").find("+" + dtype + "+") != std::string::npos) return;
+  info->storage += (info->storage.empty() ? "" : "+") + dtype;
+}
+
 // Loads the model on every worker: from a Hugging Face directory (each worker reads its slices)
 // or from an HDF5 file in disco-demo's layout (h5::LoadTensors, sharded).
-DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Config* config) {
+DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Config* config,
+               LoadInfo* info) {
   const int n = s.num_workers();
   if (IsDirectory(path)) {
     // Checked here first, so that a bad checkpoint is one clear message.
@@ -267,6 +286,11 @@ DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Co
     ck.config().CheckSplit(n);
     ck.CheckWeights();
     *config = ck.config();
+    for (const WeightSpec& w : WeightSpecs(*config)) {
+      const TensorInfo* t = ck.Find(w.name);
+      AddStorage(info, DTypeName(t->dtype));
+      info->bytes_per_rank += ShardBytes(w, n, DTypeSize(t->dtype));
+    }
     return s.CallPacked(s.GetGlobalFunc("llama.open"), path, dtype);
   }
   DISCO_CHECK(Exists(path), ValueError) << "--model " << path << ": no such file or directory";
@@ -292,6 +316,13 @@ DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Co
                                                          : disco::h5::kReplicate});
   }
   auto shards = disco::h5::LoadTensors(s, path, plan);
+  // disco-demo --convert writes every weight in one dtype: the final norm's says which.
+  const DLDataType stored =
+      shards["model.norm.weight"].DebugGetFromRemote(0).cast<Tensor>().dtype();
+  info->storage = "HDF5 " + disco::DataTypeToString(stored);
+  for (const WeightSpec& w : WeightSpecs(*config)) {
+    info->bytes_per_rank += ShardBytes(w, n, static_cast<int>(disco::DataTypeBytes(stored)));
+  }
   DRef set = s.GetGlobalFunc("llama.set_weight");
   for (const auto& entry : plan) s.CallPacked(set, model, entry.name, shards[entry.name]);
   return model;
@@ -479,13 +510,20 @@ int RunChecked(Session& s, Options& o) {
   const std::string path = CheckpointPath(o);
   double t0 = NowS();
   Config c;
-  DRef model = LoadModel(s, path, o.dtype, &c);
+  LoadInfo info;
+  DRef model = LoadModel(s, path, o.dtype, &c, &info);
   s.SyncAll();
+  const double load_s = NowS() - t0;
   std::printf(
-      "disco-demo: llama, %d workers, %s (%.1fM parameters), %s%s, from %s, loaded in "
+      "disco-demo: %s, %d workers, %s (%.1fM parameters), %s (stored %s)%s, from %s, loaded in "
       "%.0f ms\n",
-      n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
-      o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(), (NowS() - t0) * 1e3);
+      c.model_type.c_str(), n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6,
+      o.dtype.c_str(), info.storage.c_str(), o.device == "cuda" ? " on each worker's GPU" : "",
+      path.c_str(), load_s * 1e3);
+  const double bytes = static_cast<double>(info.bytes_per_rank);
+  const bool gb = bytes >= 1e9;
+  std::printf("loaded: %.2f %s in %.2f s (%.0f MB/s) per rank\n", bytes / (gb ? 1e9 : 1e6),
+              gb ? "GB" : "MB", load_s, bytes / 1e6 / std::max(load_s, 1e-6));
   if (!o.convert.empty()) {
     DISCO_CHECK(o.device == "cpu", ValueError)
         << "--convert reads and writes on the host: leave out --device " << o.device;

@@ -129,7 +129,13 @@ class Json::Builder {
     }
     return Add(Json::Number(static_cast<double>(v)));
   }
-  bool number_float(double v, const std::string& /*literal*/) { return Add(Json::Number(v)); }
+  // A number written with a fraction or an exponent stays a double, integral or not: config.json's
+  // sizes must be written as integers ("hidden_size": 16.0 is refused, naming the key).
+  bool number_float(double v, const std::string& /*literal*/) {
+    Json j;
+    j.v_ = v;
+    return Add(std::move(j));
+  }
   bool string(std::string& v) {
     if (InMetadata()) return true;  // a string in __metadata__: checked (nlohmann), dropped
     return Add(Json::String(std::move(v)));

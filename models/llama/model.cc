@@ -207,7 +207,8 @@ class Model {
   const WeightSpec& Spec(const std::string& name) const {
     auto it = specs.find(name);
     DISCO_CHECK(it != specs.end(), ValueError)
-        << "'" << name << "' is not a weight of this model (" << config.Summary() << ")";
+        << "'" << name << "' is not a weight of this model (" << config.model_type << ": "
+        << config.Summary() << ")";
     return it->second;
   }
   // The rows and columns of the full tensor this rank holds.
@@ -1065,11 +1066,12 @@ Tensor HostCopy(const Shape& shape, const char* dtype, const void* host, const T
   return t;
 }
 
-const char* const kNames[] = {
-    "llama.open",   "llama.new_model", "llama.set_weight",    "llama.weight",
-    "llama.config", "llama.new_state", "llama.begin_prefill", "llama.begin_decode",
-    "llama.embed",  "llama.attention", "llama.mlp",           "llama.head",
-    "llama.tokens", "llama.logits",    "llama.reset_stats",   "llama.stats"};
+const char* const kNames[] = {"llama.open",          "llama.new_model",    "llama.set_weight",
+                              "llama.weight",        "llama.config",       "llama.new_state",
+                              "llama.begin_prefill", "llama.begin_decode", "llama.embed",
+                              "llama.attention",     "llama.mlp",          "llama.head",
+                              "llama.tokens",        "llama.logits",       "llama.reset_stats",
+                              "llama.stats",         "llama.weight_plan"};
 
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
@@ -1122,6 +1124,21 @@ DISCO_REGISTER_GLOBAL("llama.weight")
 DISCO_REGISTER_GLOBAL("llama.config")
     .set_body_typed([](Object model) { return ModelOf(model, "llama.config")->config.ToJson(); },
                     {"model"});
+
+// Every weight the model reads and its split, as JSON {"name": axis, ...} in checkpoint order (axis
+// 0: by rows, 1: by columns, -1: whole): what a controller loads from a file of its own (HDF5).
+DISCO_REGISTER_GLOBAL("llama.weight_plan")
+    .set_body_typed(
+        [](Object model) {
+          std::shared_ptr<Model> m = ModelOf(model, "llama.weight_plan");
+          std::string out = "{";
+          for (const WeightSpec& w : WeightSpecs(m->config)) {
+            const int axis = w.split == Split::kRows ? 0 : w.split == Split::kColumns ? 1 : -1;
+            out += (out.size() > 1 ? ", \"" : "\"") + w.name + "\": " + std::to_string(axis);
+          }
+          return out + "}";
+        },
+        {"model"});
 
 DISCO_REGISTER_GLOBAL("llama.new_state")
     .set_body_typed(

@@ -38,9 +38,13 @@ struct NumpyLease {
   explicit NumpyLease(py::handle a) : array(a) {}
 };
 
+// The dtype's size in bytes, asked of numpy in Python: pybind11 before 2.12 reads it from the
+// descriptor struct, whose layout numpy 2 changed (it reads 0 there: a venv's numpy 2).
+py::ssize_t ItemSize(const py::dtype& dt) { return dt.attr("itemsize").cast<py::ssize_t>(); }
+
 DLDataType FromNumpyDType(const py::dtype& dt, const char* what) {
   const char kind = dt.kind();
-  const auto bits = static_cast<uint8_t>(dt.itemsize() * 8);
+  const auto bits = static_cast<uint8_t>(ItemSize(dt) * 8);
   switch (kind) {
     case 'f':
       return DLDataType{kDLFloat, bits, 1};
@@ -297,7 +301,7 @@ py::array TensorToNumpy(const Tensor& t) {
   py::dtype dt = ToNumpyDType(t.dtype());
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
   std::vector<py::ssize_t> strides(shape.size());
-  py::ssize_t stride = dt.itemsize();
+  py::ssize_t stride = ItemSize(dt);
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
     stride *= shape[i];

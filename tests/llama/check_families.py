@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """disco-demo against transformers itself, on a checkpoint of every family the loader reads.
 
-    check_families.py --mpiexec MPIEXEC --demo DISCO_DEMO [--np 1,2,4] [--case NAME ...]
-        [--mpiexec-flag FLAG ...] [--demo-flag FLAG ...] [--keep DIR] [--no-hdf5]
+    check_families.py --mpiexec MPIEXEC --demo DISCO_DEMO [--generate examples/generate.py]
+        [--np 1,2,4] [--case NAME ...] [--mpiexec-flag FLAG ...] [--demo-flag FLAG ...]
+        [--keep DIR] [--no-hdf5]
 
 Runs in a Python with torch, transformers, safetensors and numpy (launch/test's venv:
 run_families_test.sh finds it). For each case below it makes a small random model WITH
@@ -11,10 +12,12 @@ redrawn well-conditioned, save_pretrained), computes the reference with transfor
 new tokens for each of 3 prompts of different lengths, one prompt at a time, the whole sequence
 again at every step: eager attention, no KV cache), and runs disco-demo --model DIR on the same
 prompts at each NP, with --dump-logits; then converts it to HDF5 at 2 ranks (disco-demo --convert:
-config.json as disco writes it) and runs that file at the largest NP. Pass, per case and run:
+config.json as disco writes it) and runs that file at the largest NP. With --generate, it runs
+examples/generate.py (the Python controller, in this Python) the same ways. Storage in float32,
+bfloat16 and float16 (every family), sharded or not. Pass, per case and run:
 - the 3 `generated:` lines equal the reference's tokens (32 each);
-- logits (3, 32, vocab) within TOL * max(1, max|ref|): TOL 1e-4 for float32 runs, 5e-2 for
-  --dtype bfloat16 runs (on bfloat16 storage: the same weights; the tolerance is the house's);
+- logits (3, 32, vocab) within TOL * max(1, max|ref|): TOL 1e-4 for float32 runs (whatever the
+  storage: 16-bit values read in float32 are exact), 5e-2 for --dtype bfloat16 runs;
 - and, so that equal tokens mean something, the reference's best two logits at every step are
   at least MARGIN * max(1, max|ref|) apart (5 times float32's tolerance): a case's first seed
   whose model has this margin is used (the seeds are fixed, so the choice is too).
@@ -37,6 +40,8 @@ NEW_TOKENS = 32
 PROMPT_LENGTHS = (3, 7, 12)
 MARGIN = 5e-4  # 5 times float32's tolerance
 TIMEOUT = 300
+# By the run's --dtype: float32 1e-4 (float16 or bfloat16 storage read in float32 is the same
+# values as transformers' float32 model of them: float32's tolerance holds), bfloat16 5e-2.
 TOL = {"float32": 1e-4, "bfloat16": 5e-2}
 
 # Shared by every case: 2 layers, hidden 64, 8 heads / 4 kv heads (head_dim 8), ffn 128,
@@ -58,8 +63,9 @@ CASES = {
     "llama-linear-tied-bf16": ("llama", dict(
         rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_theta=5e5,
         tie_word_embeddings=True), "bfloat16", "bfloat16", "60KB", True),
-    # A window of 6 positions: every prompt and generation runs past it.
-    "mistral-window-f32": ("mistral", dict(sliding_window=6), "float32", "float32", None, False),
+    # A window of 6 positions: every prompt and generation runs past it; float32 in 3 shards.
+    "mistral-window-f32": ("mistral", dict(sliding_window=6), "float32", "float32", "150KB",
+                           False),
     # q/k/v biases (always on), tied embeddings; use_sliding_window false (its default).
     "qwen2-f32": ("qwen2", dict(tie_word_embeddings=True), "float32", "float32", None, False),
     # q/k norms, head_dim 16 (not hidden / heads).
@@ -67,6 +73,15 @@ CASES = {
     # and with attention_bias, bfloat16 in 2 shards.
     "qwen3-bias-bf16": ("qwen3", dict(head_dim=16, attention_bias=True), "bfloat16", "bfloat16",
                         "90KB", False),
+    # float16 storage (torch_dtype float16), every family, read in float32; llama sharded.
+    "llama3-bias-f16": ("llama", dict(
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+        attention_bias=True, mlp_bias=True), "float16", "float32", "90KB", False),
+    "mistral-window-f16": ("mistral", dict(sliding_window=6), "float16", "float32", None, False),
+    "qwen2-f16": ("qwen2", dict(tie_word_embeddings=True), "float16", "float32", None, False),
+    "qwen3-bias-f16": ("qwen3", dict(head_dim=16, attention_bias=True), "float16", "float32",
+                       None, False),
 }
 
 
@@ -134,13 +149,13 @@ def make_case(name, out_dir, torch, transformers, np):
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
         well_conditioned(model, torch, seed)
-        if storage == "bfloat16":
-            model.to(torch.bfloat16)
+        if storage != "float32":
+            model.to(getattr(torch, storage))
         model.save_pretrained(out_dir, **({"max_shard_size": shard} if shard else {}))
         if legacy:
             legacy_rope(os.path.join(out_dir, "config.json"))
-        # The reference is the checkpoint as transformers reads it, in float32 (bfloat16 storage:
-        # the same values; the model above has its rotary buffers rounded to bfloat16 too).
+        # The reference is the checkpoint as transformers reads it, in float32 (16-bit storage:
+        # the same values; the model above has its rotary buffers rounded to 16 bits too).
         model = transformers.AutoModelForCausalLM.from_pretrained(
             out_dir, dtype=torch.float32, attn_implementation="eager").eval()
         tokens, logits = reference(model, torch, np, prompts)
@@ -165,11 +180,13 @@ def make_case(name, out_dir, torch, transformers, np):
     return prompts, tokens, logits
 
 
-def run_disco(args, name, model_dir, prompts, np_, dump):
+def run_disco(args, name, model_dir, prompts, np_, dump, tool):
+    """disco-demo, or examples/generate.py (tool "generate.py"), at np_ ranks."""
     dtype = CASES[name][3]
-    cmd = [args.mpiexec, "-n", str(np_), *args.mpiexec_flag, args.demo, "--model", model_dir,
-           "--max-new-tokens", str(NEW_TOKENS), "--dtype", dtype, "--dump-logits", dump,
-           "--warmup", "0", *args.demo_flag]
+    prog = ([args.demo, "--warmup", "0", *args.demo_flag] if tool == "disco-demo"
+            else [sys.executable, args.generate])
+    cmd = [args.mpiexec, "-n", str(np_), *args.mpiexec_flag, *prog, "--model", model_dir,
+           "--max-new-tokens", str(NEW_TOKENS), "--dtype", dtype, "--dump-logits", dump]
     for p in prompts:
         cmd += ["--prompt", ",".join(map(str, p))]
     try:
@@ -210,6 +227,21 @@ def check(what, name, got, dump, tokens, logits, np):
         f"max |logit diff| {err:.2e} = {err / scale:.1e} of max |logit| (tolerance {tol:g})")
 
 
+def tools(args):
+    return ["disco-demo"] + (["generate.py"] if args.generate else [])
+
+
+def runs_of(args, name, model_dir, h5):
+    """(tool, ranks, model) of a case: each tool at every NP from the directory, then from the
+    HDF5 file disco-demo --convert writes (at 2 ranks) at the largest NP; not for float16 storage,
+    whose HDF5 file would hold the run's dtype, as another case's does."""
+    nps = [int(n) for n in args.np.split(",")]
+    runs = [(tool, n, model_dir) for tool in tools(args) for n in nps]
+    if not args.no_hdf5 and CASES[name][2] != "float16":
+        runs += [(tool, nps[-1], h5) for tool in tools(args)]
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mpiexec", required=True)
@@ -220,6 +252,8 @@ def main():
     ap.add_argument("--demo-flag", action="append", default=[])
     ap.add_argument("--keep", help="make the checkpoints here and keep them")
     ap.add_argument("--no-hdf5", action="store_true", help="leave out the HDF5 round trip")
+    ap.add_argument("--generate", help="examples/generate.py: run it too (this Python, which "
+                    "must import disco)")
     args = ap.parse_args()
     try:
         import numpy as np
@@ -232,6 +266,10 @@ def main():
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     log(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    if args.generate and subprocess.run([sys.executable, "-c", "import disco"]).returncode != 0:
+        log(f"FAIL: {sys.executable} cannot import disco "
+            f"(PYTHONPATH={os.environ.get('PYTHONPATH')}); examples/generate.py needs it")
+        return 1
     base = args.keep or tempfile.mkdtemp(prefix="disco-families-",
                                          dir=os.environ.get("DISCO_TEST_SHARED_DIR"))
     failures = []
@@ -240,16 +278,15 @@ def main():
             model_dir = os.path.join(base, name)
             shutil.rmtree(model_dir, ignore_errors=True)
             prompts, tokens, logits = make_case(name, model_dir, torch, transformers, np)
-            runs = [(int(n), model_dir) for n in args.np.split(",")]
             h5 = os.path.join(base, name + ".h5")
-            if not args.no_hdf5:  # then from the HDF5 file, written at 2 ranks, at the most
-                runs.append((runs[-1][0], h5))
-            for np_, model in runs:
-                what = f"{name} at {np_} rank(s)" + (" from HDF5" if model == h5 else "")
-                dump = os.path.join(base, f"{name}.np{np_}.npy")
-                why = convert(args, name, model_dir, h5) if model == h5 else None
+            for tool, np_, model in runs_of(args, name, model_dir, h5):
+                what = (f"{name}: {tool} at {np_} rank(s)"
+                        + (" from HDF5" if model == h5 else ""))
+                dump = os.path.join(base, f"{name}.{tool}.np{np_}.npy")
+                why = convert(args, name, model_dir, h5) if model == h5 and tool == "disco-demo" \
+                    else None
                 if not why:
-                    got, out = run_disco(args, name, model, prompts, np_, dump)
+                    got, out = run_disco(args, name, model, prompts, np_, dump, tool)
                     why = out if got is None else check(what, name, got, dump, tokens, logits, np)
                 if why:
                     log(f"FAIL: {what}: {why}")
@@ -258,7 +295,8 @@ def main():
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     log(f"FAIL: {', '.join(failures)}" if failures else f"PASS: {len(args.case or CASES)} "
-        f"families' checkpoints, disco-demo equal to transformers at {args.np} rank(s)")
+        f"families' checkpoints, {' and '.join(tools(args))} equal to transformers at "
+        f"{args.np} rank(s)")
     return 1 if failures else 0
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # disco-demo against transformers itself: a random checkpoint of each family (Llama with llama3
 # and linear rope scaling and biases, Mistral with a sliding window, Qwen2, Qwen3), made and run
-# by transformers, 32 greedy tokens of 3 prompts equal and logits close at 1, 2 and 4 ranks
-# (check_families.py says what exactly).
+# by transformers (float32, bfloat16 and float16 storage), 32 greedy tokens of 3 prompts equal and
+# logits close at 1, 2 and 4 ranks, for disco-demo and examples/generate.py (check_families.py says
+# what exactly).
 #   run_families_test.sh MPIEXEC DISCO_DEMO [mpiexec flags...]
 # It runs in the virtual environment launch/test makes (launch/common.sh's disco_hf_venv:
 # torch, transformers, safetensors, numpy): $DISCO_HF_VENV, else .venv-hf at the top of the
@@ -19,5 +20,8 @@ if [[ ! -f $venv/.disco-ready ]]; then
 fi
 flags=()
 for f in "$@"; do flags+=(--mpiexec-flag="$f"); done
+# examples/generate.py too, in the venv's Python (the same CPython as Debian's, which disco is
+# built for: PYTHONPATH names the build's python/ directory).
 exec "$venv/bin/python" "$here/check_families.py" --mpiexec "$mpiexec" --demo "$demo" \
+  --generate "$here/../../examples/generate.py" \
   ${DISCO_FAMILIES_NP:+--np "$DISCO_FAMILIES_NP"} "${flags[@]}"

@@ -68,9 +68,13 @@ TEST(JsonTest, ParsesDocuments) {
   EXPECT_FALSE(a->items()[4].as_bool());
   EXPECT_TRUE(a->items()[5].is_null());
   EXPECT_EQ(j.Find("b")->Find("c")->as_string(), "x\"y\\z\n\xC3\xA9\xF0\x9F\x98\x80");
-  EXPECT_EQ(j.Find("e")->as_int(), 1000);  // integral and exact: an int, as before
+  // Written with an exponent or a fraction: a double, integral or not (a size in config.json
+  // must be written as an integer).
+  EXPECT_FALSE(j.Find("e")->is_int());
+  EXPECT_DOUBLE_EQ(j.Find("e")->as_double(), 1000);
   EXPECT_EQ(j.Find("f")->as_int(), 0);
-  EXPECT_TRUE(j.Find("g")->is_int());
+  EXPECT_FALSE(j.Find("g")->is_int());
+  EXPECT_EQ(j.Find("g")->Dump(), "4096.0");
   EXPECT_EQ(j.Find("h")->as_string(), "");
   EXPECT_EQ(j.Find("missing"), nullptr);
   EXPECT_EQ(a->Find("a"), nullptr);  // not an object
