@@ -1,0 +1,158 @@
+// Bpe: loading tokenizer.json's model and merging words.
+#include "tokenizer/bpe.h"
+
+#include <disco/error.h>
+
+#include <cstdio>
+
+#include "tokenizer/utf8.h"
+
+namespace tokenizer {
+namespace {
+
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+uint64_t PairKey(int64_t a, int64_t b) {
+  return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
+}
+
+// A merge's two tokens: "a b" or ["a", "b"].
+std::pair<std::string, std::string> MergeOf(const JsonNode& n) {
+  if (n.json().is_string()) {
+    const std::string s = n.AsString();
+    const size_t sp = s.find(' ');
+    if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+      n.Fail("merge '" + s + "' is not two tokens separated by one space");
+    }
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+  std::vector<JsonNode> items = n.Items();
+  if (items.size() != 2) n.Fail("a merge must be two tokens, not " + std::to_string(items.size()));
+  return {items[0].AsString(), items[1].AsString()};
+}
+
+void RefuseUnsupported(const JsonNode& node) {
+  const JsonNode dropout = node.At("dropout");
+  if (!dropout.is_null() && !(dropout.json().is_number() && dropout.json().get<double>() == 0.0)) {
+    dropout.Fail("BPE dropout " + dropout.json().dump() +
+                 " is not supported (encoding is "
+                 "deterministic here)");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (!node.String(key, "").empty()) {
+      node.At(key).Fail(std::string("is not supported (") + key + " must be null)");
+    }
+  }
+}
+
+}  // namespace
+
+Bpe Bpe::FromJson(const JsonNode& node) {
+  if (node.is_null()) node.Fail("is missing");
+  if (node.Type() != "BPE") node.Unsupported("model", "BPE");
+  RefuseUnsupported(node);
+  Bpe m;
+  for (const auto& [token, id_node] : node.At("vocab").Members()) {
+    const int64_t id = id_node.AsId();
+    if (id >= kMaxVocab) id_node.Fail("id " + std::to_string(id) + " is beyond 2^24");
+    if (id >= m.size()) {
+      m.tokens_.resize(static_cast<size_t>(id) + 1);
+      m.has_id_.resize(static_cast<size_t>(id) + 1);
+    }
+    if (m.has_id_[id])
+      id_node.Fail("id " + std::to_string(id) + " is also '" + m.tokens_[id] + "'s");
+    m.has_id_[id] = true;
+    m.tokens_[id] = token;
+    m.vocab_[token] = id;
+  }
+  int64_t rank = 0;
+  for (const JsonNode& n :
+       node.At("merges").is_null() ? std::vector<JsonNode>{} : node.At("merges").Items()) {
+    const auto [a, b] = MergeOf(n);
+    const int64_t ia = m.TokenToId(a), ib = m.TokenToId(b), iab = m.TokenToId(a + b);
+    if (ia < 0 || ib < 0 || iab < 0) {
+      n.Fail("merge '" + a + " " + b + "': '" +
+             (ia < 0   ? a
+              : ib < 0 ? b
+                       : a + b) +
+             "' is not in model.vocab");
+    }
+    m.merges_.emplace(PairKey(ia, ib), std::make_pair(rank++, iab));
+  }
+  const std::string unk = node.String("unk_token", "");
+  if (!unk.empty()) {
+    m.unk_ = m.TokenToId(unk);
+    if (m.unk_ < 0) node.At("unk_token").Fail("'" + unk + "' is not in model.vocab");
+  }
+  m.byte_fallback_ = node.Bool("byte_fallback", false);
+  m.fuse_unk_ = node.Bool("fuse_unk", false);
+  m.ignore_merges_ = node.Bool("ignore_merges", false);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    m.byte_ids_[b] = m.TokenToId(name);
+  }
+  return m;
+}
+
+const std::string* Bpe::IdToToken(int64_t id) const {
+  return id >= 0 && id < size() && has_id_[id] ? &tokens_[id] : nullptr;
+}
+
+int64_t Bpe::TokenToId(const std::string& token) const {
+  auto it = vocab_.find(token);
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+void Bpe::InitialSymbols(const std::string& word, std::vector<int64_t>* symbols) const {
+  bool last_unk = false;
+  for (size_t i = 0; i < word.size(); i += CharLength(word, i)) {
+    const std::string c = word.substr(i, CharLength(word, i));
+    if (const int64_t id = TokenToId(c); id >= 0) {
+      symbols->push_back(id);
+      last_unk = false;
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (unsigned char b : c) all = all && byte_ids_[b] >= 0;
+      if (all) {
+        for (unsigned char b : c) symbols->push_back(byte_ids_[b]);
+        last_unk = false;
+        continue;
+      }
+    }
+    if (unk_ < 0) continue;  // tokenizers drops the character
+    if (!(fuse_unk_ && last_unk)) symbols->push_back(unk_);
+    last_unk = true;
+  }
+}
+
+void Bpe::Encode(const std::string& word, std::vector<int64_t>* ids) const {
+  if (ignore_merges_) {
+    if (const int64_t id = TokenToId(word); id >= 0) {
+      ids->push_back(id);
+      return;
+    }
+  }
+  std::vector<int64_t> s;
+  InitialSymbols(word, &s);
+  while (s.size() > 1) {
+    size_t best = 0;
+    int64_t best_rank = -1, best_id = -1;
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+      auto it = merges_.find(PairKey(s[i], s[i + 1]));
+      if (it != merges_.end() && (best_rank < 0 || it->second.first < best_rank)) {
+        best = i;
+        best_rank = it->second.first;
+        best_id = it->second.second;
+      }
+    }
+    if (best_rank < 0) break;
+    s[best] = best_id;
+    s.erase(s.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  ids->insert(ids->end(), s.begin(), s.end());
+}
+
+}  // namespace tokenizer
