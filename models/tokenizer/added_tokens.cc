@@ -45,6 +45,7 @@ AddedTokens AddedTokens::FromJson(const JsonNode& node) {
     t.id = n.At("id").AsId();
     t.content = n.String("content");
     if (t.content.empty()) n.At("content").Fail("an added token cannot be empty");
+    t.match = t.content;
     t.single_word = n.Bool("single_word", false);
     t.lstrip = n.Bool("lstrip", false);
     t.rstrip = n.Bool("rstrip", false);
@@ -53,6 +54,13 @@ AddedTokens AddedTokens::FromJson(const JsonNode& node) {
     a.tokens_.push_back(std::move(t));
   }
   return a;
+}
+
+void AddedTokens::Normalize(const std::function<void(std::string*)>& normalizer) {
+  if (!normalizer) return;
+  for (AddedToken& t : tokens_) {
+    if (t.normalized) normalizer(&t.match);
+  }
 }
 
 const AddedToken* AddedTokens::Find(int64_t id) const {
@@ -72,8 +80,9 @@ std::vector<Segment> AddedTokens::Split(const std::string& text, bool at_start,
   for (size_t pos = 0; pos < text.size();) {
     const AddedToken* best = nullptr;  // the longest token at pos
     for (const AddedToken& t : tokens_) {
-      if (t.normalized == normalized && text.compare(pos, t.content.size(), t.content) == 0 &&
-          (best == nullptr || t.content.size() > best->content.size())) {
+      if (t.normalized == normalized && !t.match.empty() &&
+          text.compare(pos, t.match.size(), t.match) == 0 &&
+          (best == nullptr || t.match.size() > best->match.size())) {
         best = &t;
       }
     }
@@ -81,7 +90,7 @@ std::vector<Segment> AddedTokens::Split(const std::string& text, bool at_start,
       pos += CharLength(text, pos);
       continue;
     }
-    size_t begin = pos, end = pos + best->content.size();
+    size_t begin = pos, end = pos + best->match.size();
     pos = end;
     if (best->single_word && (WordCharBefore(text, begin) || WordCharAt(text, end))) continue;
     if (best->lstrip) begin = std::max(WhiteSpaceStart(text, begin), prev);

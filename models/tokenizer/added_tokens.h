@@ -6,6 +6,7 @@
 #define DISCO_MODELS_TOKENIZER_ADDED_TOKENS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace tokenizer {
 struct AddedToken {
   int64_t id = 0;
   std::string content;
+  std::string match;  // what is found in the text: content, normalized when `normalized`
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
 };
 
@@ -30,6 +32,10 @@ class AddedTokens {
  public:
   /// The tokens of tokenizer.json's "added_tokens" (null: none).
   static AddedTokens FromJson(const JsonNode& node);
+
+  /// Passes the content of the tokens with `normalized` through `normalizer` (as tokenizers
+  /// does: a normalized token is found in normalized text as it normalizes).
+  void Normalize(const std::function<void(std::string*)>& normalizer);
 
   /// Splits `text` at the added tokens whose `normalized` flag is `normalized`.
   std::vector<Segment> Split(const std::string& text, bool at_start, bool normalized) const;

@@ -3,7 +3,11 @@
 
 #include <disco/error.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <queue>
+#include <tuple>
 
 #include "tokenizer/utf8.h"
 
@@ -55,14 +59,9 @@ Bpe Bpe::FromJson(const JsonNode& node) {
   for (const auto& [token, id_node] : node.At("vocab").Members()) {
     const int64_t id = id_node.AsId();
     if (id >= kMaxVocab) id_node.Fail("id " + std::to_string(id) + " is beyond 2^24");
-    if (id >= m.size()) {
-      m.tokens_.resize(static_cast<size_t>(id) + 1);
-      m.has_id_.resize(static_cast<size_t>(id) + 1);
-    }
-    if (m.has_id_[id])
-      id_node.Fail("id " + std::to_string(id) + " is also '" + m.tokens_[id] + "'s");
-    m.has_id_[id] = true;
-    m.tokens_[id] = token;
+    auto [it, added] = m.tokens_.emplace(id, token);
+    if (!added) id_node.Fail("id " + std::to_string(id) + " is also '" + it->second + "'s");
+    m.max_id_ = std::max(m.max_id_, id);
     m.vocab_[token] = id;
   }
   int64_t rank = 0;
@@ -96,7 +95,8 @@ Bpe Bpe::FromJson(const JsonNode& node) {
 }
 
 const std::string* Bpe::IdToToken(int64_t id) const {
-  return id >= 0 && id < size() && has_id_[id] ? &tokens_[id] : nullptr;
+  auto it = tokens_.find(id);
+  return it == tokens_.end() ? nullptr : &it->second;
 }
 
 int64_t Bpe::TokenToId(const std::string& token) const {
@@ -128,6 +128,8 @@ void Bpe::InitialSymbols(const std::string& word, std::vector<int64_t>* symbols)
   }
 }
 
+// Merges as tokenizers' Word::merge_all: a queue of candidate pairs, lowest rank first, then
+// leftmost; a candidate whose pair has changed since it was queued is skipped. O(n log n).
 void Bpe::Encode(const std::string& word, std::vector<int64_t>* ids) const {
   if (ignore_merges_) {
     if (const int64_t id = TokenToId(word); id >= 0) {
@@ -137,22 +139,35 @@ void Bpe::Encode(const std::string& word, std::vector<int64_t>* ids) const {
   }
   std::vector<int64_t> s;
   InitialSymbols(word, &s);
-  while (s.size() > 1) {
-    size_t best = 0;
-    int64_t best_rank = -1, best_id = -1;
-    for (size_t i = 0; i + 1 < s.size(); ++i) {
-      auto it = merges_.find(PairKey(s[i], s[i + 1]));
-      if (it != merges_.end() && (best_rank < 0 || it->second.first < best_rank)) {
-        best = i;
-        best_rank = it->second.first;
-        best_id = it->second.second;
-      }
-    }
-    if (best_rank < 0) break;
-    s[best] = best_id;
-    s.erase(s.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  const auto n = static_cast<int64_t>(s.size());
+  std::vector<int64_t> prev(s.size()), next(s.size());
+  std::vector<bool> alive(s.size(), true);
+  for (int64_t i = 0; i < n; ++i) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+  using Candidate = std::tuple<int64_t, int64_t, int64_t>;  // rank, position, merged id
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  auto consider = [&](int64_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    auto it = merges_.find(PairKey(s[pos], s[next[pos]]));
+    if (it != merges_.end()) queue.emplace(it->second.first, pos, it->second.second);
+  };
+  for (int64_t i = 0; i + 1 < n; ++i) consider(i);
+  while (!queue.empty()) {
+    const auto [rank, pos, merged] = queue.top();
+    queue.pop();
+    if (!alive[pos] || next[pos] < 0) continue;
+    auto it = merges_.find(PairKey(s[pos], s[next[pos]]));
+    if (it == merges_.end() || it->second.second != merged) continue;
+    const int64_t right = next[pos];
+    s[pos] = merged;
+    alive[right] = false;
+    next[pos] = next[right];
+    if (next[pos] >= 0) prev[next[pos]] = pos;
+    consider(prev[pos]);
+    consider(pos);
   }
-  ids->insert(ids->end(), s.begin(), s.end());
+  for (int64_t i = 0; i < n; ++i) {
+    if (alive[i]) ids->push_back(s[i]);
+  }
 }
 
 }  // namespace tokenizer

@@ -30,14 +30,14 @@ class Bpe {
   /// The id of `token`, or -1.
   int64_t TokenToId(const std::string& token) const;
   /// The largest id + 1.
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t size() const { return max_id_ + 1; }
 
  private:
   void InitialSymbols(const std::string& word, std::vector<int64_t>* symbols) const;
 
   std::unordered_map<std::string, int64_t> vocab_;
-  std::vector<std::string> tokens_;  // by id; "" where no token has the id
-  std::vector<bool> has_id_;
+  std::unordered_map<int64_t, std::string> tokens_;  // by id
+  int64_t max_id_ = -1;
   // (left id << 32 | right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges_;
   int64_t unk_ = -1;

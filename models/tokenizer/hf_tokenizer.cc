@@ -20,6 +20,7 @@ namespace tokenizer {
 namespace {
 
 constexpr off_t kMaxFileBytes = off_t{1} << 30;
+constexpr int kMaxDepth = 64;
 
 // The ids a post-processor puts around the encoded text when add_special_tokens.
 struct Template {
@@ -76,6 +77,7 @@ class HfTokenizer : public Engine {
       if (root.Has(key)) root.At(key).Fail("is not supported (it must be null)");
     }
     AddProcessor(root.At("post_processor"), &template_);
+    added_.Normalize(normalizer_);
   }
 
   std::vector<int64_t> Encode(const std::string& text, bool add_special) const override {
@@ -106,7 +108,7 @@ class HfTokenizer : public Engine {
     std::vector<std::string> tokens;
     for (int64_t id : ids) {
       if (const AddedToken* a = added_.Find(id)) {
-        if (!(skip_special && a->special)) tokens.push_back(a->content);
+        if (!(skip_special && a->special)) tokens.push_back(a->match);  // as tokenizers: normalized
       } else if (const std::string* t = model_.IdToToken(id)) {
         tokens.push_back(*t);
       }
@@ -129,8 +131,9 @@ class HfTokenizer : public Engine {
 
   int64_t MaxId(std::string* token) const override {
     int64_t best = -1;
-    for (int64_t id = model_.size() - 1; id >= 0 && best < 0; --id) {
-      if (const std::string* t = model_.IdToToken(id)) best = id, *token = *t;
+    if (const std::string* t = model_.IdToToken(model_.size() - 1)) {
+      best = model_.size() - 1;
+      *token = *t;
     }
     for (const AddedToken& a : added_.tokens()) {
       if (a.id > best) best = a.id, *token = a.content;
@@ -173,7 +176,12 @@ std::unique_ptr<Engine> LoadHfTokenizer(const std::string& path) {
   const std::string text = ReadFile(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    // Nesting within bounds: the stages are built recursively.
+    j = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+      DISCO_CHECK(depth <= kMaxDepth, ValueError)
+          << path << ": nested deeper than " << kMaxDepth << " levels";
+      return true;
+    });
   } catch (const nlohmann::json::parse_error& e) {
     DISCO_THROW(ValueError) << path << ": malformed JSON at byte " << e.byte << ": "
                             << std::string(e.what()).substr(std::string(e.what()).rfind(": ") + 2);

@@ -112,6 +112,8 @@ def llama2(texts):
     tok = with_byte_fallback(tok, texts, trainer, unk_token="<unk>", fuse_unk=True)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A",
                                                        special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    # normalized: matched in the normalized text, its content normalized too ("▁the cat")
+    tok.add_tokens([AddedToken("the cat", normalized=True), AddedToken("<mask>", rstrip=True)])
     return tok
 
 

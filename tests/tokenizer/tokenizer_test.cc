@@ -80,6 +80,8 @@ TEST_F(TokenizerFiles, MalformedJson) {
   ExpectError([&] { Tokenizer::FromFile(path); }, {path, "malformed JSON at byte 26"});
   const std::string bad_utf8 = Write("t2.json", "{\"model\": \"\xff\"}");
   ExpectError([&] { Tokenizer::FromFile(bad_utf8); }, {bad_utf8, "malformed JSON"});
+  const std::string deep = Write("t4.json", std::string(100000, '[') + std::string(100000, ']'));
+  ExpectError([&] { Tokenizer::FromFile(deep); }, {deep, "nested deeper than 64 levels"});
   const std::string array = Write("t3.json", "[1]");
   ExpectError([&] { Tokenizer::FromFile(array); }, {array, "not an object"});
 }
