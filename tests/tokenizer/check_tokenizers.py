@@ -15,7 +15,9 @@ Bytes that are not valid UTF-8 (corpus.json's bytes_hex): the libraries encode s
 encode of the raw bytes is compared with theirs of bytes.decode("utf-8", "replace"), the
 conversion disco makes (tokenizer.h).
 
-  check_tokenizers.py DISCO_TOKENIZE [--keep DIR]
+With --python-path, disco.Tokenizer (the Python binding) is compared too.
+
+  check_tokenizers.py DISCO_TOKENIZE [--keep DIR] [--python-path BUILD/python]
 """
 import argparse
 import json
@@ -35,6 +37,7 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[
 QWEN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
+disco = None  # the package, with --python-path
 
 
 def corpus():
@@ -171,9 +174,26 @@ def fail(name, what, record, mine, theirs):
     sys.exit(f"FAIL: {name}: {what} of {record!r}:\n  disco: {mine}\n  them:  {theirs}")
 
 
+def check_python(name, directory, records, encode, decode):
+    """disco.Tokenizer (the Python binding) on the corpus: the same ids and text."""
+    if disco is None:
+        return
+    mine = disco.Tokenizer(directory)
+    for rec in records:
+        text = rec.decode("utf-8", "replace")
+        ids = encode(text)
+        if mine.encode(rec) != ids or mine.encode(text) != ids:
+            fail(name, "disco.Tokenizer.encode", rec, mine.encode(rec), ids)
+        if mine.decode(ids) != decode(ids):
+            fail(name, "disco.Tokenizer.decode", ids, mine.decode(ids), decode(ids))
+
+
 def check_hf(name, tok, tool, records, tmp, rng):
-    path = os.path.join(tmp, name + ".json")
+    os.makedirs(os.path.join(tmp, name), exist_ok=True)
+    path = os.path.join(tmp, name, "tokenizer.json")
     tok.save(path)
+    check_python(name, os.path.dirname(path), records, lambda t: tok.encode(t).ids,
+                 lambda ids: tok.decode(ids, skip_special_tokens=False))
     for rec, (with_s, without, dec) in zip(records, run_tool(tool, "encode", path, records, tmp)):
         text = rec.decode("utf-8", "replace")
         ids = tok.encode(text).ids
@@ -211,7 +231,8 @@ def check_decodes(name, tool, path, seqs, tmp, decode):
 
 
 def check_sp(name, model_type, texts, tool, records, tmp, rng):
-    prefix = os.path.join(tmp, name)
+    os.makedirs(os.path.join(tmp, name), exist_ok=True)
+    prefix = os.path.join(tmp, name, "tokenizer")
     data = os.path.join(tmp, name + ".txt")
     with open(data, "w", encoding="utf-8") as f:
         f.write("\n".join(t.replace("\n", " ") for t in training_text(texts)))
@@ -219,6 +240,8 @@ def check_sp(name, model_type, texts, tool, records, tmp, rng):
                                    model_type=model_type, byte_fallback=True,
                                    character_coverage=0.98, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    check_python(name, os.path.dirname(prefix), records, lambda t: [sp.bos_id()] + sp.encode(t),
+                 sp.decode)
     for rec, (with_s, without, dec) in zip(records,
                                            run_tool(tool, "encode", prefix + ".model", records, tmp)):
         ids = sp.encode(rec.decode("utf-8", "replace"))
@@ -247,7 +270,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tool")
     ap.add_argument("--keep", help="write the tokenizers here (and keep them)")
+    ap.add_argument("--python-path", help="where the disco package is: disco.Tokenizer too")
     args = ap.parse_args()
+    global disco
+    if args.python_path:
+        sys.path.insert(0, args.python_path)
+        import disco
     records, texts = corpus()
     rng = random.Random(1234)
     with tempfile.TemporaryDirectory() as tmp:
