@@ -171,9 +171,8 @@ TEST_F(TokenizerFiles, StreamHoldsBackACharacterSplitOverByteTokens) {
   StreamDecoder s(t);
   std::vector<std::string> shown;
   for (int64_t id : ids) shown.push_back(s.Push(id));
-  EXPECT_EQ(shown, (std::vector<std::string>{"a", "", "", "", "",
-                                             "\xF0\x9F\x98\x80"
-                                             "b"}));
+  const std::string emoji_b = std::string("\xF0\x9F\x98\x80") + "b";
+  EXPECT_EQ(shown, (std::vector<std::string>{"a", "", "", "", "", emoji_b}));
   EXPECT_EQ(s.Finish(), "");
   // Cut short: the incomplete bytes come out as U+FFFD each, as tokenizers' ByteFallback has it.
   StreamDecoder cut(t);
