@@ -5,7 +5,8 @@
 Tokenizers are trained here by those libraries' own trainers, into a temporary directory:
 byte-level BPE with Llama 3's and Qwen's split regex (Qwen's with NFC), GPT-2's ByteLevel with
 Digits, SentencePiece-style BPE with byte_fallback as Llama 2 (Prepend + Replace normalizer) and
-as Mistral (Metaspace, prepend_scheme "first"), with added tokens special and not (lstrip,
+as Mistral (Metaspace, prepend_scheme "first"), as transformers converts a SentencePiece
+model (legacy or not), with added tokens special and not (lstrip,
 rstrip, single_word, normalized), every Split behavior and invert, and sentencepiece's BPE and
 unigram models (tokenizer.model). For each, every corpus record's ids (with and without special
 tokens) and the decode of those ids must equal the library's; and random id sequences (byte
@@ -264,6 +265,14 @@ def check_sp(name, model_type, texts, tool, records, tmp, rng):
                                                and not sp.is_unknown(i)]))
     print(f"{name}: {len(records)} records encoded and decoded, {len(seqs)} id sequences decoded:"
           " equal")
+    return prefix + ".model"
+
+
+def converted(model_file, legacy):
+    """The tokenizer.json transformers makes of a SentencePiece model (as Llama 2's, TinyLlama's
+    and Mistral's checkpoints hold): legacy, or Metaspace with prepend_scheme "first"."""
+    import transformers
+    return transformers.LlamaTokenizer(vocab_file=model_file, legacy=legacy).backend_tokenizer
 
 
 def main():
@@ -292,7 +301,12 @@ def main():
                 # 0.2 breaks ties between equal segmentations unlike Debian's libsentencepiece 0.1
                 print(f"sp-unigram: not compared (sentencepiece {spm.__version__}, not 0.1.x)")
                 continue
-            check_sp("sp-" + model_type, model_type, texts, args.tool, records, tmp, rng)
+            model_file = check_sp("sp-" + model_type, model_type, texts, args.tool, records, tmp,
+                                  rng)
+            if model_type == "bpe":
+                for legacy in (True, False):
+                    check_hf(f"llama-from-sp{'-legacy' if legacy else ''}",
+                             converted(model_file, legacy), args.tool, records, tmp, rng)
     print("PASS")
 
 
