@@ -11,6 +11,7 @@ namespace tokenizer {
 
 struct Regex::Code {
   std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code{nullptr, pcre2_code_free};
+  std::string what;  // where the pattern comes from, for errors
 };
 
 namespace {
@@ -21,6 +22,7 @@ using MatchData = std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_f
 
 Regex::Regex(const std::string& pattern, const std::string& what) {
   auto code = std::make_shared<Code>();
+  code->what = what + ": the regular expression '" + pattern + "'";
   int err = 0;
   PCRE2_SIZE offset = 0;
   code->code.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -51,7 +53,12 @@ std::vector<std::pair<size_t, size_t>> Regex::FindAll(const std::string& text) c
     const int rc =
         pcre2_match(code_->code.get(), s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    DISCO_CHECK(rc >= 0, RuntimeError) << "pcre2_match failed with error " << rc;
+    if (rc < 0) {  // e.g. the match limit, against catastrophic backtracking
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      DISCO_THROW(ValueError) << code_->what << " fails on a text of " << text.size()
+                              << " bytes: " << reinterpret_cast<const char*>(msg);
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     if (ov[1] > ov[0]) {
       out.emplace_back(ov[0], ov[1]);

@@ -73,6 +73,10 @@ def byte_level(texts, pattern, nfc=False):
         processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                       special_tokens=[("<|begin_of_text|>", bos)])])
     tok.add_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=False)])
+    if not nfc:  # Llama 3's: a word that is a token is that token, merges or not
+        state = json.loads(tok.to_str())
+        state["model"]["ignore_merges"] = True
+        tok = Tokenizer.from_str(json.dumps(state))
     return tok
 
 

@@ -73,6 +73,12 @@ TEST_F(TokenizerFiles, AGoodOneEncodesAndDecodes) {
   EXPECT_EQ(t.Encode("ac"), (std::vector<int64_t>{1, 4 + 'c'}));
   EXPECT_EQ(t.Decode({3, 1, 4 + 'c', 9999}), "abac");  // an id without a token is left out
   EXPECT_EQ(Tokenizer::FileIn(dir_), dir_ + "/tokenizer.json");
+  // "ba", a token no merge makes: whole with ignore_merges (Llama 3's), else by characters.
+  std::string j = Json(R"("ignore_merges": true, )");
+  j.replace(j.find(R"("ab": 3)"), 7, R"("ab": 3, "ba": 260)");
+  EXPECT_EQ(Tokenizer::FromFile(Write("t2.json", j)).Encode("ba"), (std::vector<int64_t>{260}));
+  j.replace(j.find(R"("ignore_merges": true)"), 21, R"("ignore_merges": false)");
+  EXPECT_EQ(Tokenizer::FromFile(Write("t3.json", j)).Encode("ba"), (std::vector<int64_t>{2, 1}));
 }
 
 TEST_F(TokenizerFiles, MalformedJson) {
@@ -110,6 +116,11 @@ TEST_F(TokenizerFiles, UnsupportedTypesNameTheirPath) {
   p = with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Split", "pattern": )"
                                        R"({"Regex": "(a"}, "behavior": "Isolated"})");
   ExpectError([&] { Tokenizer::FromFile(p); }, {p, "pre_tokenizer.pattern", "does not compile"});
+  p = with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Split", "pattern": )"
+                                       R"({"Regex": "(a|aa)+$"}, "behavior": "Isolated"})");
+  Tokenizer slow = Tokenizer::FromFile(p);
+  ExpectError([&] { slow.Encode(std::string(64, 'a') + "b"); },
+              {"pre_tokenizer.pattern", "fails on a text of 65 bytes"});
   p = with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": 7})");
   ExpectError([&] { Tokenizer::FromFile(p); }, {p, "pre_tokenizer.type: is a number"});
 }
