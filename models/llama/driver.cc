@@ -538,6 +538,15 @@ void PrintRates(const Generator& gen, const Options& o, const Totals& main_run,
   }
 }
 
+// With --text: a generation whose text is printed as its tokens come (the first prompt's as each
+// step ends); its tokens.
+std::vector<int64_t> GenerateText(Generator& gen, const Options& o, TextPrompts* text) {
+  Generator::Run r = gen.Generate(
+      !o.calls, [text](int64_t k, const std::vector<int64_t>& tokens) { text->OnStep(k, tokens); });
+  text->Finish();
+  return r.tokens;
+}
+
 // Warm-up, (with --text) a generation whose text is printed as it comes, the timed generations
 // both ways, and what they print.
 void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options& o,
@@ -552,16 +561,9 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
     std::printf("[warm-up] %" PRId64 " generation(s) each way in %.0f ms\n", o.warmup,
                 (NowS() - t_warm) * 1e3);
   }
+  const std::vector<int64_t> streamed =
+      text != nullptr ? GenerateText(gen, o, text) : std::vector<int64_t>{};
   // The timed runs: `repeat` generations the chosen way, then as many the other way.
-  std::vector<int64_t> streamed;
-  if (text != nullptr) {
-    streamed = gen.Generate(!o.calls,
-                            [text](int64_t k, const std::vector<int64_t>& tokens) {
-                              text->OnStep(k, tokens);
-                            })
-                   .tokens;
-    text->Finish();
-  }
   std::vector<float> logits;
   Totals main_run = Timed(gen, o, !o.calls, true, &logits);
   Totals other_run = Timed(gen, o, o.calls, false, &logits);
@@ -657,8 +659,9 @@ void FinishOptions(Options* o) {
   DISCO_CHECK(o->texts.empty() || !o->model.empty(), ValueError)
       << "--text needs --model DIR, a checkpoint with its tokenizer (tokenizer.json or "
          "tokenizer.model); the default checkpoint has none";
-  if (o->prompts.empty() && o->texts.empty())
+  if (o->prompts.empty() && o->texts.empty()) {
     o->prompts = {{1, 5, 9}, {4, 2}, {7, 3, 11, 19, 2, 8}};
+  }
   if (!o->model.empty()) return;
   // The default checkpoint's config must be one the model accepts.
   Config& c = o->config;
