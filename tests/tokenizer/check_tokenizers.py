@@ -7,7 +7,8 @@ byte-level BPE with Llama 3's and Qwen's split regex (Qwen's with NFC), GPT-2's 
 Digits, SentencePiece-style BPE with byte_fallback as Llama 2 (Prepend + Replace normalizer) and
 as Mistral (Metaspace, prepend_scheme "first"), as transformers converts a SentencePiece
 model (legacy or not), with added tokens special and not (lstrip,
-rstrip, single_word, normalized), every Split behavior and invert, and sentencepiece's BPE and
+rstrip, single_word, normalized), every Split behavior and invert, NFKC, NFD, NFKD, Strip and
+contiguous Digits, and sentencepiece's BPE and
 unigram models (tokenizer.model). For each, every corpus record's ids (with and without special
 tokens) and the decode of those ids must equal the library's; and random id sequences (byte
 tokens, special tokens, ids past the vocabulary) must decode the same, whole and streamed.
@@ -150,6 +151,23 @@ def split_variants(base):
                 pre_tokenizers.Split(pattern, behavior=behavior, invert=invert),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
             out[f"split-{behavior}{'-invert' if invert else ''}"] = tok
+    return out
+
+
+def stage_variants(base):
+    """The byte-level model behind other normalizers and pre-tokenizers."""
+    out = {}
+    for name, normalizer in (("nfkc-strip", normalizers.Sequence([normalizers.NFKC(),
+                                                                 normalizers.Strip()])),
+                             ("nfd", normalizers.NFD()), ("nfkd", normalizers.NFKD())):
+        tok = Tokenizer.from_str(base.to_str())
+        tok.normalizer = normalizer
+        out[name] = tok
+    tok = Tokenizer.from_str(base.to_str())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False)])
+    out["digits-contiguous"] = tok
     return out
 
 
@@ -298,6 +316,7 @@ def main():
         tokenizers = {"llama3": llama3, "qwen": byte_level(texts, QWEN, nfc=True), "gpt2": gpt2(texts),
                       "llama2": llama2(texts), "mistral": mistral(texts)}
         tokenizers.update(split_variants(llama3))
+        tokenizers.update(stage_variants(llama3))
         for name, tok in tokenizers.items():
             check_hf(name, tok, args.tool, records, tmp, rng)
         for model_type in ("bpe", "unigram"):
