@@ -3,11 +3,13 @@
 
 #include <disco/error.h>
 
+#include "tokenizer/utf8.h"
+
 namespace tokenizer {
 
 void JsonNode::Fail(const std::string& what) const {
-  DISCO_THROW(ValueError) << file_ << ": " << (path_.empty() ? "the document" : path_) << ": "
-                          << what;
+  DISCO_THROW(ValueError) << OneLine(file_ + ": " + (path_.empty() ? "the document" : path_) +
+                                     ": " + what);
 }
 
 bool JsonNode::Has(const std::string& key) const {

@@ -22,7 +22,7 @@ using MatchData = std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_f
 
 Regex::Regex(const std::string& pattern, const std::string& what) {
   auto code = std::make_shared<Code>();
-  code->what = what + ": the regular expression '" + pattern + "'";
+  code->what = OneLine(what + ": the regular expression '" + pattern + "'");
   int err = 0;
   PCRE2_SIZE offset = 0;
   code->code.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -30,8 +30,8 @@ Regex::Regex(const std::string& pattern, const std::string& what) {
   if (code->code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    DISCO_THROW(ValueError) << what << ": the regular expression '" << pattern
-                            << "' does not compile: " << reinterpret_cast<const char*>(msg)
+    DISCO_THROW(ValueError) << code->what
+                            << " does not compile: " << reinterpret_cast<const char*>(msg)
                             << " at offset " << offset;
   }
   pcre2_jit_compile(code->code.get(), PCRE2_JIT_COMPLETE);  // interpreted where JIT fails

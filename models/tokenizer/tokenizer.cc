@@ -40,7 +40,7 @@ Tokenizer Tokenizer::FromFile(const std::string& path, int64_t vocab_size) {
   std::string token;
   const int64_t max_id = t.engine_->MaxId(&token);
   DISCO_CHECK(vocab_size <= 0 || max_id < vocab_size, ValueError)
-      << path << ": token '" << token << "' has id " << max_id
+      << path << ": token '" << OneLine(token) << "' has id " << max_id
       << ", beyond the model's vocabulary (config.json's vocab_size " << vocab_size
       << "): this tokenizer is not the model's";
   return t;

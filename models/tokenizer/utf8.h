@@ -28,6 +28,10 @@ char32_t CodePointAt(const std::string& text, size_t i);
 /// The UTF-8 encoding of `cp`.
 std::string EncodeUtf8(char32_t cp);
 
+/// `text` with its control characters written as escapes (\n, \t, \xNN): an error message with
+/// a token in it stays one line.
+std::string OneLine(const std::string& text);
+
 /// Whether `cp` is white space as Rust's char::is_whitespace (Unicode White_Space).
 bool IsWhiteSpace(char32_t cp);
 

@@ -140,6 +140,8 @@ TEST_F(TokenizerFiles, VocabularyAndMergesMustAgree) {
               {p, "model.merges[0]: merge 'a x': 'x' is not in model.vocab"});
   p = Write("tokenizer.json", Json("", "", R"([["b", "a"]])"));
   ExpectError([&] { Tokenizer::FromFile(p); }, {p, "'ba' is not in model.vocab"});
+  p = Write("tokenizer.json", Json("", "", R"(["a\nb c"])"));  // a newline: one line still
+  ExpectError([&] { Tokenizer::FromFile(p); }, {p, "'a\\nb' is not in model.vocab"});
   p = Write("tokenizer.json", Json("", "", R"(["a b c"])"));
   ExpectError([&] { Tokenizer::FromFile(p); }, {p, "not two tokens"});
   std::string dup = Json();
