@@ -18,7 +18,8 @@ disco_packages() {
     *) echo "DISCO_MPI must be openmpi or mpich, not '$DISCO_MPI'" >&2; exit 2 ;;
   esac
   DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev libssl-dev
-    nlohmann-json3-dev libcli11-dev libopenblas-dev pybind11-dev python3-dev python3-numpy)
+    nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev
+    pybind11-dev python3-dev python3-numpy)
 }
 disco_packages
 
@@ -63,9 +64,16 @@ disco_build() {
 # a complete one. Its log: $DISCO_HF_VENV.log. Needs PyPI; without it the test skips, saying so.
 DISCO_HF_VENV=${DISCO_HF_VENV:-$DISCO_ROOT/.venv-hf}
 export DISCO_HF_VENV
+# sentencepiece<0.2: as Debian's libsentencepiece (0.1.97), which 0.2 differs from on ties
+# (tests/tokenizer/check_tokenizers.py compares the two).
 disco_hf_venv() {
   local v=$DISCO_HF_VENV py=python3
-  [[ -f $v/.disco-ready ]] && return 0
+  if [[ -f $v/.disco-ready ]]; then
+    # What was added since the environment was made (sentencepiece: tests/tokenizer).
+    "$v/bin/python" -c 'import sentencepiece' 2>/dev/null ||
+      nice "$v/bin/pip" install "sentencepiece<0.2" >>"$v.log" 2>&1 || true
+    return 0
+  fi
   [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3  # Debian's, which python3-venv serves
   rm -rf "$v"
   {
@@ -73,8 +81,8 @@ disco_hf_venv() {
       { nice "$v/bin/pip" install --retries 1 --timeout 30 torch \
           --index-url https://download.pytorch.org/whl/cpu ||
         nice "$v/bin/pip" install torch; } &&
-      nice "$v/bin/pip" install "transformers>=5,<6" safetensors numpy &&
-      "$v/bin/python" -c 'import numpy, safetensors, torch, transformers' &&
+      nice "$v/bin/pip" install "transformers>=5,<6" safetensors numpy "sentencepiece<0.2" &&
+      "$v/bin/python" -c 'import numpy, safetensors, sentencepiece, tokenizers, torch, transformers' &&
       touch "$v/.disco-ready"
   } >"$v.log" 2>&1
 }

@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "llama/model.h"
 #include "llama/partial_checkpoint.h"
 #include "llama/safetensors.h"
+#include "llama/text.h"
 
 namespace llama {
 namespace {
@@ -163,13 +166,17 @@ class Generator {
     std::vector<int64_t> tokens;  // [batch][max_new_tokens]
   };
 
-  Run Generate(bool replay) {
+  // Called after each step with the tokens so far ([batch][max_new_tokens], up to the step).
+  using OnStep = std::function<void(int64_t step, const std::vector<int64_t>& tokens)>;
+
+  Run Generate(bool replay, const OnStep& on_step = nullptr) {
     Run r;
     double t0 = NowS();
     s_.CallPacked(f_["llama.begin_prefill"], state_, tokens_, lengths_);
     Forward();
     s_.SyncAll();
     r.prefill_s = NowS() - t0;
+    if (on_step) on_step(0, Tokens());
     s_.CallPacked(f_["llama.reset_stats"], state_);
     for (int64_t k = 1; k < o_.max_new_tokens; ++k) {
       t0 = NowS();
@@ -180,15 +187,21 @@ class Generator {
       }
       s_.SyncAll();
       r.step_s.push_back(NowS() - t0);
+      if (on_step) on_step(k, Tokens());
     }
     DRef stats = s_.CallPacked(f_["llama.stats"], state_);
     for (int w = 0; w < s_.num_workers(); ++w) {
       Shape st = stats.DebugGetFromRemote(w).cast<Shape>();
       r.busy_s.push_back((st[0] + st[1]) * 1e-6);
     }
-    Tensor t = s_.CallPacked(f_["llama.tokens"], state_).DebugGetFromRemote(0).cast<Tensor>();
-    r.tokens.assign(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+    r.tokens = Tokens();
     return r;
+  }
+
+  // The tokens generated so far: [batch][max_new_tokens].
+  std::vector<int64_t> Tokens() {
+    Tensor t = s_.CallPacked(f_["llama.tokens"], state_).DebugGetFromRemote(0).cast<Tensor>();
+    return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
   }
 
   // Every worker's stats: compute us, allreduce us, calls, peak RSS KiB, weight bytes, KV bytes.
@@ -465,8 +478,19 @@ void PrintRates(const Generator& gen, const Options& o, const Totals& main_run,
   }
 }
 
-// Warm-up, the timed generations both ways, and what they print.
-void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options& o) {
+// With --text: a generation whose text is printed as its tokens come (the first prompt's as each
+// step ends); its tokens.
+std::vector<int64_t> GenerateText(Generator& gen, const Options& o, TextPrompts* text) {
+  Generator::Run r = gen.Generate(
+      !o.calls, [text](int64_t k, const std::vector<int64_t>& tokens) { text->OnStep(k, tokens); });
+  text->Finish();
+  return r.tokens;
+}
+
+// Warm-up, (with --text) a generation whose text is printed as it comes, the timed generations
+// both ways, and what they print.
+void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options& o,
+                   TextPrompts* text) {
   Generator gen(s, model, c, o);
   const double t_warm = NowS();
   for (int64_t i = 0; i < o.warmup; ++i) {
@@ -477,6 +501,8 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
     std::printf("[warm-up] %" PRId64 " generation(s) each way in %.0f ms\n", o.warmup,
                 (NowS() - t_warm) * 1e3);
   }
+  const std::vector<int64_t> streamed =
+      text != nullptr ? GenerateText(gen, o, text) : std::vector<int64_t>{};
   // The timed runs: `repeat` generations the chosen way, then as many the other way.
   std::vector<float> logits;
   Totals main_run = Timed(gen, o, !o.calls, true, &logits);
@@ -484,8 +510,10 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
   DISCO_CHECK(main_run.tokens == other_run.tokens, RuntimeError)
       << "the decode steps by replay and call by call generated different tokens";
 
+  DISCO_CHECK(text == nullptr || streamed == main_run.tokens, RuntimeError)
+      << "the generation whose text was printed and the timed ones gave different tokens";
   const int64_t b = gen.batch(), t = o.max_new_tokens;
-  for (int64_t i = 0; i < b; ++i) {
+  for (int64_t i = 0; i < b && text == nullptr; ++i) {
     std::string line = "generated:";
     for (int64_t k = 0; k < t; ++k) line += " " + std::to_string(main_run.tokens[i * t + k]);
     std::printf("%s\n", line.c_str());
@@ -533,8 +561,16 @@ int RunChecked(Session& s, Options& o) {
                 o.dtype.c_str(), (NowS() - t0) * 1e3);
     return 0;
   }
+  std::unique_ptr<TextPrompts> text;
+  if (!o.texts.empty()) {
+    DISCO_CHECK(IsDirectory(path), ValueError)
+        << "--text needs the tokenizer of a checkpoint directory, and --model " << path
+        << " is not one";
+    text = std::make_unique<TextPrompts>(path, o.texts, c.vocab_size, o.max_new_tokens);
+    o.prompts = text->ids();
+  }
   CheckPrompts(o, c);
-  GenerateTimed(s, model, c, o);
+  GenerateTimed(s, model, c, o, text.get());
   return 0;
 }
 
@@ -565,7 +601,14 @@ Options::Options() {
 }
 
 void FinishOptions(Options* o) {
-  if (o->prompts.empty()) o->prompts = {{1, 5, 9}, {4, 2}, {7, 3, 11, 19, 2, 8}};
+  DISCO_CHECK(o->texts.empty() || o->prompts.empty(), ValueError)
+      << "give prompts as --text or as --prompt, not both";
+  DISCO_CHECK(o->texts.empty() || !o->model.empty(), ValueError)
+      << "--text needs --model DIR, a checkpoint with its tokenizer (tokenizer.json or "
+         "tokenizer.model); the default checkpoint has none";
+  if (o->prompts.empty() && o->texts.empty()) {
+    o->prompts = {{1, 5, 9}, {4, 2}, {7, 3, 11, 19, 2, 8}};
+  }
   if (!o->model.empty()) return;
   // The default checkpoint's config must be one the model accepts.
   Config& c = o->config;

@@ -17,6 +17,7 @@ struct Options {
   Options();                                  // the default checkpoint's sizes
   std::string model;                          // empty: the default checkpoint (written once)
   std::vector<std::vector<int64_t>> prompts;  // empty: three default prompts
+  std::vector<std::string> texts;  // prompts as text (--text), for the checkpoint's tokenizer
   int64_t max_new_tokens = 16;
   std::string dtype = "float32";
   std::string device = "cpu";  // cuda: each rank's model on its GPU, allreduces by NCCL

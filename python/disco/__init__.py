@@ -69,6 +69,7 @@ from ._core import (  # noqa: E402
     RemoteError,
     Session,
     Tensor,
+    Tokenizer,
     WorkerInfo,
     list_global_funcs,
 )
@@ -80,7 +81,7 @@ from .process import ProcessSession  # noqa: E402
 __all__ = [
     "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProcessSession", "ProtocolError",
     "RemoteError", "Session",
-    "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
+    "Tensor", "Tokenizer", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
     "register_func", "shutdown_remote_job", "this_worker",
 ]
 

@@ -13,6 +13,7 @@ from ._core import ProtocolError as ProtocolError
 from ._core import RemoteError as RemoteError
 from ._core import Session as Session
 from ._core import Tensor as Tensor
+from ._core import Tokenizer as Tokenizer
 from ._core import WorkerInfo as WorkerInfo
 from ._core import list_global_funcs as list_global_funcs
 from .process import ProcessSession as ProcessSession
@@ -23,7 +24,7 @@ __version__: str
 __all__ = [
     "Device", "DPackedFunc", "DRef", "Graph", "InternalError", "ProcessSession", "ProtocolError",
     "RemoteError", "Session",
-    "Tensor", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
+    "Tensor", "Tokenizer", "WorkerInfo", "connect", "cpu", "cuda", "list_global_funcs", "main",
     "register_func", "shutdown_remote_job", "this_worker",
 ]
 

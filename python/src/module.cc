@@ -64,4 +64,5 @@ PYBIND11_MODULE(_core, m) {
   BindMain(m);
   BindRemote(m);
   BindRegistry(m);
+  BindTokenizer(m);
 }

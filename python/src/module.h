@@ -13,8 +13,9 @@
 // The files: errors.cc (exception types, C++ to Python translation), session_state.cc (which
 // thread drives a session, Ctrl-C, the controller's exit code), main.cc (disco.main: MPI start-up,
 // stack dumps), bind_session.cc (disco.Session, disco.connect, disco.serve), bind_values.cc
-// (Device, Tensor, DRef, DPackedFunc, WorkerInfo), graph.cc (disco.Graph), fastcall.cc (the two
-// measured raw-CPython fast paths: DPackedFunc's tp_call, Graph.replay), module.cc (the module).
+// (Device, Tensor, DRef, DPackedFunc, WorkerInfo), graph.cc (disco.Graph), bind_tokenizer.cc
+// (disco.Tokenizer), fastcall.cc (the two measured raw-CPython fast paths: DPackedFunc's tp_call,
+// Graph.replay), module.cc (the module).
 #ifndef DISCO_PYTHON_MODULE_H_
 #define DISCO_PYTHON_MODULE_H_
 
@@ -170,11 +171,12 @@ auto Released(F&& f) {
 
 // ---- What each file binds -----------------------------------------------------------------------
 
-void BindValues(py::module_& m);   // bind_values.cc
-void BindSession(py::module_& m);  // bind_session.cc
-void BindRemote(py::module_& m);   // bind_session.cc: connect, serve, shutdown_remote_job
-void BindGraph(py::module_& m);    // graph.cc
-void BindMain(py::module_& m);     // main.cc: main, _abort_job
+void BindValues(py::module_& m);     // bind_values.cc
+void BindSession(py::module_& m);    // bind_session.cc
+void BindRemote(py::module_& m);     // bind_session.cc: connect, serve, shutdown_remote_job
+void BindGraph(py::module_& m);      // graph.cc
+void BindMain(py::module_& m);       // main.cc: main, _abort_job
+void BindTokenizer(py::module_& m);  // bind_tokenizer.cc
 /// DPackedFunc's tp_call and __call__ (fastcall.cc).
 void InstallFuncCall(py::handle func_type);
 /// Graph.replay as a METH_FASTCALL method (fastcall.cc).

@@ -52,6 +52,11 @@ void AddModelOptions(CLI::App* app, llama::Options* o) {
       ->delimiter(',')
       ->transform(disco::cli::IntIn(0, INT32_MAX).application_index(-1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app->add_option("--text", o->texts,
+                  "a prompt as text, for the tokenizer of --model DIR (repeatable; prints the "
+                  "generated text)")
+      ->type_name("TEXT")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   AddInt(app, "--max-new-tokens", &o->max_new_tokens, 1, 1 << 20, "tokens generated per prompt");
   disco::cli::AddChoice(app, "--dtype", &o->dtype, {"float32", "bfloat16"}, "weights and compute");
   disco::cli::AddChoice(app, "--device", &o->device, {"cpu", "cuda"},

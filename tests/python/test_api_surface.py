@@ -25,7 +25,7 @@ from disco import _core
 
 PKG = os.path.dirname(os.path.abspath(disco.__file__))
 CLASSES = [disco.Session, disco.DRef, disco.DPackedFunc, disco.Graph, disco.Tensor, disco.Device,
-           disco.WorkerInfo, _core.ServeOptions]
+           disco.WorkerInfo, disco.Tokenizer, _core.ServeOptions]
 EXCEPTIONS = [disco.RemoteError, disco.ProtocolError, disco.InternalError]
 # Special methods that are API (the stubs declare them) when a class of disco defines them.
 API_DUNDERS = {"__init__", "__call__", "__enter__", "__exit__", "__dlpack__", "__dlpack_device__",
