@@ -10,6 +10,15 @@ rank holds its tensor-parallel shards. Each decode step is a captured graph repl
   mpirun -n 2 python3 examples/generate.py --model DIR --prompt 1,5,9 --prompt 4,2 \\
       --max-new-tokens 16 [--dtype bfloat16] [--calls] [--library PATH/libdisco_llama.so]
       [--dump-logits FILE.npy]
+  mpirun -n 2 python3 examples/generate.py --model DIR --text "Once upon a time" [--text ...]
+  mpirun -n 2 python3 examples/generate.py --model DIR --chat "What is MPI?" [--system "..."]
+
+--text encodes each prompt with the checkpoint's own tokenizer (tokenizer.json or
+tokenizer.model, disco.Tokenizer) and prints each generated text in a block, as disco-demo --text
+does: `--- text 1 ---` ... `--- end of text ---`. --chat renders the message (after --system's,
+if given) through the checkpoint's chat template (disco.chat: Jinja2, as transformers renders it),
+generates until an end-of-sequence token (generation_config.json's eos_token_id) or
+--max-new-tokens, and prints the answer without its special tokens.
 
 --model is a Hugging Face checkpoint directory (config.json and safetensors) or an HDF5 file that
 `disco-demo --convert` wrote. The library is found next to the libdisco this process loaded (the
@@ -25,6 +34,7 @@ import sys
 import numpy as np
 
 import disco
+import disco.chat
 
 
 def find_library(explicit):
@@ -59,11 +69,48 @@ def load_model(sess, fn, path, dtype):
     return model, config
 
 
+def text_prompts(args):
+    """(tokenizer, prompts as token ids, the ids that end an answer) for --text and --chat."""
+    if not os.path.isdir(args.model):
+        raise ValueError(f"--text and --chat need --model to be a checkpoint directory (its "
+                         f"tokenizer), not {args.model}")
+    with open(os.path.join(args.model, "config.json")) as f:
+        vocab_size = json.load(f).get("vocab_size")
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= 0:
+        raise ValueError(f"{args.model}/config.json: vocab_size {vocab_size!r} is not a "
+                         "positive integer")
+    tokenizer = disco.Tokenizer(args.model, vocab_size)
+    if args.text:
+        return tokenizer, [tokenizer.encode(t) for t in args.text], []
+    messages = [{"role": "system", "content": args.system}] if args.system is not None else []
+    messages.append({"role": "user", "content": args.chat})
+    text = disco.chat.render(args.model, messages, add_generation_prompt=True)
+    prompt = tokenizer.encode(text, add_special_tokens=False)  # the template wrote them
+    return tokenizer, [prompt], disco.chat.eos_token_ids(args.model)
+
+
+def print_texts(tokenizer, rows, stop, chat):
+    """Each prompt's generated text; a chat answer ends at its first end-of-sequence token."""
+    if chat is not None:
+        row = rows[0]
+        ends = [i for i, t in enumerate(row) if t in stop]
+        print(tokenizer.decode(row[:ends[0]] if ends else row, skip_special_tokens=True))
+        return
+    for i, row in enumerate(rows):
+        print(f"--- text {i + 1} ---")
+        print(tokenizer.decode(row))
+    print("--- end of text ---")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--prompt", action="append", required=True,
-                    help="token ids separated by commas; once per prompt")
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", action="append",
+                       help="token ids separated by commas; once per prompt")
+    given.add_argument("--text", action="append", help="a prompt as text; once per prompt")
+    given.add_argument("--chat", help="a user's message, through the chat template")
+    ap.add_argument("--system", help="with --chat: a system message before it")
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--calls", action="store_true", help="decode steps call by call, not replays")
@@ -71,11 +118,21 @@ def main():
     ap.add_argument("--dump-logits", metavar="FILE.npy",
                     help="write the logits that chose each token, (prompts, new tokens, vocab)")
     args = ap.parse_args()
-    prompts = [[int(t) for t in p.split(",")] for p in args.prompt]
+    if args.system is not None and args.chat is None:
+        ap.error("--system goes with --chat")
     steps = args.max_new_tokens
     library = find_library(args.library)
 
     def controller(sess):
+        tokenizer, stop = None, []
+        if args.prompt:
+            prompts = [[int(t) for t in p.split(",")] for p in args.prompt]
+        else:
+            try:  # on rank 0 alone: a bad tokenizer or template is one line, once
+                tokenizer, prompts, stop = text_prompts(args)
+            except (ValueError, OSError) as e:  # ChatTemplateError is a ValueError
+                print(f"generate.py: {e}", file=sys.stderr)
+                return 1
         fn = sess.get_global_func
         fn("disco.load_library")(library)
         sess.init_ccl("mpi")
@@ -110,8 +167,11 @@ def main():
             else:
                 step.replay(k)
         generated = fn("llama.tokens")(state).debug_get_from_remote(0)
-        for row in generated:
-            print("generated:", " ".join(str(int(t)) for t in row))
+        if tokenizer is None:
+            for row in generated:
+                print("generated:", " ".join(str(int(t)) for t in row))
+        else:
+            print_texts(tokenizer, [[int(t) for t in row] for row in generated], stop, args.chat)
         if args.dump_logits:
             # Each worker holds (steps, prompts, its vocabulary slice): the slices in rank order.
             local = fn("llama.logits")(state)

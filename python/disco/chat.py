@@ -1,0 +1,148 @@
+"""A checkpoint's chat template, rendered as Hugging Face transformers renders it.
+
+A chat model's directory holds its template in ``chat_template.jinja`` or in
+``tokenizer_config.json``'s ``chat_template`` (a string, or a list of named templates of which
+``default`` is used). :func:`render` fills it with the messages the way
+``tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)`` does: a
+sandboxed Jinja2 environment (``trim_blocks``, ``lstrip_blocks``, loop controls), the filters and
+functions transformers gives templates (``tojson``, ``raise_exception``, ``strftime_now``) and the
+tokenizer's special tokens (``bos_token``, ``eos_token``, ...) as variables. Encode the result
+without adding special tokens (the template wrote them).
+
+Every problem is one :class:`ChatTemplateError` naming the file: no template, a template that does
+not parse, one that uses what the sandbox refuses or what is not defined, or one that raises.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["ChatTemplateError", "load_template", "render", "eos_token_ids"]
+
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+            "mask_token")
+
+
+class ChatTemplateError(ValueError):
+    """A checkpoint's chat template is missing, malformed or fails on the messages."""
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ChatTemplateError(f"{path}: cannot read it: {_one_line(e)}") from None
+    if not isinstance(value, dict):
+        raise ChatTemplateError(f"{path}: not a JSON object")
+    return value
+
+
+def load_template(model_dir: str) -> Tuple[str, str, Dict[str, Any]]:
+    """(template, the file it came from, tokenizer_config.json's contents or {})."""
+    config_path = os.path.join(model_dir, "tokenizer_config.json")
+    config = _read_json(config_path) if os.path.exists(config_path) else {}
+    jinja_path = os.path.join(model_dir, "chat_template.jinja")
+    if os.path.exists(jinja_path):
+        try:
+            with open(jinja_path, encoding="utf-8") as f:
+                return f.read(), jinja_path, config
+        except (OSError, UnicodeDecodeError) as e:
+            raise ChatTemplateError(f"{jinja_path}: cannot read it: {e}") from None
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: transformers uses "default"
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+        if template is None:
+            raise ChatTemplateError(
+                f"{config_path}: chat_template is a list without a 'default' template "
+                f"(it has {sorted(str(n) for n in named)})")
+    if template is None:
+        raise ChatTemplateError(
+            f"{model_dir}: the checkpoint has no chat template (looked for chat_template.jinja "
+            "and tokenizer_config.json's chat_template)")
+    if not isinstance(template, str):
+        raise ChatTemplateError(f"{config_path}: chat_template is a {type(template).__name__}, "
+                                "not a string")
+    return template, config_path, config
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split("\n"))
+
+
+def _token_text(value: Any) -> Optional[str]:
+    """A special token as tokenizer_config.json gives it: a string or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _environment():
+    import jinja2  # Debian's python3-jinja2, as transformers uses it
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(format):  # noqa: A002  (the name templates call it by)
+        return datetime.datetime.now().strftime(format)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def render(model_dir: str, messages: List[Dict[str, Any]],
+           add_generation_prompt: bool = True) -> str:
+    """The prompt text of `messages` ([{"role": ..., "content": ...}, ...]) for the checkpoint."""
+    import jinja2
+
+    template, path, config = load_template(model_dir)
+    env = _environment()
+    variables = {name: _token_text(config.get(name)) for name in _SPECIAL}
+    variables = {k: v for k, v in variables.items() if v is not None}
+    try:
+        compiled = env.from_string(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"{path}: the chat template does not parse: line {e.lineno}: "
+                                f"{' '.join(str(e.message).splitlines())}") from None
+    try:
+        return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                               **variables)
+    except jinja2.exceptions.SecurityError as e:
+        raise ChatTemplateError(f"{path}: the chat template does what the sandbox refuses: "
+                                f"{_one_line(e)}") from None
+    except jinja2.TemplateError as e:  # raise_exception, undefined names, bad filters
+        raise ChatTemplateError(f"{path}: the chat template failed: "
+                                f"{type(e).__name__}: {_one_line(e)}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        raise ChatTemplateError(f"{path}: the chat template failed: "
+                                f"{type(e).__name__}: {_one_line(e)}") from None
+
+
+def eos_token_ids(model_dir: str) -> List[int]:
+    """The ids that end an answer: generation_config.json's eos_token_id, else config.json's."""
+    for name in ("generation_config.json", "config.json"):
+        path = os.path.join(model_dir, name)
+        if not os.path.exists(path):
+            continue
+        value = _read_json(path).get("eos_token_id")
+        if value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise ChatTemplateError(f"{path}: eos_token_id {value!r} is not a token id or a "
+                                    "list of them")
+        return list(values)
+    return []
