@@ -74,18 +74,25 @@ def text_prompts(args):
     if not os.path.isdir(args.model):
         raise ValueError(f"--text and --chat need --model to be a checkpoint directory (its "
                          f"tokenizer), not {args.model}")
-    with open(os.path.join(args.model, "config.json")) as f:
-        vocab_size = json.load(f).get("vocab_size")
+    vocab_size = disco.chat.read_json_object(os.path.join(args.model, "config.json")).get(
+        "vocab_size")
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= 0:
         raise ValueError(f"{args.model}/config.json: vocab_size {vocab_size!r} is not a "
                          "positive integer")
     tokenizer = disco.Tokenizer(args.model, vocab_size)
     if args.text:
-        return tokenizer, [tokenizer.encode(t) for t in args.text], []
+        prompts = [tokenizer.encode(t) for t in args.text]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"--text {i + 1} ({args.text[i]!r}) is no tokens: nothing to "
+                                 "continue")
+        return tokenizer, prompts, []
     messages = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages.append({"role": "user", "content": args.chat})
     text = disco.chat.render(args.model, messages, add_generation_prompt=True)
     prompt = tokenizer.encode(text, add_special_tokens=False)  # the template wrote them
+    if not prompt:
+        raise ValueError(f"the chat template of {args.model} rendered no tokens")
     return tokenizer, [prompt], disco.chat.eos_token_ids(args.model)
 
 

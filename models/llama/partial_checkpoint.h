@@ -3,8 +3,6 @@
 #ifndef DISCO_MODELS_LLAMA_PARTIAL_CHECKPOINT_H_
 #define DISCO_MODELS_LLAMA_PARTIAL_CHECKPOINT_H_
 
-#include <sys/types.h>
-
 #include <string>
 
 namespace llama {

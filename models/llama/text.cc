@@ -48,7 +48,8 @@ void TextPrompts::Finish() {
   for (size_t i = 0; i < ids_.size(); ++i) {
     const std::string text = state_->held[i] + state_->decoders[i].Finish();
     if (i > 0) std::printf("--- text %zu ---\n", i + 1);
-    std::printf("%s\n", text.c_str());
+    std::fwrite(text.data(), 1, text.size(), stdout);  // the whole text, NUL bytes too
+    std::fputc('\n', stdout);
   }
   std::printf("--- end of text ---\n");
   std::fflush(stdout);

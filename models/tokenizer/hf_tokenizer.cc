@@ -185,6 +185,9 @@ std::unique_ptr<Engine> LoadHfTokenizer(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     DISCO_THROW(ValueError) << path << ": malformed JSON at byte " << e.byte << ": "
                             << std::string(e.what()).substr(std::string(e.what()).rfind(": ") + 2);
+  } catch (const nlohmann::json::exception& e) {  // a number out of range (1e999), and others
+    const std::string what = e.what();
+    DISCO_THROW(ValueError) << path << ": malformed JSON: " << what.substr(what.find("] ") + 2);
   }
   JsonNode root(j, path, "");
   if (!j.is_object()) root.Fail(std::string("is a ") + j.type_name() + ", not an object");

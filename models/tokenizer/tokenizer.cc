@@ -34,6 +34,8 @@ Tokenizer Tokenizer::FromDirectory(const std::string& dir, int64_t vocab_size) {
 }
 
 Tokenizer Tokenizer::FromFile(const std::string& path, int64_t vocab_size) {
+  DISCO_CHECK(vocab_size >= 0, ValueError)
+      << path << ": vocab_size " << vocab_size << " is negative (0: not checked)";
   Tokenizer t;
   t.path_ = path;
   t.engine_ = EndsWith(path, ".model") ? LoadSentencePiece(path) : LoadHfTokenizer(path);

@@ -17,9 +17,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["ChatTemplateError", "load_template", "render", "eos_token_ids"]
+__all__ = ["ChatTemplateError", "load_template", "render", "eos_token_ids", "read_json_object",
+           "read_text"]
 
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
             "mask_token")
@@ -29,12 +31,47 @@ class ChatTemplateError(ValueError):
     """A checkpoint's chat template is missing, malformed or fails on the messages."""
 
 
-def _read_json(path: str) -> Dict[str, Any]:
+MAX_FILE_BYTES = 16 << 20  # a template or JSON file of a checkpoint: at most this
+MAX_RANGE_ITEMS = 1_000_000  # range() items a render may take, all loops together
+MAX_REPEAT = 1 << 20  # the longest string or list `*` may make
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split("\n"))
+
+
+def read_text(path: str) -> str:
+    """A checkpoint's text file: a regular file (not a FIFO, a device or a directory, which would
+    hang or never end), at most MAX_FILE_BYTES, UTF-8."""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ChatTemplateError(f"{path}: cannot read it: {_one_line(e)}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ChatTemplateError(f"{path}: cannot open it: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ChatTemplateError(f"{path}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise ChatTemplateError(f"{path}: {st.st_size} bytes, more than {MAX_FILE_BYTES}")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ChatTemplateError(f"{path}: more than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ChatTemplateError(f"{path}: not UTF-8 (byte {e.start})") from None
+
+
+def read_json_object(path: str) -> Dict[str, Any]:
+    """A checkpoint's JSON file (config.json, tokenizer_config.json, ...) as a dict."""
+    try:
+        value = json.loads(read_text(path))
+    except RecursionError:
+        raise ChatTemplateError(f"{path}: nested too deeply") from None
+    except ValueError as e:
+        if isinstance(e, ChatTemplateError):
+            raise
+        raise ChatTemplateError(f"{path}: malformed JSON: {_one_line(e)}") from None
     if not isinstance(value, dict):
         raise ChatTemplateError(f"{path}: not a JSON object")
     return value
@@ -43,14 +80,10 @@ def _read_json(path: str) -> Dict[str, Any]:
 def load_template(model_dir: str) -> Tuple[str, str, Dict[str, Any]]:
     """(template, the file it came from, tokenizer_config.json's contents or {})."""
     config_path = os.path.join(model_dir, "tokenizer_config.json")
-    config = _read_json(config_path) if os.path.exists(config_path) else {}
+    config = read_json_object(config_path) if os.path.lexists(config_path) else {}
     jinja_path = os.path.join(model_dir, "chat_template.jinja")
-    if os.path.exists(jinja_path):
-        try:
-            with open(jinja_path, encoding="utf-8") as f:
-                return f.read(), jinja_path, config
-        except (OSError, UnicodeDecodeError) as e:
-            raise ChatTemplateError(f"{jinja_path}: cannot read it: {e}") from None
+    if os.path.lexists(jinja_path):
+        return read_text(jinja_path), jinja_path, config
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: transformers uses "default"
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -69,10 +102,6 @@ def load_template(model_dir: str) -> Tuple[str, str, Dict[str, Any]]:
     return template, config_path, config
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split("\n"))
-
-
 def _token_text(value: Any) -> Optional[str]:
     """A special token as tokenizer_config.json gives it: a string or {"content": ...}."""
     if isinstance(value, dict):
@@ -85,6 +114,44 @@ def _environment():
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    class Limited(ImmutableSandboxedEnvironment):
+        """Bounds what a template can make: `*` and `**` of sizes past MAX_REPEAT are refused."""
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, int) and abs(right) > 64:
+                raise jinja2.exceptions.SecurityError(f"an exponent of {right}")
+            if operator == "*":
+                for a, b in ((left, right), (right, left)):
+                    if isinstance(a, (str, list, tuple)) and isinstance(b, int) and \
+                            len(a) * b > MAX_REPEAT:
+                        raise jinja2.exceptions.SecurityError(
+                            f"a sequence of {len(a) * b} items (at most {MAX_REPEAT})")
+            return super().call_binop(context, operator, left, right)
+
+    class Generation(jinja2.ext.Extension):
+        """transformers' {% generation %} ... {% endgeneration %}: the text between, as is."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(
+                lineno)
+
+        def _render(self, caller):
+            return caller()
+
+    taken = [0]
+
+    def bounded_range(*args):
+        r = range(*args)
+        taken[0] += len(r)
+        if taken[0] > MAX_RANGE_ITEMS:
+            raise jinja2.exceptions.SecurityError(
+                f"loops over more than {MAX_RANGE_ITEMS} range() items")
+        return r
+
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
@@ -95,9 +162,10 @@ def _environment():
     def strftime_now(format):  # noqa: A002  (the name templates call it by)
         return datetime.datetime.now().strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = Limited(trim_blocks=True, lstrip_blocks=True,
+                  extensions=[jinja2.ext.loopcontrols, Generation])
     env.filters["tojson"] = tojson
+    env.globals["range"] = bounded_range
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env
@@ -114,19 +182,22 @@ def render(model_dir: str, messages: List[Dict[str, Any]],
     variables = {k: v for k, v in variables.items() if v is not None}
     try:
         compiled = env.from_string(template)
+    except RecursionError:
+        raise ChatTemplateError(f"{path}: the chat template is nested too deeply") from None
     except jinja2.TemplateSyntaxError as e:
         raise ChatTemplateError(f"{path}: the chat template does not parse: line {e.lineno}: "
                                 f"{' '.join(str(e.message).splitlines())}") from None
     try:
-        return compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               **variables)
+        # tools and documents as transformers passes them when a caller gives none
+        return compiled.render(messages=messages, tools=None, documents=None,
+                               add_generation_prompt=add_generation_prompt, **variables)
     except jinja2.exceptions.SecurityError as e:
         raise ChatTemplateError(f"{path}: the chat template does what the sandbox refuses: "
                                 f"{_one_line(e)}") from None
     except jinja2.TemplateError as e:  # raise_exception, undefined names, bad filters
         raise ChatTemplateError(f"{path}: the chat template failed: "
                                 f"{type(e).__name__}: {_one_line(e)}") from None
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+    except Exception as e:  # noqa: BLE001  (ZeroDivisionError, RecursionError, MemoryError...)
         raise ChatTemplateError(f"{path}: the chat template failed: "
                                 f"{type(e).__name__}: {_one_line(e)}") from None
 
@@ -135,9 +206,9 @@ def eos_token_ids(model_dir: str) -> List[int]:
     """The ids that end an answer: generation_config.json's eos_token_id, else config.json's."""
     for name in ("generation_config.json", "config.json"):
         path = os.path.join(model_dir, name)
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             continue
-        value = _read_json(path).get("eos_token_id")
+        value = read_json_object(path).get("eos_token_id")
         if value is None:
             continue
         values = value if isinstance(value, list) else [value]

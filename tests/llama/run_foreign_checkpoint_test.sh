@@ -181,5 +181,36 @@ if wait_partial; then
 else
   bad "T10: no partial directory appeared"; kill -KILL "$job"; pkill -KILL -f -- "$demo ${big[*]}"; wait "$job"
 fi
+# The watcher killed or stopped while the demo writes: the demo goes on (no SIGPIPE at Commit, no
+# wait for a stopped watcher) and its checkpoint is complete.
+for sig in KILL STOP; do
+  rm -rf "$priv"/llama-*
+  (TMPDIR=$tmp exec setsid "$mpiexec" -n 2 "${flags[@]}" "$demo" "${big[@]}" \
+    --max-new-tokens 2 >"$tmp/watcher.log" 2>&1) &
+  job=$!
+  watcher=""
+  for _ in $(seq 3000); do  # a disco-demo process that leads its own session (not mpiexec)
+    watcher=$(ps -eo pid=,sid=,args= | awk -v d="$demo" '$1 == $2 && $3 == d { print $1 }')
+    [[ -n $watcher ]] && break
+    sleep 0.1
+  done
+  [[ -n $watcher ]] && kill -"$sig" $watcher
+  rc=0; wait "$job" || rc=$?
+  [[ $sig == STOP && -n $watcher ]] && kill -KILL $watcher 2>/dev/null
+  if [[ -z $watcher ]]; then
+    echo "note: the write ended before its watcher was seen (SIG$sig)"
+  elif ((rc == 0)) && [[ -f $(ls -d "$priv"/llama-h512-*-s5 2>/dev/null)/model.safetensors ]]; then
+    echo "ok: the watcher's SIG$sig: the demo wrote its checkpoint and exited 0"
+  else
+    tail -5 "$tmp/watcher.log"; bad "the watcher's SIG$sig: exit $rc"
+  fi
+done
+# Nothing but a partial directory of the demo's naming is removed as stale: a directory of the
+# user's with ".partial." in its name, old and unlocked, keeps its files.
+mkdir -p "$priv/notes.partial.keep" && touch "$priv/notes.partial.keep/config.json"
+touch -d '2 minutes ago' "$priv/notes.partial.keep"
+out=$(run "${flags[@]}") || { echo "$out" | tail -5; bad "the run beside notes.partial.keep"; }
+[[ -f $priv/notes.partial.keep/config.json ]] && echo "ok: notes.partial.keep kept its files" ||
+  bad "the stale-partial cleanup removed notes.partial.keep/config.json"
 ((fail == 0)) && echo "PASS: the default checkpoint is private, and no partial one is left"
 exit $fail

@@ -183,6 +183,13 @@ def check_bad(d, mpiexec, generate, flags):
          f"{config_path}: the chat template failed: TemplateError: only user and assistant roles"),
         ("{{ messages.append(1) }}", f"{config_path}: the chat template does what the sandbox "
          "refuses"),
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         f"{config_path}: the chat template does what the sandbox refuses: loops over more than"),
+        ("{{ 'x' * 10000000000 }}", f"{config_path}: the chat template does what the sandbox "
+         "refuses: a sequence of"),
+        ("{{ 1 // 0 }}", f"{config_path}: the chat template failed: ZeroDivisionError"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+         f"{config_path}: the chat template failed: RecursionError"),
     ]
     for template, line in cases:
         bad = dict(config)
@@ -200,6 +207,29 @@ def check_bad(d, mpiexec, generate, flags):
         print(f"refused in one line: {lines[0]}")
     with open(config_path, "w") as f:
         json.dump(config, f)
+    # A template file that would never end (a FIFO), tools in the Mistral v0.3 style, and
+    # transformers' {% generation %} tag.
+    jinja = os.path.join(d, "chat_template.jinja")
+    os.mkfifo(jinja)
+    code, out, err = run(mpiexec, generate, flags, ["--model", d, "--chat", "hi"])
+    if code == 0 or f"{jinja}: not a regular file" not in err:
+        sys.exit(f"FAIL: a FIFO as chat_template.jinja: exit {code}:\n{out}\n{err}")
+    print(f"refused in one line: {jinja}: not a regular file")
+    os.remove(jinja)
+    sys.path.insert(0, os.environ.get("PYTHONPATH", "").split(":")[0])
+    import disco.chat
+    for template in ("{% if tools is not none %}T{% endif %}{{ messages[0]['content'] }}",
+                     "{% generation %}{{ messages[0]['content'] }}{% endgeneration %}"):
+        with open(jinja, "w") as f:
+            f.write(template)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(d)
+        msgs = [{"role": "user", "content": "hi"}]
+        want = tokenizer.apply_chat_template(msgs, tokenize=False)
+        got = disco.chat.render(d, msgs, add_generation_prompt=False)
+        if got != want:
+            sys.exit(f"FAIL: template {template!r}: disco.chat {got!r}, transformers {want!r}")
+        print(f"template {template!r}: as transformers renders it ({got!r})")
+    os.remove(jinja)
 
 
 def main():

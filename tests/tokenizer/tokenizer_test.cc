@@ -90,6 +90,10 @@ TEST_F(TokenizerFiles, MalformedJson) {
   ExpectError([&] { Tokenizer::FromFile(deep); }, {deep, "nested deeper than 64 levels"});
   const std::string array = Write("t3.json", "[1]");
   ExpectError([&] { Tokenizer::FromFile(array); }, {array, "not an object"});
+  // A number past double's range is the parser's out_of_range, not a parse_error.
+  const std::string huge = Write("t5.json", R"({"version": 1e999})");
+  ExpectError([&] { Tokenizer::FromFile(huge); }, {huge, "malformed JSON: number overflow"});
+  ExpectError([&] { Tokenizer::FromFile(array, -1); }, {array, "vocab_size -1 is negative"});
 }
 
 TEST_F(TokenizerFiles, UnsupportedTypesNameTheirPath) {
