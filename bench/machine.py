@@ -13,8 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STREAM_C = os.path.join(HERE, "stream.c")

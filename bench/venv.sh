@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark's own virtual environment (sourced, or run): PyTorch 2.x from PyPI, numpy and the
-# gguf writer, in $DISCO_BENCH_VENV (default build/venv-bench: apart from any other venv the tests
-# make, so that neither pins the other's packages). Reused when it is already there.
+# gguf writer, in $DISCO_BENCH_VENV (default $DISCO_BUILD_DIR/venv-bench, i.e. build/venv-bench:
+# apart from any other venv the tests make, so that neither pins the other's packages). Reused
+# when it is already there; ./launch/test's bench stage calls disco_bench_venv (no --llama-cpp).
 #   source bench/venv.sh && disco_bench_venv               # torch, numpy, gguf (CI: this only)
 #   source bench/venv.sh && disco_bench_venv --llama-cpp   # + llama-cpp-python, built from its
 #                                                          #   sdist (llama.cpp inside): minutes
@@ -10,7 +11,7 @@
 # server or the examples; the flags are written to $DISCO_BENCH_VENV/llama-cpp-build-flags.txt,
 # which bench/decode_bench.py prints with its figures. CI never builds it (the smoke test skips
 # llama.cpp unless it is installed).
-DISCO_BENCH_VENV=${DISCO_BENCH_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/venv-bench}
+DISCO_BENCH_VENV=${DISCO_BENCH_VENV:-${DISCO_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build}/venv-bench}
 
 disco_bench_venv() {
   local venv=$DISCO_BENCH_VENV py
