@@ -3,9 +3,10 @@
 run, on a machine measured first (docs/performance.md).
 
     bench/venv.sh --llama-cpp          # once: build/venv-bench with torch, gguf, llama-cpp-python
-    build/venv-bench/bin/python bench/decode_bench.py [--models 125m,demo] [--batches 1,4]
+    /usr/bin/python3 bench/decode_bench.py [--models 125m,demo] [--batches 1,4]
         [--ranks 1,2] [--threads 1,2] [--dtypes float32,bfloat16] [--repeats 5]
         [--new-tokens 32] [--baselines disco,torch,llama.cpp] [--json FILE]
+        [--python build/venv-bench/bin/python (the baselines': the default when it is there)]
 
 1. The machine: read and triad bandwidth at each thread count (bench/stream.c, -O3
    -march=native), sgemm peak, two spinners (do 2 threads get 2 cores?), the load average.
@@ -269,7 +270,7 @@ def main(argv=None):
     if "disco" in why_not:
         raise SystemExit(why_not["disco"])
     m = machine.measure(sorted(set(a.threads) | set(a.ranks)),
-                        os.path.join(os.path.expanduser(a.cache), "bin"), a.stream_mib)
+                        os.path.join(os.path.expanduser(a.cache), "bin"), a.stream_mib, a.python)
     build = build_flags(a)
     if build and "llama.cpp" not in why_not:
         print("llama.cpp build: " + build.replace("\n", "; "), flush=True)

@@ -1,7 +1,7 @@
 """What the machine can do, measured before the benchmark: memory bandwidth at 1 and 2 threads
 (a STREAM-like read and triad, a C program compiled here with -O3 -march=native: numpy's
-temporaries would measure numpy), sgemm peak at 1 and 2 threads (torch's BLAS where torch is
-there, else numpy's), a two-spinner check that 2 threads get 2 cores, and the load average.
+temporaries would measure numpy), sgemm peak at 1 and 2 threads (torch's BLAS where `python` has
+torch, else numpy's), a two-spinner check that 2 threads get 2 cores, and the load average.
 
     python3 bench/machine.py [--threads 1,2] [--json FILE]
 """
@@ -42,7 +42,7 @@ def bandwidth(exe, threads, mib):
     return {k: float(v) for k, v in (line.split() for line in out.splitlines() if line.strip())}
 
 
-def sgemm_peak(threads, n=1024, reps=5):
+def sgemm_peak(threads, python=sys.executable, n=1024, reps=5):
     """GFLOP/s of an n x n x n float32 product, best of `reps`, at `threads` threads (run in a
     child so that each thread count gets its own BLAS pool, set before the library starts)."""
     code = f"""
@@ -62,7 +62,7 @@ print(who, 2 * {n}**3 / best / 1e9)
 """
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+    out = subprocess.run([python, "-c", code], env=env, check=True,
                          stdout=subprocess.PIPE, text=True).stdout.split()
     return {"by": out[0], "gflops": float(out[1])}
 
@@ -78,14 +78,14 @@ def spinners(seconds=1.0):
     return [float(p.communicate()[0]) for p in procs]
 
 
-def measure(threads, build_dir, mib=256):
+def measure(threads, build_dir, mib=256, python=sys.executable):
     """Everything above, as one dict; prints one line per figure."""
     m = {"cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_before": os.getloadavg()[0]}
     exe = compile_stream(build_dir)
     m["bandwidth"], m["sgemm"] = {}, {}
     for t in threads:
         m["bandwidth"][t] = bandwidth(exe, t, mib)
-        m["sgemm"][t] = sgemm_peak(t)
+        m["sgemm"][t] = sgemm_peak(t, python)
     m["spinners"] = spinners()
     m["loadavg"] = os.getloadavg()[0]
     m["busy"] = busy_reasons(m)

@@ -16,7 +16,11 @@ int main(int argc, char** argv) {
   float* c = aligned_alloc(64, n * sizeof(float));
   if (!a || !b || !c) return 1;
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) { a[i] = 0.f; b[i] = 1.f; c[i] = 2.f; }  /* first touch */
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 0.f;
+    b[i] = 1.f;
+    c[i] = 2.f;
+  } /* first touch */
   double best_read = 1e30, best_triad = 1e30;
   volatile float sink = 0.f;
   for (int rep = 0; rep < 5; ++rep) {
@@ -35,6 +39,8 @@ int main(int argc, char** argv) {
   }
   double bytes = (double)n * sizeof(float);
   printf("read %.3f\ntriad %.3f\n", bytes / best_read / 1e9, 3 * bytes / best_triad / 1e9);
-  free(a); free(b); free(c);
-  return sink == 12345.f;  /* keeps the sum alive */
+  free(a);
+  free(b);
+  free(c);
+  return sink == 12345.f; /* keeps the sum alive */
 }
