@@ -65,14 +65,18 @@ def main(argv=None):
     p.add_argument("--max-len", type=int, required=True)
     a = p.parse_args(argv)
     set_thread_env(a.kind, a.threads)
+    # The answers go to the original stdout; anything a library prints there goes to stderr.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     model, info = (open_torch if a.kind == "torch" else open_llamacpp)(a)
-    print(json.dumps({"ready": True, "info": info}), flush=True)
+    print(json.dumps({"ready": True, "info": info}), file=answers, flush=True)
     for line in sys.stdin:
         req = json.loads(line)
         toks, _, tp, td = model.generate(req["prompts"], req["new_tokens"])
         print(json.dumps({"tokens": toks, "prefill_s": tp, "decode_s": td,
-                          "os_threads": len(os.listdir("/proc/self/task"))}), flush=True)
+                          "os_threads": len(os.listdir("/proc/self/task"))}), file=answers,
+              flush=True)
     return 0
 
 

@@ -10,6 +10,7 @@ that the float32 token check compares the same arithmetic; flash attention is ll
 """
 
 import ctypes
+import sys
 import time
 
 import numpy as np
@@ -20,11 +21,11 @@ GGML_TYPE_F32 = 0
 
 
 def _quiet_log():
-    """llama.cpp logs every load to stderr; keep its errors only."""
+    """llama.cpp logs every load and context; keep its errors only (on stderr)."""
     @L.llama_log_callback
     def log(level, text, user_data):
-        if level == 2 or level == getattr(L, "GGML_LOG_LEVEL_ERROR", 4):
-            print(text.decode(errors="replace"), end="", flush=True)
+        if level == getattr(L, "GGML_LOG_LEVEL_ERROR", 4):
+            print(text.decode(errors="replace"), end="", file=sys.stderr, flush=True)
     L.llama_log_set(log, ctypes.c_void_p())
     return log
 
