@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CTest bench.smoke: bench/decode_bench.py end to end on the tiny model, 1 repeat, 4 new tokens,
 # batches 1 and 2, 1 and 2 ranks/threads, float32 and bfloat16, with the baselines this machine
-# has: torch from build/venv-bench (bench/venv.sh; else disco alone, saying why), llama.cpp only
-# where llama-cpp-python is already installed there (CI never builds it: bench/venv.sh
+# has: torch and llama.cpp from build/venv-bench (bench/venv.sh) when it is there, else torch
+# from the transformers environment launch/test already makes ($DISCO_HF_VENV, else .venv-hf:
+# launch/common.sh's disco_hf_venv; no second download in CI), else disco alone, saying why.
+# llama.cpp only where llama-cpp-python is already installed (CI never builds it: bench/venv.sh
 # --llama-cpp does, in minutes). Checks the output's shape, not its speed (no timed test).
 #   run_smoke_test.sh MPIEXEC DISCO_DEMO VENV_PYTHON [mpiexec flags...]
 set -euo pipefail
@@ -10,10 +12,14 @@ mpiexec=$1 demo=$2 venv_py=$3
 shift 3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 py=/usr/bin/python3
+hf=${DISCO_HF_VENV:-$(cd "$here/../.." && pwd)/.venv-hf}
 if [[ -x $venv_py ]]; then
   py=$venv_py
+elif [[ -f $hf/.disco-ready ]]; then
+  py=$hf/bin/python
+  echo "bench.smoke: no $venv_py (bench/venv.sh makes it): torch from $hf, llama.cpp skipped"
 else
-  echo "bench.smoke: no $venv_py (bench/venv.sh makes it): torch and llama.cpp are skipped"
+  echo "bench.smoke: no $venv_py nor $hf: torch and llama.cpp are skipped"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
