@@ -26,6 +26,7 @@
 
 #include "common/rng.h"
 #include "llama/config.h"
+#include "llama/kernels.h"
 #include "llama/model.h"
 #include "llama/safetensors.h"
 
@@ -568,6 +569,7 @@ int RunChecked(Session& s, Options& o) {
   const int n = s.num_workers();
   StartWorkers(s, o);
   const std::string path = CheckpointPath(o);
+  const std::string kernels = o.device == "cpu" ? CpuKernels() : "";  // DISCO_CPU_KERNELS checked
   double t0 = NowS();
   Config c;
   DRef model = LoadModel(s, path, o.dtype, &c);
@@ -577,6 +579,7 @@ int RunChecked(Session& s, Options& o) {
       "%.0f ms\n",
       n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6, o.dtype.c_str(),
       o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(), (NowS() - t0) * 1e3);
+  if (!kernels.empty()) std::printf("kernels: %s\n", kernels.c_str());
   if (!o.convert.empty()) {
     DISCO_CHECK(o.device == "cpu", ValueError)
         << "--convert reads and writes on the host: leave out --device " << o.device;
