@@ -58,6 +58,9 @@ def parse_args(argv):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--baselines", default="disco,torch,llama.cpp")
+    p.add_argument("--disco-kernels", default="auto",
+                   help="DISCO_CPU_KERNELS values, one disco row each (auto: the row 'disco', "
+                        "the ratios' own; e.g. auto,avx2 for before/after)")
     p.add_argument("--no-q8", action="store_true", help="no llama.cpp q8_0 row")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--new-tokens", type=int, default=32)
@@ -73,7 +76,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     for k in ("batches", "ranks", "threads"):
         setattr(a, k, [int(x) for x in getattr(a, k).split(",") if x])
-    for k in ("models", "dtypes", "baselines"):
+    for k in ("models", "dtypes", "baselines", "disco_kernels"):
         setattr(a, k, [x for x in getattr(a, k).split(",") if x])
     if a.new_tokens < 2:
         raise SystemExit("--new-tokens must be at least 2 (one prefill token, then decode)")
@@ -146,11 +149,16 @@ class Worker:
         self.p.wait()
 
 
-def run_disco(a, ranks, model_dir, prompts, dtype):
+def disco_who(kernels):
+    return "disco" if kernels == "auto" else f"disco {kernels}"
+
+
+def run_disco(a, ranks, model_dir, prompts, dtype, who="disco"):
+    kernels = who[len("disco "):] if who != "disco" else None
     d = disco_demo.run_demo(a.demo, a.mpiexec, ranks, model_dir, prompts, a.new_tokens, dtype,
-                            a.mpiexec_flag)
+                            a.mpiexec_flag, kernels=kernels)
     return {"tokens": d["tokens"], "prefill": d["prefill"], "decode": d["decode"],
-            "note": f"runtime share {d['share']:.2f}%"}
+            "note": f"runtime share {d['share']:.2f}%", "kernels": d["kernels"]}
 
 
 def run_worker(w, prompts, new_tokens):
@@ -173,6 +181,9 @@ def token_check(a, model_dir, cfg, baselines):
     """Float32, before any timing: each baseline at 1 thread against disco at 1 rank, greedy, on
     the largest batch's prompts. {baseline: why it is excluded} for those that differ."""
     prompts = make_prompts(max(a.batches), cfg["vocab_size"])
+    for k in a.disco_kernels:
+        r = run_disco(a, 1, model_dir, prompts, "float32", disco_who(k))
+        print(f"  {disco_who(k)} kernels: {r['kernels']}", flush=True)
     ref = run_disco(a, 1, model_dir, prompts, "float32")["tokens"]
     excluded = {}
     for who in baselines:
@@ -191,7 +202,8 @@ def token_check(a, model_dir, cfg, baselines):
 
 def configs(a, baselines, dtype):
     """[(who, n)] of one cell, in the order of each repeat."""
-    out = [("disco", r) for r in a.ranks] if "disco" in a.baselines else []
+    out = ([(disco_who(k), r) for k in a.disco_kernels for r in a.ranks]
+           if "disco" in a.baselines else [])
     for who in baselines:
         out += [(who, t) for t in a.threads]
         if who == "llama.cpp" and dtype == "bfloat16" and not a.no_q8:
@@ -205,7 +217,7 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
     max_len = max(len(p) for ps in prompts.values() for p in ps) + a.new_tokens
     cfgs = configs(a, baselines, dtype)
     workers = {c: Worker(a, c[0], c[1], model_dir, dtype, max(a.batches), max_len)
-               for c in cfgs if c[0] != "disco"}
+               for c in cfgs if not c[0].startswith("disco")}
     rows = {(c, b): dict(model=name, dtype=dtype, batch=b, who=c[0], n=c[1], prefill=[],
                          decode=[], weights="q8_0" if c[0].endswith("q8_0") else dtype)
             for c in cfgs for b in a.batches}
@@ -218,7 +230,8 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
         for rep in range(a.repeats):
             for b in a.batches:
                 for c in cfgs:
-                    r = (run_disco(a, c[1], model_dir, prompts[b], dtype) if c[0] == "disco"
+                    r = (run_disco(a, c[1], model_dir, prompts[b], dtype, c[0])
+                         if c[0].startswith("disco")
                          else run_worker(workers[c], prompts[b], a.new_tokens))
                     row = rows[(c, b)]
                     row["prefill"].append(r["prefill"])

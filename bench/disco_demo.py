@@ -25,11 +25,14 @@ def parse_demo(out):
         "weights_mib": one(rf"^weights per rank: {NUM} MiB"),
         "rss_mib": [float(v) for v in rss.group(1).split()] if rss else None,
         "tokens": [[int(t) for t in m.split()] for m in re.findall(r"^generated:(.*)$", out, re.M)],
+        "kernels": (re.search(r"^kernels: (.*)$", out, re.M) or [None, None])[1],
     }
 
 
-def demo_env(one_thread=True):
+def demo_env(one_thread=True, kernels=None):
     env = dict(os.environ)
+    if kernels:  # DISCO_CPU_KERNELS (models/llama/kernels.h): auto, avx2, avx512, avx512bf16
+        env["DISCO_CPU_KERNELS"] = kernels
     if one_thread:  # one compute thread per rank, as a baseline at n threads uses n cores
         for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[k] = "1"
@@ -40,7 +43,7 @@ def demo_env(one_thread=True):
 
 
 def run_demo(demo, mpiexec, ranks, model_dir, prompts, new_tokens, dtype, mpiexec_flags=(),
-             demo_flags=(), timeout=900, one_thread=True):
+             demo_flags=(), timeout=900, one_thread=True, kernels=None):
     """disco-demo's figures and tokens (parse_demo's dict); SystemExit with its output when it
     fails or leaves a figure out."""
     cmd = [mpiexec, "-n", str(ranks)] + list(mpiexec_flags) + [demo, "--model", model_dir]
@@ -48,7 +51,7 @@ def run_demo(demo, mpiexec, ranks, model_dir, prompts, new_tokens, dtype, mpiexe
         cmd += ["--prompt", ",".join(map(str, p))]
     cmd += ["--max-new-tokens", str(new_tokens), "--dtype", dtype] + list(demo_flags)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       errors="replace", env=demo_env(one_thread), timeout=timeout)
+                       errors="replace", env=demo_env(one_thread, kernels), timeout=timeout)
     if p.returncode != 0:
         raise SystemExit(f"disco-demo failed (exit {p.returncode}): {' '.join(cmd)}\n{p.stdout}")
     r = parse_demo(p.stdout)

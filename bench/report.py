@@ -15,7 +15,7 @@ def row_key(r):
 
 
 def label(who, n):
-    unit = "rank" if who == "disco" else "thread"
+    unit = "rank" if who.startswith("disco") else "thread"
     return f"{who} {n} {unit}{'' if n == 1 else 's'}"
 
 
@@ -55,7 +55,7 @@ def scaling_refusals(rows):
     by = {row_key(r): r for r in rows}
     out = {}
     for r in rows:
-        if r["who"] == "disco" or r["n"] == 1:
+        if r["who"].startswith("disco") or r["n"] == 1:
             continue
         one = by.get((r["model"], r["dtype"], r["batch"], r["who"], 1))
         for m in ("decode", "prefill"):
@@ -72,7 +72,7 @@ def ratios(rows, refusals):
     by = {row_key(r): r for r in rows}
     out = []
     for d in (r for r in rows if r["who"] == "disco"):
-        for b in (r for r in rows if r["who"] != "disco" and r["n"] == d["n"] and
+        for b in (r for r in rows if not r["who"].startswith("disco") and r["n"] == d["n"] and
                   (r["model"], r["dtype"], r["batch"]) == (d["model"], d["dtype"], d["batch"])):
             for m in ("decode", "prefill"):
                 why = refusals.get(row_key(b) + (m,)) or b.get("excluded")
