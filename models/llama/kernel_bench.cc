@@ -1,15 +1,16 @@
 // disco-llama-kernels: the decode's streaming product (kernels.h's Linear for a few rows of x)
 // alone, on a weight matrix larger than the caches, under the kernel set DISCO_CPU_KERNELS
-// chooses: weight bytes read per second, per dtype and batch (docs/performance.md). No MPI.
+// chooses: weight bytes read per second, per dtype and batch, by the wall clock and by the
+// thread's CPU time (less disturbed on a loaded machine) (docs/performance.md). No MPI.
 //   disco-llama-kernels [ROWS [COLS [REPS]]]     (default 8192 4096 15: 128 MiB of float32)
 #include <disco/error.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,23 +28,33 @@ int64_t Arg(int argc, char** argv, int i, int64_t fallback, const char* what) {
   return v;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+// Wall-clock seconds, and this thread's CPU seconds (which a loaded machine's time slices given
+// to other processes do not count).
+double Seconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// The median time of `reps` products of `m` rows of x with the n x k weights w.
-double MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, bool bf16, int64_t n,
-                     int64_t reps) {
+struct Times {
+  double wall, cpu;  // medians
+};
+
+// The median times of `reps` products of `m` rows of x with the n x k weights w.
+Times MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, bool bf16, int64_t n,
+                    int64_t reps) {
   std::vector<float> y(static_cast<size_t>(m * n)), scratch;
-  std::vector<double> t;
+  std::vector<double> wall, cpu;
   llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);  // warm-up
   for (int64_t r = 0; r < reps; ++r) {
-    const double t0 = Seconds();
+    const double w0 = Seconds(CLOCK_MONOTONIC), c0 = Seconds(CLOCK_THREAD_CPUTIME_ID);
     llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);
-    t.push_back(Seconds() - t0);
+    cpu.push_back(Seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
+    wall.push_back(Seconds(CLOCK_MONOTONIC) - w0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 int Run(int argc, char** argv) {
@@ -63,14 +74,14 @@ int Run(int argc, char** argv) {
   }
   for (const bool bf16 : {false, true}) {
     for (const int64_t m : {int64_t{1}, int64_t{4}}) {
-      const double s = MedianSeconds(
-          x.data(), m, k,
-          bf16 ? static_cast<const void*>(wb.data()) : static_cast<const void*>(wf.data()), bf16, n,
-          reps);
+      const void* w = bf16 ? static_cast<const void*>(wb.data()) : wf.data();
+      const Times t = MedianSeconds(x.data(), m, k, w, bf16, n, reps);
       const double bytes = static_cast<double>(n * k) * (bf16 ? 2 : 4);
-      std::printf("%s batch %lld: %.2f GB/s of weights, %.3f ms per product (%lld x %lld)\n",
-                  bf16 ? "bfloat16" : "float32", static_cast<long long>(m), bytes / s / 1e9,
-                  s * 1e3, static_cast<long long>(n), static_cast<long long>(k));
+      std::printf(
+          "%s batch %lld: %.2f GB/s of weights, %.3f ms per product (%lld x %lld); by CPU time "
+          "%.2f GB/s\n",
+          bf16 ? "bfloat16" : "float32", static_cast<long long>(m), bytes / t.wall / 1e9,
+          t.wall * 1e3, static_cast<long long>(n), static_cast<long long>(k), bytes / t.cpu / 1e9);
     }
   }
   return 0;
