@@ -64,6 +64,21 @@ def test_excluded_baseline_gets_no_ratio():
     assert "tokens differ" in "\n".join(report.table(rows))
 
 
+def test_disco_kernel_rows_are_disco_but_not_the_ratios():
+    """--disco-kernels avx2,auto: a disco row per kernel set, ranks not threads, never a baseline
+    of the ratios and never refused as one; the ratios are auto's ("disco")."""
+    a = decode_bench.parse_args(["--disco-kernels", "avx2,auto", "--ranks", "1,2"])
+    assert decode_bench.configs(a, [], "float32") == [("disco avx2", 1), ("disco avx2", 2),
+                                                      ("disco", 1), ("disco", 2)]
+    assert report.label("disco avx2", 2) == "disco avx2 2 ranks"
+    rows = report.medians([row("disco", 1, 100.0, 1000.0), row("disco avx2", 1, 80.0, 900.0),
+                           row("disco avx2", 2, 70.0, 800.0), row("torch", 1, 50.0, 800.0)])
+    assert report.scaling_refusals(rows) == {}
+    rs = report.ratios(rows, {})
+    assert {r["against"] for r in rs} == {"torch"} and all(r["n"] == 1 for r in rs)
+    assert {r["ratio"] for r in rs if r["metric"] == "decode"} == {2.0}
+
+
 def test_bounds():
     machine_figures = {"bandwidth": {1: {"read": 10.0}}, "sgemm": {1: {"gflops": 50.0}}}
     r = report.medians([row("disco", 1, 1000.0, 10000.0, batch=4)])[0]
