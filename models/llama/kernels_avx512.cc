@@ -1,5 +1,11 @@
 #include "llama/kernels_avx512.h"
 
+// GCC 12 warns inside its own avx512fintrin.h (the _mm512_undefined_* that the masked loads and
+// _mm512_reduce_add_ps start from), not on this file's code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <immintrin.h>
 
 #include <algorithm>
