@@ -1,214 +1,50 @@
 #!/usr/bin/env python3
-"""Llama greedy generation: disco-demo (tensor parallel, MPI ranks) against PyTorch on the same
-checkpoint, prompts and token counts, measured in one run.
+"""Superseded by bench/decode_bench.py (every baseline, the machine measured, docs/performance.md):
+the older disco-demo against PyTorch run, kept for its command line and for
+tests/llama/test_bench.py. Its PyTorch side is now decode_bench's tuned one (bench/torch_llama.py:
+pre-transposed weights, torch.mv / matmul, no F.linear), in this process, with
+torch.set_num_threads(n) and OpenBLAS's own pool (Debian's torch calls a pthread OpenBLAS) set
+to n; a ratio against torch at n threads is refused where torch at n threads is slower than at
+1 (as decode_bench refuses it).
 
     /usr/bin/python3 bench/decode_vs_torch.py [--torch-only] [--demo build/src/tools/disco-demo]
         [--hidden 768 --layers 12 --heads 12 --kv-heads 4 --ffn 2048 --vocab 32000]
         [--batch 4] [--prompt-lens 16,32,48,64] [--new-tokens 64] [--repeats 5]
         [--threads 1,2] [--ranks 1,2] [--dtype float32|bfloat16] [--model DIR] [--json FILE]
 
-The model (default ~125M parameters, float32) is a random Hugging Face checkpoint written once by
-tests/llama/make_checkpoint.py into --cache (default ~/.cache/disco/llama-bench). Everything
-runs one thing at a time (never two at once: the machine may have 2 cores); each repeat runs
-every configuration in turn (torch at each thread count, then disco-demo at each rank count), and
-the table gives medians over the repeats, after one warm-up of each torch configuration.
-
-The PyTorch baseline is what a PyTorch user would write for batched greedy decoding on CPU:
-torch.no_grad, the safetensors weights loaded into torch tensors, q/k/v and gate/up each fused into
-one F.linear, a preallocated KV cache for the B sequences (each at its own position: a mask hides
-the keys past it), grouped-query attention as one batched matmul per layer without copying the
-keys per query head, rotary tables computed once, logits of the last position only. Prompts are
-prefilled one by one (no padding; scaled_dot_product_attention when this torch has it, else
-matmul + causal mask + softmax); then B sequences decode together. Threads: torch.set_num_threads(n)
-and OpenBLAS's own thread count set to n (Debian's torch calls a pthread OpenBLAS, which
-torch.set_num_threads leaves at all cores). disco-demo runs get OMP_NUM_THREADS,
-OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = 1 (unless --demo-threads): N ranks, N cores.
-bfloat16 mode: disco keeps weights in bfloat16 and computes in float32; torch computes in float32
-on the same (bf16-rounded) weights.
-
-Figures: prefill tokens/s = prompt tokens of all B prompts / time to their first new token;
-decode tokens/s = B * (new_tokens - 1) / time of the rest (each decode step makes B tokens).
-disco-demo's own figures are parsed from its `prefill: X tokens/s`, `decode: Y tokens/s` and
-`runtime share of a decode step: Z%` lines (and its kv cache / weights / peak rss lines); its
-tokens are compared with torch's. Targets: decode disco 2 ranks / torch 2 threads >= 1.0,
-disco 1 rank / torch 1 thread >= 0.9, disco 2 ranks / disco 1 rank >= 1.7, runtime share <= 2%.
+The model is a random checkpoint written once into --cache (default ~/.cache/disco/llama-bench);
+each repeat runs torch at each thread count, then disco-demo at each rank count (one compute
+thread per rank unless --demo-threads); the table gives medians. bfloat16: disco keeps bfloat16
+weights, torch computes in float32 on the same (rounded) weights. Prefill tokens/s = the B
+prompts' tokens / the time to their first new token; decode tokens/s = B * (new_tokens - 1) /
+the time of the rest.
 """
 
 import argparse
 import ctypes
 import ctypes.util
 import json
-import math
 import os
-import re
 import statistics
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "llama"))
-import make_checkpoint as mc  # noqa: E402
-import safetensors_io as st  # noqa: E402
+sys.path.insert(0, HERE)
+import checkpoint  # noqa: E402
+import disco_demo  # noqa: E402
+from checkpoint import mc  # noqa: E402
+from disco_demo import parse_demo  # noqa: E402,F401  (tests/llama/test_bench.py uses it)
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
+from torch_llama import HAVE_SDPA, TorchLlama  # noqa: E402,F401
 
 
-# ---- Loading the checkpoint into torch tensors ---------------------------------------------------
 def load_hf_checkpoint(directory, dtype="float32"):
-    """(config, {name: float32 torch tensor}) from config.json and the safetensors file(s)."""
-    with open(os.path.join(directory, "config.json")) as f:
-        cfg = json.load(f)
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
-    W = {}
-    for fname in files:
-        for name, arr in st.read(os.path.join(directory, fname)).items():
-            if dtype == "bfloat16":
-                arr = st.round_to_bf16(arr)
-            W[name] = torch.from_numpy(arr)
-    return cfg, W
-
-
-# ---- The PyTorch baseline ------------------------------------------------------------------------
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    d = x.shape[-1] // 2
-    return torch.cat((-x[..., d:], x[..., :d]), dim=-1)
-
-
-class TorchLlama:
-    def __init__(self, cfg, W, max_batch, max_len):
-        self.cfg = cfg
-        self.H, self.KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        self.hd = cfg.get("head_dim") or cfg["hidden_size"] // self.H
-        self.group = self.H // self.KV
-        self.eps = float(cfg.get("rms_norm_eps", 1e-6))
-        self.scale = 1.0 / math.sqrt(self.hd)
-        self.embed = W["model.embed_tokens.weight"].contiguous()
-        self.layers = []
-        for i in range(cfg["num_hidden_layers"]):
-            p = f"model.layers.{i}."
-            self.layers.append(dict(
-                ln1=W[p + "input_layernorm.weight"], ln2=W[p + "post_attention_layernorm.weight"],
-                wqkv=torch.cat([W[p + "self_attn.q_proj.weight"], W[p + "self_attn.k_proj.weight"],
-                                W[p + "self_attn.v_proj.weight"]]).contiguous(),
-                wo=W[p + "self_attn.o_proj.weight"].contiguous(),
-                wgu=torch.cat([W[p + "mlp.gate_proj.weight"],
-                               W[p + "mlp.up_proj.weight"]]).contiguous(),
-                wd=W[p + "mlp.down_proj.weight"].contiguous()))
-        self.norm = W["model.norm.weight"]
-        tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in W
-        self.lm_head = self.embed if tied else W["lm_head.weight"].contiguous()
-        theta = float(cfg.get("rope_theta", 10000.0))
-        exponents = torch.arange(0, self.hd, 2, dtype=torch.int64).float() / self.hd
-        inv_freq = 1.0 / (theta ** exponents)
-        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos, self.sin = emb.cos(), emb.sin()
-        self.max_len = max_len
-        shape = (max_batch, self.KV, max_len, self.hd)
-        self.k_cache = [torch.zeros(shape) for _ in self.layers]
-        self.v_cache = [torch.zeros(shape) for _ in self.layers]
-        self.split = [self.H * self.hd, self.KV * self.hd, self.KV * self.hd]
-
-    def mlp(self, L, x):
-        gate, up = F.linear(x, L["wgu"]).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, L["wd"])
-
-    def prefill(self, b, ids):
-        """Logits (vocab,) of the last prompt token of sequence b; fills its cache rows."""
-        T = len(ids)
-        x = self.embed[torch.tensor(ids)]                        # (T, h)
-        cos, sin = self.cos[:T], self.sin[:T]
-        for l, L in enumerate(self.layers):
-            q, k, v = F.linear(rms_norm(x, L["ln1"], self.eps), L["wqkv"]).split(self.split, -1)
-            q = q.view(T, self.H, self.hd).transpose(0, 1)        # (H, T, hd)
-            k = k.view(T, self.KV, self.hd).transpose(0, 1)
-            v = v.view(T, self.KV, self.hd).transpose(0, 1)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            self.k_cache[l][b, :, :T] = k
-            self.v_cache[l][b, :, :T] = v
-            if HAVE_SDPA:
-                kk = k.repeat_interleave(self.group, dim=0)
-                vv = v.repeat_interleave(self.group, dim=0)
-                o = F.scaled_dot_product_attention(q[None], kk[None], vv[None], is_causal=True)[0]
-            else:
-                qg = q.reshape(self.KV, self.group * T, self.hd)
-                s = torch.matmul(qg, k.transpose(1, 2)).view(self.KV, self.group, T, T)
-                s = s * self.scale + self.causal(T)
-                o = torch.matmul(torch.softmax(s, dim=-1).view(self.KV, self.group * T, T), v)
-                o = o.view(self.H, T, self.hd)
-            x = x + F.linear(o.transpose(0, 1).reshape(T, self.H * self.hd), L["wo"])
-            x = x + self.mlp(L, rms_norm(x, L["ln2"], self.eps))
-        return F.linear(rms_norm(x[-1], self.norm, self.eps), self.lm_head)
-
-    def causal(self, T):
-        return torch.full((T, T), float("-inf")).triu(1)
-
-    def decode(self, tokens, pos):
-        """Logits (B, vocab) of tokens (B,) at positions pos (B,) after the cached ones."""
-        B = tokens.shape[0]
-        S = int(pos.max()) + 1
-        rows = torch.arange(B)
-        mask = torch.zeros(B, S).masked_fill_(torch.arange(S)[None, :] > pos[:, None],
-                                              float("-inf")).view(B, 1, 1, S)
-        cos, sin = self.cos[pos][:, None, :], self.sin[pos][:, None, :]
-        x = self.embed[tokens]                                    # (B, h)
-        for l, L in enumerate(self.layers):
-            q, k, v = F.linear(rms_norm(x, L["ln1"], self.eps), L["wqkv"]).split(self.split, -1)
-            q = q.view(B, self.H, self.hd)
-            k = k.view(B, self.KV, self.hd)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            kc, vc = self.k_cache[l], self.v_cache[l]
-            kc[rows, :, pos] = k
-            vc[rows, :, pos] = v.view(B, self.KV, self.hd)
-            keys, vals = kc[:B, :, :S], vc[:B, :, :S]              # (B, KV, S, hd)
-            s = torch.matmul(q.view(B, self.KV, self.group, self.hd), keys.transpose(2, 3))
-            s = s * self.scale + mask                              # (B, KV, group, S)
-            o = torch.matmul(torch.softmax(s, dim=-1), vals)       # (B, KV, group, hd)
-            x = x + F.linear(o.reshape(B, self.H * self.hd), L["wo"])
-            x = x + self.mlp(L, rms_norm(x, L["ln2"], self.eps))
-        return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)
-
-    @torch.no_grad()
-    def generate(self, prompts, new_tokens, keep_logits=False):
-        """(tokens, logits (B, new_tokens, V) numpy or None, prefill seconds, decode seconds)."""
-        assert max(map(len, prompts)) + new_tokens <= self.max_len
-        rows = []
-        t0 = time.perf_counter()
-        first = torch.stack([self.prefill(b, p) for b, p in enumerate(prompts)])
-        tok = torch.argmax(first, dim=-1)
-        out = [tok]
-        if keep_logits:
-            rows.append(first.clone())
-        t1 = time.perf_counter()
-        pos = torch.tensor([len(p) for p in prompts])
-        for _ in range(new_tokens - 1):
-            logits = self.decode(tok, pos)
-            tok = torch.argmax(logits, dim=-1)
-            out.append(tok)
-            if keep_logits:
-                rows.append(logits.clone())
-            pos = pos + 1
-        t2 = time.perf_counter()
-        toks = torch.stack(out, dim=1).tolist()
-        logits = torch.stack(rows, dim=1).numpy() if keep_logits else None
-        return toks, logits, t1 - t0, t2 - t1
+    """(config, {name: float32 torch tensor}); bfloat16: each weight rounded to bfloat16."""
+    cfg, W = checkpoint.load(directory, bf16_round=dtype == "bfloat16")
+    return cfg, {k: torch.from_numpy(v) for k, v in W.items()}
 
 
 # ---- Threads -------------------------------------------------------------------------------------
@@ -235,46 +71,10 @@ def set_threads(n):
 
 
 # ---- disco-demo ----------------------------------------------------------------------------------
-NUM = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
-
-
-def parse_demo(out):
-    def one(pattern):
-        m = re.search(pattern, out, re.M)
-        return float(m.group(1)) if m else None
-    rss = re.search(r"^peak rss per rank \(MiB\):(.*)$", out, re.M)
-    return {
-        "prefill": one(rf"^prefill: {NUM} tokens/s"),
-        "decode": one(rf"^decode: {NUM} tokens/s"),
-        "share": one(rf"^runtime share of a decode step: {NUM}%"),
-        "kv_mib": one(rf"^kv cache per rank: {NUM} MiB"),
-        "weights_mib": one(rf"^weights per rank: {NUM} MiB"),
-        "rss_mib": [float(v) for v in rss.group(1).split()] if rss else None,
-        "tokens": [[int(t) for t in m.split()] for m in re.findall(r"^generated:(.*)$", out, re.M)],
-    }
-
-
 def run_demo(a, ranks, model_dir, prompts):
-    cmd = [a.mpiexec, "-n", str(ranks)] + a.mpiexec_flag + [a.demo, "--model", model_dir]
-    for p in prompts:
-        cmd += ["--prompt", ",".join(map(str, p))]
-    cmd += ["--max-new-tokens", str(a.new_tokens), "--dtype", a.dtype] + a.demo_flag
-    env = dict(os.environ)
-    if not a.demo_threads:  # one compute thread per rank, as torch at n threads uses n cores
-        for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env[k] = "1"
-    if os.geteuid() == 0:  # Open MPI refuses root without consent
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       errors="replace", env=env, timeout=a.demo_timeout)
-    if p.returncode != 0:
-        raise SystemExit(f"disco-demo failed (exit {p.returncode}): {' '.join(cmd)}\n{p.stdout}")
-    r = parse_demo(p.stdout)
-    missing = [k for k in ("prefill", "decode", "share") if r[k] is None]
-    if missing:
-        raise SystemExit(f"disco-demo printed no {missing} line(s): {' '.join(cmd)}\n{p.stdout}")
-    return r
+    return disco_demo.run_demo(a.demo, a.mpiexec, ranks, model_dir, prompts, a.new_tokens,
+                               a.dtype, a.mpiexec_flag, a.demo_flag, a.demo_timeout,
+                               one_thread=not a.demo_threads)
 
 
 # ---- The run -------------------------------------------------------------------------------------
@@ -434,13 +234,18 @@ def print_ratios(med, threads, ranks):
 
     def verdict(value, ok):
         return "  (not measured)" if value is None else ("  met" if ok else "  MISSED")
+    def slower(k, m):  # torch at n threads slower than at 1: no ratio against it (decode_bench)
+        k = med.get(k, {}).get("of", k)
+        return k.startswith("torch") and k != "torch 1t" and "torch 1t" in med and \
+            (get(k, m) or 0) < (get("torch 1t", m) or 0)
     for name, x, y, target in rows:
-        rd = ratio(get(x, "decode"), get(y, "decode"))
-        rp = ratio(get(x, "prefill"), get(y, "prefill"))
+        rd = None if slower(y, "decode") else ratio(get(x, "decode"), get(y, "decode"))
+        rp = None if slower(y, "prefill") else ratio(get(x, "prefill"), get(y, "prefill"))
         ratios[name] = {"decode": rd, "prefill": rp, "target": target}
+        refused = "  (refused: torch slower there than at 1 thread)" if slower(y, "decode") else ""
         print(f"{name:46s} {fmt(rd, '{:.2f}'):>7s} {fmt(rp, '{:.2f}'):>8s}  "
-              + (f">= {target}" + verdict(rd, rd is not None and rd >= target) if target
-                 else "(for reference)"))
+              + (refused or (f">= {target}" + verdict(rd, rd is not None and rd >= target)
+                             if target else "(for reference)")))
     share = get("disco 2r", "share")
     print(f"{'runtime share of a decode step, 2 ranks':46s} {fmt(share, '{:.2f}%'):>7s} "
           f"{'':8s}  <= 2%" + verdict(share, share is not None and share <= 2.0))

@@ -26,6 +26,7 @@
 
 #include "common/rng.h"
 #include "llama/config.h"
+#include "llama/kernels.h"
 #include "llama/model.h"
 #include "llama/partial_checkpoint.h"
 #include "llama/safetensors.h"
@@ -536,6 +537,7 @@ int RunChecked(Session& s, Options& o) {
   const int n = s.num_workers();
   StartWorkers(s, o);
   const std::string path = CheckpointPath(o);
+  const std::string kernels = o.device == "cpu" ? CpuKernels() : "";  // DISCO_CPU_KERNELS checked
   double t0 = NowS();
   Config c;
   LoadInfo info;
@@ -552,6 +554,7 @@ int RunChecked(Session& s, Options& o) {
   const bool gb = bytes >= 1e9;
   std::printf("loaded: %.2f %s in %.2f s (%.0f MB/s) per rank\n", bytes / (gb ? 1e9 : 1e6),
               gb ? "GB" : "MB", load_s, bytes / 1e6 / std::max(load_s, 1e-6));
+  if (!kernels.empty()) std::printf("kernels: %s\n", kernels.c_str());
   if (!o.convert.empty()) {
     DISCO_CHECK(o.device == "cpu", ValueError)
         << "--convert reads and writes on the host: leave out --device " << o.device;

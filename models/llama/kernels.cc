@@ -2,9 +2,17 @@
 
 #include <cblas.h>
 
+#include <disco/error.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#if DISCO_LLAMA_AVX512
+#include "llama/kernels_avx512.h"
+#endif
 
 // Hot loops get an AVX2+FMA clone (x86-64-v3: chosen by the CPU's features, so on AMD and Intel
 // alike) beside the base one (x86-64 with GCC; elsewhere one version).
@@ -126,18 +134,97 @@ LLAMA_KERNEL void WidenBlock(const uint16_t* src, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Widen(src[i]);
 }
 
+// The kernel sets of DISCO_CPU_KERNELS (kernels.h).
+enum class Isa { kBase, kAvx2, kAvx512, kAvx512Bf16 };
+
+bool CpuHas(Isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (isa) {
+    case Isa::kBase:
+      return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx512:
+      return DISCO_LLAMA_AVX512 && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    case Isa::kAvx512Bf16:
+      return CpuHas(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  }
+  return false;
+#else
+  return isa == Isa::kBase;
+#endif
+}
+
+Isa Resolve() {
+  const char* env = std::getenv("DISCO_CPU_KERNELS");
+  const std::string v = env != nullptr ? env : "auto";
+  if (v == "auto" || v.empty()) {
+    for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2}) {
+      if (CpuHas(isa)) return isa;
+    }
+    return Isa::kBase;
+  }
+  const Isa isa = v == "avx2" ? Isa::kAvx2 : v == "avx512" ? Isa::kAvx512 : Isa::kAvx512Bf16;
+  DISCO_CHECK(v == "avx2" || v == "avx512" || v == "avx512bf16", ValueError)
+      << "DISCO_CPU_KERNELS is auto, avx2, avx512 or avx512bf16, not '" << v << "'";
+  DISCO_CHECK(CpuHas(isa), ValueError)
+      << "DISCO_CPU_KERNELS=" << v << ": this "
+      << (isa != Isa::kAvx2 && !DISCO_LLAMA_AVX512 ? "build (its compiler)" : "CPU") << " has no "
+      << (isa == Isa::kAvx2     ? "AVX2 and FMA"
+          : isa == Isa::kAvx512 ? "AVX-512 F, BW and VL"
+                                : "AVX-512 F, BW, VL and BF16")
+      << " (auto chooses what it has)";
+  return isa;
+}
+
+// Resolved once; a refused value throws again at every call.
+Isa Kernels() {
+  static const Isa isa = Resolve();
+  return isa;
+}
+
 }  // namespace
+
+std::string CpuKernels() {
+  switch (Kernels()) {
+    case Isa::kBase:
+      return "float32 and bfloat16: x86-64 base (no AVX2)";
+    case Isa::kAvx2:
+      return "float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA)";
+    case Isa::kAvx512:
+      return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512 (widened by shifts, "
+             "FMA)";
+    case Isa::kAvx512Bf16:
+      return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512bf16 (vdpbf16ps, x "
+             "rounded to bfloat16)";
+  }
+  return "";
+}
 
 void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
             int64_t ldy, std::vector<float>* scratch) {
   if (m <= 0 || n <= 0) return;
   if (m <= kStreamingRows) {
-    if (w_bf16) {
-      StreamingBf16(x, m, k, static_cast<const uint16_t*>(w), n, y, ldy);
-    } else {
-      StreamingF32(x, m, k, static_cast<const float*>(w), n, y, ldy);
+    const auto* wb = static_cast<const uint16_t*>(w);
+    const auto* wf = static_cast<const float*>(w);
+    switch (Kernels()) {
+#if DISCO_LLAMA_AVX512
+      // float32 above one row of x keeps the AVX2 blocks: 12-28% faster than AVX-512's in
+      // disco-demo's decode at batch 4 (docs/performance.md).
+      case Isa::kAvx512Bf16:
+        if (w_bf16) return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
+        if (m == 1) return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
+        return StreamingF32(x, m, k, wf, n, y, ldy);
+      case Isa::kAvx512:
+        if (w_bf16) return avx512::StreamingBf16Widen(x, m, k, wb, n, y, ldy);
+        if (m == 1) return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
+        return StreamingF32(x, m, k, wf, n, y, ldy);
+#endif
+      default:
+        if (w_bf16) return StreamingBf16(x, m, k, wb, n, y, ldy);
+        return StreamingF32(x, m, k, wf, n, y, ldy);
     }
-    return;
   }
   const int M = static_cast<int>(m), K = static_cast<int>(k), LDY = static_cast<int>(ldy);
   if (!w_bf16) {

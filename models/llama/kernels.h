@@ -6,14 +6,23 @@
 // decode is bound by the memory traffic of the weights, and a GEMM would first pack them (copy
 // them again). Larger batches (prefill) go to OpenBLAS's cblas_sgemm, for bfloat16 weights through
 // a float32 copy of a block of rows at a time. Hot loops are compiled for AVX2+FMA and for the
-// base x86-64 ISA, chosen when the program starts (GCC's target_clones).
+// base x86-64 ISA, chosen when the program starts (GCC's target_clones); the streaming kernel also
+// in AVX-512 (kernels_avx512.h), bfloat16 there either widened or by the CPU's bf16 dot products.
+// Which set runs: DISCO_CPU_KERNELS=auto (the default: the widest this CPU and build have),
+// avx2, avx512 or avx512bf16 (docs/performance.md).
 #ifndef DISCO_MODELS_LLAMA_KERNELS_H_
 #define DISCO_MODELS_LLAMA_KERNELS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace llama {
+
+/// The kernels Linear's streaming products use, per weight dtype, in one line: DISCO_CPU_KERNELS's
+/// choice. Throws disco::ValueError naming the value when it is not auto, avx2, avx512 or
+/// avx512bf16, or when this CPU (or build) lacks what it names.
+std::string CpuKernels();
 
 /// Rows at or below which Linear uses the streaming kernel rather than sgemm.
 constexpr int64_t kStreamingRows = 16;

@@ -1,0 +1,141 @@
+"""What the machine can do, measured before the benchmark: memory bandwidth at 1 and 2 threads
+(a STREAM-like read and triad, a C program compiled here with -O3 -march=native: numpy's
+temporaries would measure numpy), sgemm peak at 1 and 2 threads (torch's BLAS where `python` has
+torch, else numpy's), a two-spinner check that 2 threads get 2 cores, and the load average.
+
+    python3 bench/machine.py [--threads 1,2] [--json FILE]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STREAM_C = os.path.join(HERE, "stream.c")
+
+
+def compile_stream(build_dir):
+    """The path of bench/stream.c built with -O3 -march=native -fopenmp (cached in build_dir)."""
+    exe = os.path.join(build_dir, "disco-bench-stream")
+    if os.path.exists(exe) and os.path.getmtime(exe) >= os.path.getmtime(STREAM_C):
+        return exe
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("no C compiler (cc): needed for the bandwidth kernel (bench/stream.c)")
+    os.makedirs(build_dir, exist_ok=True)
+    cmd = [cc, "-O3", "-march=native", "-fopenmp", "-o", exe + ".tmp", STREAM_C]
+    subprocess.run(cmd, check=True)
+    os.replace(exe + ".tmp", exe)
+    return exe
+
+
+def bandwidth(exe, threads, mib):
+    """{'read': GB/s, 'triad': GB/s} of the stream kernel at `threads` OpenMP threads."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="spread",
+               OMP_WAIT_POLICY="PASSIVE")
+    out = subprocess.run([exe, str(mib)], env=env, check=True, stdout=subprocess.PIPE,
+                         text=True).stdout
+    return {k: float(v) for k, v in (line.split() for line in out.splitlines() if line.strip())}
+
+
+def sgemm_peak(threads, python=sys.executable, n=1024, reps=5):
+    """GFLOP/s of an n x n x n float32 product, best of `reps`, at `threads` threads (run in a
+    child so that each thread count gets its own BLAS pool, set before the library starts)."""
+    code = f"""
+import time
+try:
+    import torch
+    torch.set_num_threads({threads})
+    a = torch.rand({n}, {n}); b = torch.rand({n}, {n}); mm = torch.matmul; who = "torch"
+except ImportError:
+    import numpy as np
+    a = np.random.rand({n}, {n}).astype("float32"); b = a.copy(); mm = np.matmul; who = "numpy"
+mm(a, b)
+best = 1e9
+for _ in range({reps}):
+    t = time.perf_counter(); mm(a, b); best = min(best, time.perf_counter() - t)
+print(who, 2 * {n}**3 / best / 1e9)
+"""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    out = subprocess.run([python, "-c", code], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout.split()
+    return {"by": out[0], "gflops": float(out[1])}
+
+
+def spinners(seconds=1.0):
+    """Two busy processes at once: the CPU time each got over the wall time (about 1.0 each when
+    the machine has 2 free cores; about 0.5 when the 2 vCPUs share one core or others load it)."""
+    code = ("import time,sys\nt=time.perf_counter();c=time.process_time()\n"
+            f"while time.perf_counter()-t<{seconds}: pass\n"
+            "print((time.process_time()-c)/(time.perf_counter()-t))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    return [float(p.communicate()[0]) for p in procs]
+
+
+def measure(threads, build_dir, mib=256, python=sys.executable):
+    """Everything above, as one dict; prints one line per figure."""
+    m = {"cpu": cpu_name(), "cpus": os.cpu_count(), "loadavg_before": os.getloadavg()[0]}
+    exe = compile_stream(build_dir)
+    m["bandwidth"], m["sgemm"] = {}, {}
+    for t in threads:
+        m["bandwidth"][t] = bandwidth(exe, t, mib)
+        m["sgemm"][t] = sgemm_peak(t, python)
+    m["spinners"] = spinners()
+    m["loadavg"] = os.getloadavg()[0]
+    m["busy"] = busy_reasons(m)
+    for t in threads:
+        b, s = m["bandwidth"][t], m["sgemm"][t]
+        print(f"machine: {t} thread(s): read {b['read']:.1f} GB/s, triad {b['triad']:.1f} GB/s, "
+              f"sgemm {s['gflops']:.1f} GFLOP/s ({s['by']})", flush=True)
+    print(f"machine: {m['cpu']}, {m['cpus']} CPUs; two spinners got "
+          + " and ".join(f"{x:.2f}" for x in m["spinners"]) + f" of a core; load average "
+          f"{m['loadavg']:.2f}" + ("" if not m["busy"] else "; LOADED: " + "; ".join(m["busy"])),
+          flush=True)
+    return m
+
+
+def busy_reasons(m):
+    """Why the figures of this machine are not to be trusted now (empty: they are)."""
+    why = []
+    if min(m["spinners"]) < 0.85:
+        why.append("two busy threads did not each get a core (%s)"
+                   % ", ".join(f"{x:.2f}" for x in m["spinners"]))
+    load = max(m.get("loadavg_before", 0.0), m.get("loadavg", 0.0))
+    if load > 0.5 * (m["cpus"] or 1):
+        why.append(f"load average {load:.2f} on {m['cpus']} CPUs")
+    return why
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--mib", type=int, default=256, help="the stream arrays' size, each")
+    p.add_argument("--build-dir", default=os.path.join(tempfile.gettempdir(), "disco-bench"))
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    m = measure([int(t) for t in a.threads.split(",")], a.build_dir, a.mib)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(m, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+// disco-llama-kernels: the decode's streaming product (kernels.h's Linear for a few rows of x)
+// alone, on a weight matrix larger than the caches, under the kernel set DISCO_CPU_KERNELS
+// chooses: weight bytes read per second, per dtype and batch, by the wall clock and by the
+// thread's CPU time (less disturbed on a loaded machine) (docs/performance.md). No MPI.
+//   disco-llama-kernels [ROWS [COLS [REPS]]]     (default 8192 4096 15: 128 MiB of float32)
+#include <disco/error.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llama/kernels.h"
+
+namespace {
+
+int64_t Arg(int argc, char** argv, int i, int64_t fallback, const char* what) {
+  if (i >= argc) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(argv[i], &end, 10);
+  DISCO_CHECK(end != argv[i] && *end == '\0' && v > 0 && v <= (int64_t{1} << 20), ValueError)
+      << what << " is a positive integer up to 2^20, not '" << argv[i] << "'";
+  return v;
+}
+
+// Wall-clock seconds, and this thread's CPU seconds (which a loaded machine's time slices given
+// to other processes do not count).
+double Seconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+struct Times {
+  double wall, cpu;  // medians
+};
+
+// The median times of `reps` products of `m` rows of x with the n x k weights w.
+Times MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, bool bf16, int64_t n,
+                    int64_t reps) {
+  std::vector<float> y(static_cast<size_t>(m * n)), scratch;
+  std::vector<double> wall, cpu;
+  llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);  // warm-up
+  for (int64_t r = 0; r < reps; ++r) {
+    const double w0 = Seconds(CLOCK_MONOTONIC), c0 = Seconds(CLOCK_THREAD_CPUTIME_ID);
+    llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);
+    cpu.push_back(Seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
+    wall.push_back(Seconds(CLOCK_MONOTONIC) - w0);
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+}
+
+int Run(int argc, char** argv) {
+  const int64_t n = Arg(argc, argv, 1, 8192, "ROWS"), k = Arg(argc, argv, 2, 4096, "COLS");
+  const int64_t reps = Arg(argc, argv, 3, 15, "REPS");
+  std::printf("kernels: %s\n", llama::CpuKernels().c_str());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(n * k)), x(static_cast<size_t>(4 * k));
+  for (float& v : wf) v = u(rng);
+  for (float& v : x) v = u(rng);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &wf[i], 4);
+    wb[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t m : {int64_t{1}, int64_t{4}}) {
+      const void* w = bf16 ? static_cast<const void*>(wb.data()) : wf.data();
+      const Times t = MedianSeconds(x.data(), m, k, w, bf16, n, reps);
+      const double bytes = static_cast<double>(n * k) * (bf16 ? 2 : 4);
+      std::printf(
+          "%s batch %lld: %.2f GB/s of weights, %.3f ms per product (%lld x %lld); by CPU time "
+          "%.2f GB/s\n",
+          bf16 ? "bfloat16" : "float32", static_cast<long long>(m), bytes / t.wall / 1e9,
+          t.wall * 1e3, static_cast<long long>(n), static_cast<long long>(k), bytes / t.cpu / 1e9);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const disco::Error& e) {
+    std::fprintf(stderr, "disco-llama-kernels: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,28 @@
+// The decode's streaming products (kernels.h's Linear for a few rows of x) in AVX-512, in a file of
+// their own compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (kernels_avx512.cc): called
+// only after the CPU was found to have those features (kernels.cc's dispatch).
+#ifndef DISCO_MODELS_LLAMA_KERNELS_AVX512_H_
+#define DISCO_MODELS_LLAMA_KERNELS_AVX512_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace llama::avx512 {
+
+/// y[m, n] = sum_k x[m, k] * w[n, k], float32 weights, 16 lanes of FMA.
+void StreamingF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+                  int64_t ldy);
+
+/// The same with bfloat16 weights widened exactly to float32 in registers (a 16-bit shift).
+void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
+                        float* y, int64_t ldy);
+
+/// The same by the bf16 dot-product instruction (vdpbf16ps): x is first rounded to bfloat16
+/// (to nearest even, into `scratch`), the products of pairs accumulate in float32. x's rounding
+/// is the error it adds: each x[i, p] off by at most 2^-9 of itself.
+void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
+                      int64_t ldy, std::vector<float>* scratch);
+
+}  // namespace llama::avx512
+
+#endif  // DISCO_MODELS_LLAMA_KERNELS_AVX512_H_
