@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "llama/server/server.h"
+#include "session/session_impl.h"
 #include "tools/cli.h"
 
 int main(int argc, char** argv) {
@@ -30,5 +31,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
   if (int code = disco::cli::Parse(&app, argc, argv); code >= 0) return code;
+  // Between requests the workers sleep in a barrier instead of spinning for the next frame (as
+  // disco-serve's do between clients); the next frame wakes them.
+  o.idle = [](disco::Session& s) {
+    if (s.impl() != nullptr) s.impl()->ParkWorkers();
+  };
   return llm_server::ServerMain(argc, argv, o);
 }

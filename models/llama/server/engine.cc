@@ -86,8 +86,10 @@ void Engine::RunBatch(const std::vector<std::shared_ptr<Job>>& jobs) {
   }
 }
 
-void Engine::Serve(JobQueue* queue, size_t max_batch, const std::atomic<bool>& stop) {
+void Engine::Serve(JobQueue* queue, size_t max_batch, const std::atomic<bool>& stop,
+                   const std::function<void()>& idle) {
   while (!stop.load()) {
+    if (idle && queue->empty()) idle();
     std::vector<std::shared_ptr<Job>> jobs = queue->Take(max_batch);
     if (jobs.empty()) continue;
     try {

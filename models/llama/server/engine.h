@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,7 +28,9 @@ class Engine {
          int64_t eos);
   /// Runs batches from `queue` until `stop` is set and the running batch has ended; then fails the
   /// jobs still waiting (503).
-  void Serve(JobQueue* queue, size_t max_batch, const std::atomic<bool>& stop);
+  /// `idle` (may be empty) runs first whenever no job waits.
+  void Serve(JobQueue* queue, size_t max_batch, const std::atomic<bool>& stop,
+             const std::function<void()>& idle);
   /// Runs one batch to its end.
   void RunBatch(const std::vector<std::shared_ptr<Job>>& jobs);
 

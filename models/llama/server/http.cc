@@ -141,6 +141,8 @@ void HttpFront::Routes() {
       Complete(req, res);
     } catch (const ApiError& e) {
       SendError(res, e);
+    } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
+      SendError(res, ApiError(400, std::string("'prompt': ") + e.what(), "prompt"));
     }
   });
   // The known routes by another method: 405.

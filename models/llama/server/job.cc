@@ -74,6 +74,11 @@ std::vector<std::shared_ptr<Job>> JobQueue::Take(size_t max) {
   return out;
 }
 
+bool JobQueue::empty() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.empty();
+}
+
 void JobQueue::Wake() {
   std::lock_guard<std::mutex> lock(mu_);
   woken_ = true;

@@ -59,6 +59,7 @@ class JobQueue {
   /// Waits until a job waits or Wake is called; takes up to `max` jobs (cancelled ones are
   /// dropped). Returns an empty list when woken without jobs.
   std::vector<std::shared_ptr<Job>> Take(size_t max);
+  bool empty();
   /// Makes a waiting Take return.
   void Wake();
   /// Refuses new jobs and returns those waiting.

@@ -94,12 +94,14 @@ int Serve(disco::Session& s, const ServerOptions& o) {
     queue.Wake();
   });
   const int port = front.Start();
-  std::printf("disco-llm-server: %s (%s), %d ranks, %s, --max-batch %lld --max-len %lld\n",
+  std::printf("disco-llm-server: %s (%s), %d rank(s), %s, --max-batch %lld --max-len %lld\n",
               o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
               static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
-  engine.Serve(&queue, static_cast<size_t>(o.max_batch), stop);
+  std::function<void()> idle;
+  if (o.idle) idle = [&] { o.idle(s); };
+  engine.Serve(&queue, static_cast<size_t>(o.max_batch), stop, idle);
   front.Stop();
   std::printf("disco-llm-server: stopped\n");
   std::fflush(stdout);

@@ -5,7 +5,10 @@
 #ifndef DISCO_MODELS_LLAMA_SERVER_SERVER_H_
 #define DISCO_MODELS_LLAMA_SERVER_SERVER_H_
 
+#include <disco/session.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace llm_server {
@@ -18,6 +21,10 @@ struct ServerOptions {
   int64_t max_len = 0;  // 0: the config's max_position_embeddings
   std::string api_key_file;
   std::string dtype = "float32";
+  /// Called on the controller before it waits for requests with none waiting: the program parks
+  /// the other ranks there (a private part of the session, out of a model's reach), so that an
+  /// idle server's workers sleep rather than spin in MPI. May be empty.
+  std::function<void(disco::Session&)> idle;
 };
 
 /// Runs the server under disco::Main on every rank; returns the process exit code. Call it before
