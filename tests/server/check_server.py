@@ -163,8 +163,9 @@ def check_errors(client):
     expect_error(client, 501, "POST", "/v1/chat/completions", {"messages": []}, words="template")
     # A body over the limit: refused from its Content-Length, before it is read.
     with socket.create_connection(("127.0.0.1", client.port), timeout=TIMEOUT) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                  KEY.encode() + b"\r\nContent-Length: 100000000\r\n\r\n{\"prompt\": [")
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Authorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Length: 100000000\r\n\r\n{\"prompt\": [")
         reply = s.recv(65536).decode("utf-8", "replace")
     if not reply.startswith("HTTP/1.1 413"):
         fail(f"a huge body: {reply!r}")
@@ -176,17 +177,34 @@ def check_errors(client):
 
 def check_dropped(client, want):
     """A client that goes away after its first event; then the server still serves."""
-    body = json.dumps({"prompt": PROMPTS[1], "max_tokens": 40, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", client.port), timeout=TIMEOUT) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                  KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-                  b"\r\n\r\n" + body)
-        got = b""
-        while b"data: " not in got:
-            got += s.recv(4096)
+    s, _ = open_stream(client.port, PROMPTS[1], 40)
+    s.close()
     r = client.complete({"prompt": PROMPTS[2], "max_tokens": NEW, "return_token_ids": True})
     if r["choices"][0]["token_ids"] != want[2]:
         fail(f"after a dropped client: {r}")
+
+
+def open_stream(port, prompt, max_tokens):
+    """A streamed request on a raw socket, read up to its first event: then it is in a batch."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                       "return_token_ids": True}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " +
+              str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    return s, got
+
+
+def read_to_end(s, got):
+    while True:
+        more = s.recv(65536)
+        if not more:
+            return got.decode("utf-8", "replace")
+        got += more
 
 
 def ranks_of(pid, server):
@@ -245,9 +263,18 @@ def main():
             check_errors(client)
             check_dropped(client, want)
             # As scancel and srun do: every rank gets SIGTERM (Open MPI's mpirun, given SIGTERM
-            # itself, forwards it and the ranks stop as cleanly, but it exits 1 on its own).
+            # itself, forwards it and the ranks stop as cleanly, but it exits 1 on its own). A
+            # request in the running batch then still gets all its tokens.
+            s, got = open_stream(port, PROMPTS[2], 40)
             for pid in ranks_of(proc.pid, server):
                 os.kill(pid, signal.SIGTERM)
+            text = read_to_end(s, got)
+            s.close()
+            ids = [i for m in re.findall(r'"token_ids":\[([0-9,]*)\]', text)
+                   for i in m.split(",") if i]
+            if len(ids) != 40 or '"finish_reason":"length"' not in text or \
+                    "data: [DONE]" not in text or ids[:NEW] != list(map(str, want[2])):
+                fail(f"the running request after SIGTERM: {text!r}")
             code = proc.wait(timeout=TIMEOUT)
             reader.join(timeout=TIMEOUT)
             if code != 0 or not any("stopped" in line for line in rest):

@@ -102,6 +102,10 @@ void HttpFront::Stop() {
 void HttpFront::Routes() {
   httplib::Server& s = *svr_;
   s.set_payload_max_length(o_.max_body);
+  // A request holds its thread until its output is written: enough of them for a full batch and
+  // the next one queued behind it.
+  const size_t threads = o_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // A response without a body of ours (404, 413, 400 from the parser) gets OpenAI's error object.
   s.set_error_handler(
       httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {

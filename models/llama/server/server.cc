@@ -66,6 +66,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   HttpOptions h;
   h.host = o.host;
   h.port = o.port;
+  h.threads = static_cast<size_t>(2 * o.max_batch + 8);
   if (!o.api_key_file.empty()) h.api_key = ReadKeyFile(o.api_key_file);
   DISCO_CHECK(llama::IsDirectory(o.model), ValueError)
       << "--model " << o.model
