@@ -3,7 +3,8 @@
 completions by token ids and by text, whole and streamed, whose greedy tokens must equal
 disco-demo --prompt's whatever else is in the batch; usage counts; stop strings; the errors
 (malformed JSON, wrong types, too long, huge body, wrong or missing key, unknown route, wrong
-method, sampling); a client dropped mid-stream, then another request served; SIGTERM exits 0.
+method, sampling); refusals at start (a key file others can read, no tokenizer); a client dropped
+mid-stream, then another request served; SIGTERM during a stream: it ends whole, and exit 0.
 
   check_server.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO [mpiexec flags...]
 """
@@ -226,6 +227,25 @@ def ranks_of(pid, server):
     return ranks
 
 
+def check_startup_errors(mpiexec, flags, server, tmp, model):
+    """Refusals at start, one line each naming the thing, and the job ends (exit not 0)."""
+    open_key = os.path.join(tmp, "open-key")
+    with open(open_key, "w", encoding="ascii") as f:
+        f.write(KEY)
+    os.chmod(open_key, 0o644)
+    no_tok = os.path.join(tmp, "no-tokenizer")
+    os.makedirs(no_tok)
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.join(model, name), os.path.join(no_tok, name))
+    for args, words in [(["--model", model, "--api-key-file", open_key], "chmod 600"),
+                        (["--model", no_tok], "no tokenizer"),
+                        (["--model", model, "--max-batch", "0"], "--max-batch")]:
+        r = subprocess.run([mpiexec, "-n", "2", *flags, server, "--port", "0", *args],
+                           capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        if r.returncode == 0 or words not in r.stderr:
+            fail(f"{args}: exit {r.returncode}, expected a line with '{words}':\n{r.stderr}")
+
+
 def start(mpiexec, flags, server, model, key_file):
     cmd = [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--max-len",
            str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file]
@@ -255,6 +275,7 @@ def main():
         os.write(fd, (KEY + "\n").encode())
         os.close(fd)
         want = demo_tokens(mpiexec, flags, demo, model)
+        check_startup_errors(mpiexec, flags, server, tmp, model)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)
