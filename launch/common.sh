@@ -19,7 +19,7 @@ disco_packages() {
   esac
   DISCO_PACKAGES=(cmake g++ make pkg-config "${mpi[@]}" libdlpack-dev libgtest-dev libssl-dev
     nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev
-    pybind11-dev python3-dev python3-numpy python3-jinja2)
+    pybind11-dev python3-dev python3-numpy python3-jinja2 libcpp-httplib-dev)
 }
 disco_packages
 

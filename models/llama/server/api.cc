@@ -1,0 +1,183 @@
+#include "llama/server/api.h"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
+namespace llm_server {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& j) {
+  // Generated text is valid UTF-8 (the tokenizer's decoder replaces what is not); replace is a
+  // second guard: a response is never an exception.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+const char* TypeOf(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+[[noreturn]] void Bad(const std::string& param, const std::string& what) {
+  throw ApiError(400, "'" + param + "' " + what, param);
+}
+
+int64_t Int(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) Bad(param, "must be an integer, not " + std::string(v.type_name()));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    Bad(param, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) {
+    Bad(param, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not " +
+                   std::to_string(x));
+  }
+  return x;
+}
+
+bool Bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) Bad(param, "must be true or false, not " + std::string(v.type_name()));
+  return v.get<bool>();
+}
+
+void ReadPrompt(const json& p, CompletionRequest* r) {
+  if (p.is_string()) {
+    r->prompt_is_text = true;
+    r->prompt_text = p.get<std::string>();
+    if (r->prompt_text.empty()) Bad("prompt", "is empty");
+    return;
+  }
+  // A list of token ids; a list of prompts (batch in one request) is not taken in this server.
+  if (!p.is_array() || p.empty()) {
+    Bad("prompt", "must be a string or a non-empty list of token ids");
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_number_integer()) {
+      Bad("prompt", "must be a string or a list of token ids (one prompt per request): item " +
+                        std::to_string(i) + " is " + p[i].type_name());
+    }
+    r->prompt_ids.push_back(Int(p[i], "prompt", 0, std::numeric_limits<int64_t>::max()));
+  }
+}
+
+void ReadStop(const json& s, CompletionRequest* r) {
+  if (s.is_null()) return;
+  if (s.is_string()) {
+    r->stop.push_back(s.get<std::string>());
+  } else if (s.is_array() && s.size() <= 4) {
+    for (const json& x : s) {
+      if (!x.is_string()) Bad("stop", "must be a string or a list of at most 4 strings");
+      r->stop.push_back(x.get<std::string>());
+    }
+  } else {
+    Bad("stop", "must be a string or a list of at most 4 strings");
+  }
+  for (const std::string& x : r->stop) {
+    if (x.empty()) Bad("stop", "holds an empty string");
+  }
+}
+
+// Sampling: only greedy in this server (temperature 0; left out: greedy too).
+void CheckGreedy(const json& j) {
+  if (j.contains("temperature") && !j["temperature"].is_null()) {
+    const json& t = j["temperature"];
+    if (!t.is_number()) Bad("temperature", "must be a number");
+    if (t.get<double>() != 0.0) {
+      Bad("temperature", "must be 0: this server decodes greedily (sampling is not implemented)");
+    }
+  }
+  if (j.contains("top_p") && !j["top_p"].is_null()) {
+    if (!j["top_p"].is_number() || j["top_p"].get<double>() != 1.0) {
+      Bad("top_p", "must be 1: this server decodes greedily (sampling is not implemented)");
+    }
+  }
+  if (j.contains("n") && !j["n"].is_null()) Int(j["n"], "n", 1, 1);
+}
+
+json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json Choice(const CompletionRequest& req, const Piece& p) {
+  json c = {{"index", 0},
+            {"text", p.text},
+            {"logprobs", nullptr},
+            {"finish_reason", p.finish_reason.empty() ? json(nullptr) : json(p.finish_reason)}};
+  if (req.return_token_ids) c["token_ids"] = p.ids;
+  return c;
+}
+
+}  // namespace
+
+std::string ApiError::Body() const {
+  return Dump({{"error",
+                {{"message", what()},
+                 {"type", TypeOf(status_)},
+                 {"param", param_.empty() ? json(nullptr) : json(param_)},
+                 {"code", nullptr}}}});
+}
+
+CompletionRequest ParseCompletion(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  CompletionRequest r;
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) Bad("model", "must be a string");
+    r.model = j["model"].get<std::string>();
+  }
+  if (!j.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+  ReadPrompt(j["prompt"], &r);
+  if (j.contains("max_tokens") && !j["max_tokens"].is_null()) {
+    r.max_tokens = Int(j["max_tokens"], "max_tokens", 1, int64_t{1} << 30);
+  }
+  if (j.contains("stream") && !j["stream"].is_null()) r.stream = Bool(j["stream"], "stream");
+  if (j.contains("return_token_ids") && !j["return_token_ids"].is_null()) {
+    r.return_token_ids = Bool(j["return_token_ids"], "return_token_ids");
+  }
+  if (j.contains("stop")) ReadStop(j["stop"], &r);
+  CheckGreedy(j);
+  return r;
+}
+
+std::string CompletionBody(const std::string& id, int64_t created, const std::string& model,
+                           const CompletionRequest& req, const Piece& all, int64_t prompt_tokens) {
+  return Dump({{"id", id},
+               {"object", "text_completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", json::array({Choice(req, all)})},
+               {"usage", Usage(prompt_tokens, static_cast<int64_t>(all.ids.size()))}});
+}
+
+std::string ChunkEvent(const std::string& id, int64_t created, const std::string& model,
+                       const CompletionRequest& req, const Piece& piece, int64_t prompt_tokens,
+                       int64_t completion_tokens) {
+  json j = {{"id", id},
+            {"object", "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({Choice(req, piece)})}};
+  if (!piece.finish_reason.empty()) j["usage"] = Usage(prompt_tokens, completion_tokens);
+  return "data: " + Dump(j) + "\n\n";
+}
+
+std::string ModelsBody(const std::string& model, int64_t created) {
+  return Dump(
+      {{"object", "list"},
+       {"data",
+        json::array(
+            {{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "disco"}}})}});
+}
+
+}  // namespace llm_server

@@ -1,0 +1,219 @@
+#include "llama/server/http.h"
+
+#include <disco/error.h>
+#include <httplib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+#include "llama/server/api.h"
+
+namespace llm_server {
+namespace {
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(e.Body(), "application/json");
+}
+
+std::string BearerKey(const httplib::Request& req) {
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  return auth.compare(0, prefix.size(), prefix) == 0 ? auth.substr(prefix.size()) : "";
+}
+
+// What a streamed response shares between its provider's calls.
+struct Stream {
+  std::shared_ptr<Job> job;
+  std::string id, model;
+  int64_t created = 0, completion_tokens = 0;
+  bool ended = false;
+};
+
+// Writes the next piece of `st` as an event (the last one and [DONE] at the end); false when the
+// client has gone (the job is cancelled then).
+bool WriteNext(Stream& st, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  Piece p;
+  bool ok = true;
+  if (st.job->Next(&p)) {
+    st.completion_tokens += static_cast<int64_t>(p.ids.size());
+    ok = write(ChunkEvent(st.id, st.created, st.model, st.job->request(), p,
+                          static_cast<int64_t>(st.job->prompt().size()), st.completion_tokens));
+    st.ended = !p.finish_reason.empty();
+  } else {
+    // Failed while streaming: the error object as an event, then the end.
+    ok =
+        write("data: " + ApiError(st.job->error_status(), st.job->error_message()).Body() + "\n\n");
+    st.ended = true;
+  }
+  if (ok && st.ended) {
+    ok = write("data: [DONE]\n\n");
+    sink.done();
+  }
+  if (!ok) st.job->Cancel();
+  return ok;
+}
+
+}  // namespace
+
+bool KeyMatches(const std::string& expected, const std::string& given) {
+  // Every byte of the expected key is compared, whatever the given key's length or content.
+  unsigned diff = expected.size() == given.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(expected[i]) ^ g);
+  }
+  return diff == 0;
+}
+
+HttpFront::HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue)
+    : o_(std::move(o)),
+      tok_(std::move(tok)),
+      queue_(queue),
+      svr_(std::make_unique<httplib::Server>()) {
+  Routes();
+}
+
+HttpFront::~HttpFront() { Stop(); }
+
+int HttpFront::Start() {
+  int port = o_.port;
+  if (port == 0) {
+    port = svr_->bind_to_any_port(o_.host);
+  } else if (!svr_->bind_to_port(o_.host, port)) {
+    port = -1;
+  }
+  DISCO_CHECK(port > 0, ValueError) << "cannot listen on " << o_.host << ":" << o_.port << " ("
+                                    << std::strerror(errno) << "): give another --host or --port";
+  thread_ = std::thread([this] { svr_->listen_after_bind(); });
+  return port;
+}
+
+void HttpFront::Stop() {
+  if (!thread_.joinable()) return;
+  svr_->stop();
+  thread_.join();
+}
+
+void HttpFront::Routes() {
+  httplib::Server& s = *svr_;
+  s.set_payload_max_length(o_.max_body);
+  // A request holds its thread until its output is written: enough of them for a full batch and
+  // the next one queued behind it.
+  const size_t threads = o_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // A response without a body of ours (404, 413, 400 from the parser) gets OpenAI's error object.
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string what = "HTTP " + std::to_string(res.status);
+        if (res.status == 404) what = "no route " + req.method + " " + req.path;
+        if (res.status == 413) what = "the request body is over the limit";
+        SendError(res, ApiError(res.status, what));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.compare(0, 4, "/v1/") == 0 && !o_.api_key.empty() &&
+        !KeyMatches(o_.api_key, BearerKey(req))) {
+      SendError(res, ApiError(401, "a wrong or missing API key (Authorization: Bearer KEY)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!accepting_.load()) {
+      SendError(res, ApiError(503, "the server is shutting down"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ModelsBody(o_.model_name, std::time(nullptr)), "application/json");
+  });
+  s.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+    SendError(res, ApiError(501,
+                            "chat completions are not served yet: the chat template (Jinja2) is "
+                            "rendered only by the Python front end; render the prompt and POST it "
+                            "to /v1/completions"));
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      Complete(req, res);
+    } catch (const ApiError& e) {
+      SendError(res, e);
+    } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
+      SendError(res, ApiError(400, std::string("'prompt': ") + e.what(), "prompt"));
+    }
+  });
+  // The known routes by another method: 405.
+  const std::vector<std::pair<std::string, std::string>> known = {{"/health", "GET"},
+                                                                  {"/v1/models", "GET"},
+                                                                  {"/v1/completions", "POST"},
+                                                                  {"/v1/chat/completions", "POST"}};
+  for (const auto& [path, allowed] : known) {
+    auto refuse = [allowed = allowed](const httplib::Request& req, httplib::Response& res) {
+      SendError(res, ApiError(405, req.method + " " + req.path + ": use " + allowed));
+      res.set_header("Allow", allowed);
+    };
+    if (allowed != "GET") s.Get(path, refuse);
+    if (allowed != "POST") s.Post(path, refuse);
+    s.Put(path, refuse);
+    s.Delete(path, refuse);
+    s.Patch(path, refuse);
+  }
+}
+
+void HttpFront::Complete(const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest r = ParseCompletion(req.body);
+  std::vector<int64_t> prompt = r.prompt_ids;
+  if (r.prompt_is_text) prompt = tok_.Encode(r.prompt_text, /*add_special_tokens=*/true);
+  for (int64_t id : prompt) {
+    if (id >= o_.vocab_size) {
+      throw ApiError(400,
+                     "'prompt' holds token " + std::to_string(id) +
+                         ", outside the vocabulary [0, " + std::to_string(o_.vocab_size) + ")",
+                     "prompt");
+    }
+  }
+  const int64_t need = static_cast<int64_t>(prompt.size()) + r.max_tokens;
+  if (need > o_.max_len) {
+    throw ApiError(400,
+                   "the prompt (" + std::to_string(prompt.size()) + " tokens) and max_tokens (" +
+                       std::to_string(r.max_tokens) + ") need " + std::to_string(need) +
+                       " positions; this server's --max-len is " + std::to_string(o_.max_len),
+                   "prompt");
+  }
+  auto st = std::make_shared<Stream>();
+  st->job = std::make_shared<Job>(r, std::move(prompt));
+  st->id = "cmpl-" + std::to_string(next_id_++);
+  st->model = o_.model_name;
+  st->created = std::time(nullptr);
+  if (!queue_->Push(st->job)) throw ApiError(503, "the server is shutting down");
+  if (r.stream) {
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [st](size_t, httplib::DataSink& sink) { return st->ended || WriteNext(*st, sink); },
+        [st](bool success) {
+          if (!success) st->job->Cancel();
+        });
+    return;
+  }
+  Piece all, p;
+  while (st->job->Next(&p)) {
+    all.text += p.text;
+    all.ids.insert(all.ids.end(), p.ids.begin(), p.ids.end());
+    all.finish_reason = p.finish_reason;
+  }
+  if (st->job->error_status() != 0) {
+    throw ApiError(st->job->error_status(), st->job->error_message());
+  }
+  res.set_content(CompletionBody(st->id, st->created, st->model, r, all,
+                                 static_cast<int64_t>(st->job->prompt().size())),
+                  "application/json");
+}
+
+}  // namespace llm_server

@@ -1,0 +1,71 @@
+// disco-llm-server's HTTP side, on cpp-httplib (Debian's libcpp-httplib-dev): its thread pool
+// reads requests, checks them (API key, JSON, lengths) and queues jobs for the scheduler, then
+// writes each job's output as it comes, whole or as server-sent events. cpp-httplib rather than
+// Boost.Beast: a blocking server with a thread pool, chunked streaming and body limits built in is
+// all this server needs, in a few lines per route and without an asio event loop to keep.
+#ifndef DISCO_MODELS_LLAMA_SERVER_HTTP_H_
+#define DISCO_MODELS_LLAMA_SERVER_HTTP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "llama/server/job.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace llm_server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;            // 0: a free port
+  std::string model_name;  // what /v1/models and responses call the model
+  std::string api_key;     // empty: no key asked for
+  int64_t max_len = 0;     // positions a request may use: prompt + max_tokens
+  int64_t vocab_size = 0;
+  size_t max_body = 1 << 20;  // bytes of a request body (413 beyond)
+  size_t threads = 16;        // connections served at once (a request waiting holds one)
+};
+
+class HttpFront {
+ public:
+  HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue);
+  ~HttpFront();
+  HttpFront(const HttpFront&) = delete;
+  HttpFront& operator=(const HttpFront&) = delete;
+
+  /// Binds (throws disco::ValueError naming the address when it cannot) and starts serving on a
+  /// thread of its own; returns the port.
+  int Start();
+  /// Refuses new requests (503) from now on.
+  void StopAccepting() { accepting_ = false; }
+  /// Stops the server once the responses in flight are written, and joins its thread.
+  void Stop();
+
+ private:
+  void Routes();
+  void Complete(const httplib::Request& req, httplib::Response& res);
+
+  HttpOptions o_;
+  tokenizer::Tokenizer tok_;
+  JobQueue* queue_;
+  std::unique_ptr<httplib::Server> svr_;
+  std::thread thread_;
+  std::atomic<bool> accepting_{true};
+  std::atomic<int64_t> next_id_{0};
+};
+
+/// Compares a request's key with the server's in time that depends on the server's key's length
+/// only.
+bool KeyMatches(const std::string& expected, const std::string& given);
+
+}  // namespace llm_server
+
+#endif  // DISCO_MODELS_LLAMA_SERVER_HTTP_H_

@@ -1,0 +1,130 @@
+#include "llama/server/server.h"
+
+#include <disco/disco.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "llama/config.h"
+#include "llama/model.h"
+#include "llama/safetensors.h"
+#include "llama/server/engine.h"
+#include "llama/server/http.h"
+#include "llama/server/key_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace llm_server {
+namespace {
+
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// Waits for SIGTERM or SIGINT (blocked in every thread) and then runs `on_stop`; the destructor
+// ends the wait if none came.
+class SignalWaiter {
+ public:
+  explicit SignalWaiter(std::function<void()> on_stop)
+      : thread_([this, on_stop = std::move(on_stop)] {
+          const sigset_t set = StopSignals();
+          int sig = 0;
+          while (sigwait(&set, &sig) != 0) {
+          }
+          if (!quitting_.load()) on_stop();
+        }) {}
+  ~SignalWaiter() {
+    quitting_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);  // taken by its sigwait
+    thread_.join();
+  }
+  SignalWaiter(const SignalWaiter&) = delete;
+  SignalWaiter& operator=(const SignalWaiter&) = delete;
+
+ private:
+  std::atomic<bool> quitting_{false};
+  std::thread thread_;
+};
+
+// config.json's eos_token_id (the first when it is a list), or -1.
+int64_t EosOf(const llama::Checkpoint& ck) {
+  const nlohmann::json j = nlohmann::json::parse(ck.config_text(), nullptr, false);
+  if (!j.is_object() || !j.contains("eos_token_id")) return -1;
+  nlohmann::json e = j["eos_token_id"];
+  if (e.is_array() && !e.empty()) e = e[0];
+  return e.is_number_integer() ? e.get<int64_t>() : -1;
+}
+
+int Serve(disco::Session& s, const ServerOptions& o) {
+  HttpOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.threads = static_cast<size_t>(2 * o.max_batch + 8);
+  if (!o.api_key_file.empty()) h.api_key = ReadKeyFile(o.api_key_file);
+  DISCO_CHECK(llama::IsDirectory(o.model), ValueError)
+      << "--model " << o.model
+      << ": give a Hugging Face checkpoint directory (config.json, safetensors and the tokenizer)";
+  llama::Checkpoint ck = llama::Checkpoint::Open(o.model);
+  ck.config().CheckSplit(s.num_workers());
+  ck.CheckWeights();
+  const llama::Config& c = ck.config();
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromDirectory(o.model, c.vocab_size);
+  h.vocab_size = c.vocab_size;
+  h.max_len = o.max_len > 0 ? o.max_len : c.max_position_embeddings;
+  h.model_name = o.model.substr(o.model.find_last_of('/', o.model.size() - 2) + 1);
+  while (h.model_name.size() > 1 && h.model_name.back() == '/') h.model_name.pop_back();
+
+  for (const std::string& name : llama::WorkerFunctionNames()) s.GetGlobalFunc(name);
+  s.InitCCL("mpi");
+  disco::DRef model = s.CallPacked(s.GetGlobalFunc("llama.open"), o.model, o.dtype);
+  s.SyncAll();
+  Engine engine(s, model, c, tok, EosOf(ck));
+  JobQueue queue;
+  HttpFront front(h, tok, &queue);
+  std::atomic<bool> stop{false};
+  SignalWaiter waiter([&] {
+    front.StopAccepting();
+    stop = true;
+    queue.Wake();
+  });
+  const int port = front.Start();
+  std::printf("disco-llm-server: %s (%s), %d rank(s), %s, --max-batch %lld --max-len %lld\n",
+              o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
+              static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
+  std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stdout);
+  std::function<void()> idle;
+  if (o.idle) idle = [&] { o.idle(s); };
+  engine.Serve(&queue, static_cast<size_t>(o.max_batch), stop, idle);
+  front.Stop();
+  std::printf("disco-llm-server: stopped\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int ServerMain(int argc, char** argv, const ServerOptions& o) {
+  // Blocked in every thread (the ones MPI and disco start inherit the mask): rank 0's waiter takes
+  // them; on the other ranks they stay pending, and the controller ends those ranks' loops.
+  const sigset_t set = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return disco::Main(argc, argv, [&](disco::Session& s) {
+    try {
+      return Serve(s, o);
+    } catch (const disco::Error& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "disco-llm-server: %s\n", e.what());
+      return 1;
+    }
+  });
+}
+
+}  // namespace llm_server

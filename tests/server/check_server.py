@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""disco-llm-server end to end at 2 ranks, on a tiny checkpoint with a tokenizer (make_model.py):
+completions by token ids and by text, whole and streamed, whose greedy tokens must equal
+disco-demo --prompt's whatever else is in the batch; usage counts; stop strings; the errors
+(malformed JSON, wrong types, too long, huge body, wrong or missing key, unknown route, wrong
+method, sampling); refusals at start (a key file others can read, no tokenizer); a client dropped
+mid-stream, then another request served; SIGTERM during a stream: it ends whole, and exit 0.
+
+  check_server.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO [mpiexec flags...]
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT = 300  # against a hang only
+KEY = "test-key-0123456789"
+NEW = 6
+PROMPTS = [[1, 5, 9], [4, 2], [7, 3, 11, 19, 2, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+           [262, 259, 260, 261, 108, 100]]  # the last: "hello world" by make_model.py's tokenizer
+MAX_LEN = 64
+
+
+def fail(msg):
+    sys.exit(f"FAIL: {msg}")
+
+
+def demo_tokens(mpiexec, flags, demo, model):
+    cmd = [mpiexec, "-n", "2", *flags, demo, "--model", model, "--warmup", "0",
+           "--max-new-tokens", str(NEW)]
+    for p in PROMPTS:
+        cmd += ["--prompt", ",".join(map(str, p))]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    got = [list(map(int, line.split()[1:])) for line in r.stdout.splitlines()
+           if line.startswith("generated:")]
+    if r.returncode != 0 or len(got) != len(PROMPTS):
+        fail(f"disco-demo exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return got
+
+
+class Client:
+    def __init__(self, port):
+        self.port = port
+
+    def request(self, method, path, body=None, key=KEY, raw=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        headers = {"Content-Type": "application/json"}
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=headers)
+        r = c.getresponse()
+        text = r.read().decode("utf-8")
+        c.close()
+        return r.status, text
+
+    def complete(self, body):
+        status, text = self.request("POST", "/v1/completions", body)
+        if status != 200:
+            fail(f"{body}: HTTP {status}: {text}")
+        return json.loads(text)
+
+    def stream(self, body):
+        """Returns (text, ids, finish_reason, usage) of a streamed completion."""
+        status, text = self.request("POST", "/v1/completions", dict(body, stream=True))
+        if status != 200:
+            fail(f"{body}: HTTP {status}: {text}")
+        events = [e[len("data: "):] for e in text.split("\n\n") if e]
+        if events[-1] != "[DONE]" or any(not e for e in events):
+            fail(f"stream does not end with data: [DONE]: {text!r}")
+        chunks = [json.loads(e) for e in events[:-1]]
+        out, ids = "", []
+        for ch in chunks:
+            out += ch["choices"][0]["text"]
+            ids += ch["choices"][0].get("token_ids", [])
+        return out, ids, chunks[-1]["choices"][0]["finish_reason"], chunks[-1].get("usage")
+
+
+def expect_error(client, status, method, path, body=None, key=KEY, raw=None, words=""):
+    got, text = client.request(method, path, body, key, raw)
+    if got != status:
+        fail(f"{method} {path} {body or raw!r}: HTTP {got}, expected {status}: {text}")
+    err = json.loads(text).get("error", {})
+    if not err.get("message") or not err.get("type") or words not in err["message"]:
+        fail(f"{method} {path}: not OpenAI's error object with '{words}': {text}")
+
+
+def check_tokens(client, want):
+    """Every prompt at once (one batch), whole and streamed: disco-demo's tokens."""
+    results = {}
+
+    def one(i, stream):
+        body = {"prompt": PROMPTS[i], "max_tokens": NEW, "return_token_ids": True}
+        if stream:
+            text, ids, finish, usage = client.stream(body)
+        else:
+            r = client.complete(body)
+            c = r["choices"][0]
+            text, ids, finish, usage = c["text"], c["token_ids"], c["finish_reason"], r["usage"]
+        results[(i, stream)] = (text, ids, finish, usage)
+
+    threads = [threading.Thread(target=one, args=(i, s)) for i in range(len(PROMPTS))
+               for s in (False, True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (i, stream), (text, ids, finish, usage) in sorted(results.items()):
+        if ids != want[i]:
+            fail(f"prompt {i} (stream {stream}): tokens {ids}, disco-demo's {want[i]}")
+        if finish != "length" or usage != {"prompt_tokens": len(PROMPTS[i]),
+                                           "completion_tokens": NEW,
+                                           "total_tokens": len(PROMPTS[i]) + NEW}:
+            fail(f"prompt {i} (stream {stream}): finish {finish}, usage {usage}")
+        if text != results[(i, False)][0]:
+            fail(f"prompt {i}: streamed text {text!r} is not the whole response's")
+    return results
+
+
+def check_text_and_stop(client, want, results):
+    r = client.complete({"prompt": "hello world", "max_tokens": NEW, "return_token_ids": True})
+    if r["choices"][0]["token_ids"] != want[3] or r["usage"]["prompt_tokens"] != 6:
+        fail(f"the text prompt: {r}, expected the tokens {want[3]} of its 6 ids")
+    # A stop string: the first printable ASCII token after the first that the text lacks before.
+    text0, ids0 = results[(0, False)][0], want[0]
+    k = next((k for k in range(1, NEW) if 33 <= ids0[k] < 127 and
+              chr(ids0[k]) not in text0[:text0.index(chr(ids0[k]))]), None)
+    if k is None:
+        fail(f"no token in {ids0} fit for a stop string")
+    stop = chr(ids0[k])
+    body = {"prompt": PROMPTS[0], "max_tokens": NEW, "return_token_ids": True, "stop": [stop]}
+    c = client.complete(body)["choices"][0]
+    text, ids, finish, usage = client.stream(body)
+    for got in [(c["text"], c["token_ids"], c["finish_reason"]), (text, ids, finish)]:
+        if got != (text0.split(stop)[0], ids0[:k + 1], "stop"):
+            fail(f"stop {stop!r}: {got}, expected {(text0.split(stop)[0], ids0[:k + 1], 'stop')}")
+    if usage["completion_tokens"] != k + 1:
+        fail(f"stop: usage {usage}")
+
+
+def check_errors(client):
+    expect_error(client, 400, "POST", "/v1/completions", raw="{\"prompt\": [1,", words="JSON")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "max_tokens": "8"},
+                 words="max_tokens")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": {"a": 1}}, words="prompt")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "stream": 1},
+                 words="stream")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1] * 60, "max_tokens": 10},
+                 words="--max-len")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1, 320]}, words="320")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "temperature": 0.7},
+                 words="temperature")
+    expect_error(client, 401, "POST", "/v1/completions", {"prompt": [1]}, key="wrong")
+    expect_error(client, 401, "GET", "/v1/models", key=None)
+    expect_error(client, 404, "GET", "/v1/nothing", words="/v1/nothing")
+    expect_error(client, 405, "GET", "/v1/completions", words="POST")
+    expect_error(client, 501, "POST", "/v1/chat/completions", {"messages": []}, words="template")
+    # A body over the limit: refused from its Content-Length, before it is read.
+    with socket.create_connection(("127.0.0.1", client.port), timeout=TIMEOUT) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Authorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Length: 100000000\r\n\r\n{\"prompt\": [")
+        reply = s.recv(65536).decode("utf-8", "replace")
+    if not reply.startswith("HTTP/1.1 413"):
+        fail(f"a huge body: {reply!r}")
+    status, text = client.request("GET", "/health", key=None)
+    models = json.loads(client.request("GET", "/v1/models")[1])
+    if status != 200 or models["data"][0]["id"] != "model":
+        fail(f"/health {status} {text}, /v1/models {models}")
+
+
+def check_dropped(client, want):
+    """A client that goes away after its first event; then the server still serves."""
+    s, _ = open_stream(client.port, PROMPTS[1], 40)
+    s.close()
+    r = client.complete({"prompt": PROMPTS[2], "max_tokens": NEW, "return_token_ids": True})
+    if r["choices"][0]["token_ids"] != want[2]:
+        fail(f"after a dropped client: {r}")
+
+
+def open_stream(port, prompt, max_tokens):
+    """A streamed request on a raw socket, read up to its first event: then it is in a batch."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                       "return_token_ids": True}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " +
+              str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        got += s.recv(4096)
+    return s, got
+
+
+def read_to_end(s, got):
+    while True:
+        more = s.recv(65536)
+        if not more:
+            return got.decode("utf-8", "replace")
+        got += more
+
+
+def ranks_of(pid, server):
+    """The launcher's descendants that run the server: the ranks (under Open MPI its children,
+    under MPICH's hydra a proxy's)."""
+    ranks, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children", encoding="ascii") as f:
+                    todo += [int(k) for k in f.read().split()]
+            if p != pid and os.path.realpath(f"/proc/{p}/exe") == os.path.realpath(server):
+                ranks.append(p)
+        except FileNotFoundError:
+            pass
+    if len(ranks) != 2:
+        fail(f"the launcher {pid} runs the server as {ranks}, not as 2 ranks")
+    return ranks
+
+
+def check_startup_errors(mpiexec, flags, server, tmp, model):
+    """Refusals at start, one line each naming the thing, and the job ends (exit not 0)."""
+    open_key = os.path.join(tmp, "open-key")
+    with open(open_key, "w", encoding="ascii") as f:
+        f.write(KEY)
+    os.chmod(open_key, 0o644)
+    no_tok = os.path.join(tmp, "no-tokenizer")
+    os.makedirs(no_tok)
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.join(model, name), os.path.join(no_tok, name))
+    for args, words in [(["--model", model, "--api-key-file", open_key], "chmod 600"),
+                        (["--model", no_tok], "no tokenizer"),
+                        (["--model", model, "--max-batch", "0"], "--max-batch")]:
+        r = subprocess.run([mpiexec, "-n", "2", *flags, server, "--port", "0", *args],
+                           capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        if r.returncode == 0 or words not in r.stderr:
+            fail(f"{args}: exit {r.returncode}, expected a line with '{words}':\n{r.stderr}")
+
+
+def start(mpiexec, flags, server, model, key_file):
+    cmd = [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--max-len",
+           str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+        if m:
+            break
+    else:
+        fail(f"the server ended (exit {proc.wait()}) before listening:\n{''.join(lines)}")
+    # The rest of its output, read as it comes (the pipe never fills).
+    rest = []
+    reader = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)
+    reader.start()
+    return proc, int(m.group(1)), lines, rest, reader
+
+
+def main():
+    mpiexec, server, demo, *flags = sys.argv[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "model")
+        subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model], check=True)
+        key_file = os.path.join(tmp, "key")
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, (KEY + "\n").encode())
+        os.close(fd)
+        want = demo_tokens(mpiexec, flags, demo, model)
+        check_startup_errors(mpiexec, flags, server, tmp, model)
+        proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
+        try:
+            client = Client(port)
+            results = check_tokens(client, want)
+            check_text_and_stop(client, want, results)
+            check_errors(client)
+            check_dropped(client, want)
+            # As scancel and srun do: every rank gets SIGTERM (Open MPI's mpirun, given SIGTERM
+            # itself, forwards it and the ranks stop as cleanly, but it exits 1 on its own). A
+            # request in the running batch then still gets all its tokens.
+            s, got = open_stream(port, PROMPTS[2], 40)
+            for pid in ranks_of(proc.pid, server):
+                os.kill(pid, signal.SIGTERM)
+            text = read_to_end(s, got)
+            s.close()
+            ids = [i for m in re.findall(r'"token_ids":\[([0-9,]*)\]', text)
+                   for i in m.split(",") if i]
+            if len(ids) != 40 or '"finish_reason":"length"' not in text or \
+                    "data: [DONE]" not in text or ids[:NEW] != list(map(str, want[2])):
+                fail(f"the running request after SIGTERM: {text!r}")
+            code = proc.wait(timeout=TIMEOUT)
+            reader.join(timeout=TIMEOUT)
+            if code != 0 or not any("stopped" in line for line in rest):
+                fail(f"after SIGTERM: exit {code}:\n{''.join(lines + rest)}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    print("PASS: disco-llm-server: tokens equal disco-demo's, stream, stop, errors, a dropped "
+          "client, SIGTERM")
+
+
+if __name__ == "__main__":
+    main()
