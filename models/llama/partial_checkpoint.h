@@ -35,8 +35,7 @@ class PartialCheckpoint {
 
   std::string path_;
   int fd_ = -1;
-  int watcher_fd_ = -1;  // the write end of the watcher's pipe
-  pid_t watcher_ = -1;
+  int watcher_fd_ = -1;  // this end of the watcher's socket pair
 };
 
 /// Removes the partial checkpoints in `parent` (this user's private directory) whose writer is gone
