@@ -5,6 +5,8 @@
 #include <disco/error.h>
 #include <pcre2.h>
 
+#include <cstdint>
+
 #include "tokenizer/utf8.h"
 
 namespace tokenizer {
@@ -34,6 +36,14 @@ Regex::Regex(const std::string& pattern, const std::string& what) {
                             << " does not compile: " << reinterpret_cast<const char*>(msg)
                             << " at offset " << offset;
   }
+  // Hugging Face's tokenizers split at an empty match too (a pattern such as `x*` splits between
+  // every character); disco does not, so such a pattern would give other tokens: refused. (0 is
+  // also PCRE2's answer where it cannot tell, e.g. with back references: refused alike.)
+  uint32_t min_length = 0;
+  pcre2_pattern_info(code->code.get(), PCRE2_INFO_MINLENGTH, &min_length);
+  DISCO_CHECK(min_length > 0, ValueError)
+      << code->what << " can match the empty string, which disco does not split on as Hugging "
+      << "Face's tokenizers do";
   pcre2_jit_compile(code->code.get(), PCRE2_JIT_COMPLETE);  // interpreted where JIT fails
   code_ = std::move(code);
 }

@@ -14,7 +14,8 @@ namespace tokenizer {
 
 class Regex {
  public:
-  /// Compiles `pattern`; throws disco::ValueError "<what>: <pcre2's message> at offset N".
+  /// Compiles `pattern`; throws disco::ValueError "<what>: <pcre2's message> at offset N", and
+  /// refuses a pattern that can match the empty string (Hugging Face splits there; disco does not).
   Regex(const std::string& pattern, const std::string& what);
   /// A pattern that matches `literal` exactly.
   static Regex Literal(const std::string& literal, const std::string& what);

@@ -125,6 +125,10 @@ TEST_F(TokenizerFiles, UnsupportedTypesNameTheirPath) {
   Tokenizer slow = Tokenizer::FromFile(p);
   ExpectError([&] { slow.Encode(std::string(64, 'a') + "b"); },
               {"pre_tokenizer.pattern", "fails on a text of 65 bytes"});
+  p = with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": "Split", "pattern": )"
+                                       R"({"Regex": "x*"}, "behavior": "Isolated"})");
+  ExpectError([&] { Tokenizer::FromFile(p); },
+              {p, "pre_tokenizer.pattern", "can match the empty string"});
   p = with(R"("pre_tokenizer": null)", R"("pre_tokenizer": {"type": 7})");
   ExpectError([&] { Tokenizer::FromFile(p); }, {p, "pre_tokenizer.type: is a number"});
 }
