@@ -3,6 +3,8 @@
 
 #include <disco/error.h>
 
+#include <algorithm>
+
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 
@@ -53,7 +55,23 @@ AddedTokens AddedTokens::FromJson(const JsonNode& node) {
     t.normalized = n.Bool("normalized", !t.special);
     a.tokens_.push_back(std::move(t));
   }
+  a.Index();
   return a;
+}
+
+void AddedTokens::Index() {
+  by_first_byte_.assign(256, {});
+  by_id_.clear();
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    by_id_.emplace(tokens_[i].id, i);
+    const std::string& m = tokens_[i].match;
+    if (!m.empty()) by_first_byte_[static_cast<unsigned char>(m[0])].push_back(i);
+  }
+  for (auto& v : by_first_byte_) {
+    std::stable_sort(v.begin(), v.end(), [&](uint32_t a, uint32_t b) {
+      return tokens_[a].match.size() > tokens_[b].match.size();
+    });
+  }
 }
 
 void AddedTokens::Normalize(const std::function<void(std::string*)>& normalizer) {
@@ -61,13 +79,12 @@ void AddedTokens::Normalize(const std::function<void(std::string*)>& normalizer)
   for (AddedToken& t : tokens_) {
     if (t.normalized) normalizer(&t.match);
   }
+  Index();
 }
 
 const AddedToken* AddedTokens::Find(int64_t id) const {
-  for (const AddedToken& t : tokens_) {
-    if (t.id == id) return &t;
-  }
-  return nullptr;
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &tokens_[it->second];
 }
 
 std::vector<Segment> AddedTokens::Split(const std::string& text, bool at_start,
@@ -78,12 +95,14 @@ std::vector<Segment> AddedTokens::Split(const std::string& text, bool at_start,
     if (end > prev) out.push_back({-1, text.substr(prev, end - prev), at_start && prev == 0});
   };
   for (size_t pos = 0; pos < text.size();) {
-    const AddedToken* best = nullptr;  // the longest token at pos
-    for (const AddedToken& t : tokens_) {
-      if (t.normalized == normalized && !t.match.empty() &&
-          text.compare(pos, t.match.size(), t.match) == 0 &&
-          (best == nullptr || t.match.size() > best->match.size())) {
+    const AddedToken* best = nullptr;  // the longest token at pos (the first of equal ones)
+    const size_t first = static_cast<unsigned char>(text[pos]);
+    const size_t candidates = first < by_first_byte_.size() ? by_first_byte_[first].size() : 0;
+    for (size_t c = 0; c < candidates; ++c) {
+      const AddedToken& t = tokens_[by_first_byte_[first][c]];
+      if (t.normalized == normalized && text.compare(pos, t.match.size(), t.match) == 0) {
         best = &t;
+        break;
       }
     }
     if (best == nullptr) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/json_node.h"
@@ -45,7 +46,13 @@ class AddedTokens {
   const AddedToken* Find(int64_t id) const;
 
  private:
+  void Index();
+
   std::vector<AddedToken> tokens_;
+  // Indices into tokens_ by the first byte of `match`, longest match first (equal lengths in file
+  // order): a position of the text is tried against the tokens that can start there only.
+  std::vector<std::vector<uint32_t>> by_first_byte_;
+  std::unordered_map<int64_t, size_t> by_id_;  // the first token of each id
 };
 
 }  // namespace tokenizer
