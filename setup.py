@@ -4,8 +4,9 @@ the project's CMake build installs, not a second build description.
 build_py configures (once) and builds the CMake project in DISCO_CMAKE_BUILD_DIR (default
 build/pip; an existing configured build dir is reused as it is, e.g. build/), installs it into a
 staging prefix, and copies the installed `disco` package (extension, .py, stubs, py.typed,
-disco-run) and the libraries libdisco and libdisco_llama into the wheel's `disco/`, where
-disco/__init__.py loads libdisco from. DISCO_CMAKE_ARGS adds configure arguments (e.g.
+disco-run) and the libraries libdisco, libdisco_tokenizer and libdisco_llama into the wheel's
+`disco/`, where disco/__init__.py loads libdisco and libdisco_tokenizer from. DISCO_CMAKE_ARGS
+adds configure arguments (e.g.
 "-DDISCO_ENABLE_CUDA=OFF"; given with an existing build dir, it is configured again with them),
 DISCO_BUILD_JOBS the build's parallelism (default 2). setuptools' own files go into the build dir
 too, so that a read-only checkout builds with DISCO_CMAKE_BUILD_DIR elsewhere.

@@ -51,12 +51,14 @@ except ImportError as _e:
         "run your program with that one (e.g. %s -m disco -n 4 app.py)"
         % (_sys.executable, _e, _build_info.PYTHON_EXECUTABLE, _build_info.PYTHON_EXECUTABLE)) from None
 
-# Installed by pip, libdisco sits next to the extension (setup.py): loaded first, under its soname,
-# so that the extension and libdisco_llama find it whatever their RPATH says.
+# Installed by pip, libdisco and libdisco_tokenizer sit next to the extension (setup.py): loaded
+# first (libdisco before the tokenizer, which needs it), under their sonames, so that the extension
+# and libdisco_llama find them whatever their RPATH says.
 _here = _os.path.dirname(_os.path.abspath(__file__))
-for _lib in sorted(_f for _f in _os.listdir(_here) if _f.startswith("libdisco.so.")):
-    import ctypes as _ctypes
-    _ctypes.CDLL(_os.path.join(_here, _lib))
+for _prefix in ("libdisco.so.", "libdisco_tokenizer.so"):
+    for _lib in sorted(_f for _f in _os.listdir(_here) if _f.startswith(_prefix)):
+        import ctypes as _ctypes
+        _ctypes.CDLL(_os.path.join(_here, _lib))
 
 from . import _core  # noqa: E402
 from ._core import (  # noqa: E402
