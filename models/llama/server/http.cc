@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <utility>
@@ -27,6 +28,7 @@ std::string BearerKey(const httplib::Request& req) {
 
 // What a streamed response shares between its provider's calls.
 struct Stream {
+  std::shared_ptr<void> ticket;  // held until the response is destroyed
   std::shared_ptr<Job> job;
   std::string id, model;
   int64_t created = 0, completion_tokens = 0;
@@ -93,8 +95,22 @@ int HttpFront::Start() {
   return port;
 }
 
+std::shared_ptr<void> HttpFront::Ticket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++in_flight_;
+  return std::shared_ptr<void>(nullptr, [this](void*) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--in_flight_ == 0) drained_.notify_all();
+  });
+}
+
 void HttpFront::Stop() {
   if (!thread_.joinable()) return;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    drained_.wait_for(lock, std::chrono::seconds(kDrainSeconds),
+                      [this] { return in_flight_ == 0; });
+  }
   svr_->stop();
   thread_.join();
 }
@@ -188,6 +204,7 @@ void HttpFront::Complete(const httplib::Request& req, httplib::Response& res) {
                    "prompt");
   }
   auto st = std::make_shared<Stream>();
+  st->ticket = Ticket();
   st->job = std::make_shared<Job>(r, std::move(prompt));
   st->id = "cmpl-" + std::to_string(next_id_++);
   st->model = o_.model_name;

@@ -7,8 +7,10 @@
 #define DISCO_MODELS_LLAMA_SERVER_HTTP_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -46,12 +48,19 @@ class HttpFront {
   int Start();
   /// Refuses new requests (503) from now on.
   void StopAccepting() { accepting_ = false; }
-  /// Stops the server once the responses in flight are written, and joins its thread.
+  /// Stops the server once the responses in flight are written (a client that does not read its
+  /// stream is given `kDrainSeconds`), and joins its thread. Call it after the scheduler has ended
+  /// every job: a response waiting for output would wait out the whole grace.
   void Stop();
+
+  static constexpr int kDrainSeconds = 10;
 
  private:
   void Routes();
   void Complete(const httplib::Request& req, httplib::Response& res);
+  // A response in flight holds a ticket until it has been written (or its client has gone):
+  // cpp-httplib's stop() cuts a chunked response short, so Stop waits for the tickets first.
+  std::shared_ptr<void> Ticket();
 
   HttpOptions o_;
   tokenizer::Tokenizer tok_;
@@ -60,6 +69,9 @@ class HttpFront {
   std::thread thread_;
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> next_id_{0};
+  std::mutex mu_;
+  std::condition_variable drained_;
+  int64_t in_flight_ = 0;
 };
 
 /// Compares a request's key with the server's in time that depends on the server's key's length
