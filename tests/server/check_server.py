@@ -162,6 +162,39 @@ def check_errors(client):
     expect_error(client, 404, "GET", "/v1/nothing", words="/v1/nothing")
     expect_error(client, 405, "GET", "/v1/completions", words="POST")
     expect_error(client, 501, "POST", "/v1/chat/completions", {"messages": []}, words="template")
+    # What would change the result and is not implemented: refused naming it, not ignored; the
+    # neutral values clients send by default pass.
+    for field, value in [("logprobs", 1), ("echo", True), ("suffix", "x"), ("best_of", 2),
+                         ("presence_penalty", 0.5), ("frequency_penalty", -1),
+                         ("logit_bias", {"5": 100})]:
+        expect_error(client, 400, "POST", "/v1/completions",
+                     {"prompt": [1], "max_tokens": 1, field: value}, words=field)
+    client.complete({"prompt": [1], "max_tokens": 1, "echo": False, "suffix": "", "best_of": 1,
+                     "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {},
+                     "logprobs": None, "user": "u"})
+    expect_error(client, 400, "POST", "/v1/completions",
+                 raw='{"prompt": [1], "max_tokens": 99999999999999999999}', words="[1, ")
+    # The scheme's case does not matter; a key is still needed.
+    c = http.client.HTTPConnection("127.0.0.1", client.port, timeout=TIMEOUT)
+    c.request("GET", "/v1/models", headers={"Authorization": f"bearer {KEY}"})
+    if c.getresponse().status != 200:
+        fail("Authorization: bearer KEY (lower case) refused")
+    c.close()
+    # A POST without a length; a chunked body past the limit (1 MiB): refused, not read whole.
+    for head, body, code in [(b"", b"", b"411"),
+                             (b"Transfer-Encoding: chunked\r\n",
+                              b"".join(b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+                                       for _ in range(20)) + b"0\r\n\r\n", b"413")]:
+        with socket.create_connection(("127.0.0.1", client.port), timeout=TIMEOUT) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      KEY.encode() + b"\r\n" + head + b"\r\n")
+            try:
+                s.sendall(body)
+            except OSError:  # the server answered and closed before taking it all
+                pass
+            reply = s.recv(65536)
+        if not reply.startswith(b"HTTP/1.1 " + code):
+            fail(f"expected {code!r}: {reply[:300]!r}")
     # A body over the limit: refused from its Content-Length, before it is read.
     with socket.create_connection(("127.0.0.1", client.port), timeout=TIMEOUT) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -237,8 +270,14 @@ def check_startup_errors(mpiexec, flags, server, tmp, model):
     os.makedirs(no_tok)
     for name in ("config.json", "model.safetensors"):
         os.symlink(os.path.join(model, name), os.path.join(no_tok, name))
+    nul_key = os.path.join(tmp, "nul-key")
+    fd = os.open(nul_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"a\0b\n")
+    os.close(fd)
     for args, words in [(["--model", model, "--api-key-file", open_key], "chmod 600"),
+                        (["--model", model, "--api-key-file", nul_key], "control byte (0x0)"),
                         (["--model", no_tok], "no tokenizer"),
+                        (["--model", model, "--max-len", "100000"], "max_position_embeddings"),
                         (["--model", model, "--max-batch", "0"], "--max-batch")]:
         r = subprocess.run([mpiexec, "-n", "2", *flags, server, "--port", "0", *args],
                            capture_output=True, text=True, timeout=TIMEOUT, check=False)

@@ -1,25 +1,31 @@
-// disco-llm-server's HTTP front (models/llama/server/http.h) without a model: a scheduler thread
-// of the test's own feeds the job. Stopping the server writes the streams in flight to the end.
+// disco-llm-server's HTTP side without a model (models/llama/server/http.h, connection.h): a
+// scheduler thread of the test's own feeds the jobs. Stopping writes the streams in flight to the
+// end; slow, idle and pipelining clients; an exclusive port; a client that leaves.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
 
+#include "llama/server/connection.h"
 #include "llama/server/http.h"
 #include "llama/server/job.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
+using llm_server::ConnectionLimits;
 using llm_server::HttpFront;
 using llm_server::HttpOptions;
+using llm_server::HttpServer;
 using llm_server::Job;
 using llm_server::JobQueue;
 using llm_server::Piece;
@@ -112,6 +118,146 @@ TEST(HttpFront, StopWritesTheStreamsInFlightToTheEnd) {
   const std::string end = "data: [DONE]\n\n\r\n0\r\n\r\n";
   ASSERT_GE(got.size(), end.size());
   EXPECT_EQ(got.substr(got.size() - end.size()), end);
+}
+
+// A server with GET /health on a thread, as disco-llm-server's front runs it.
+class TestServer {
+ public:
+  explicit TestServer(ConnectionLimits l) : srv_(l) {
+    srv_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("ok", "text/plain");
+    });
+    port_ = srv_.Bind("127.0.0.1", 0);
+    EXPECT_GT(port_, 0);
+    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ~TestServer() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    srv_.BeginStop();
+    srv_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  HttpServer srv_;
+  int port_ = -1;
+  std::thread thread_;
+};
+
+// Sends a request's head a byte at a time (every `gap`) without ending it, until the server
+// closes the connection or `max_bytes` are sent; returns the bytes sent.
+size_t Trickle(int fd, size_t max_bytes, std::chrono::milliseconds gap) {
+  const std::string head = "GET /health HTTP/1.1\r\n";
+  size_t sent = 0;
+  for (; sent < max_bytes; ++sent) {
+    const char c = sent < head.size() ? head[sent] : 'x';
+    if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+    char b;
+    if (::recv(fd, &b, 1, MSG_DONTWAIT) == 0) break;  // closed by the server
+    std::this_thread::sleep_for(gap);
+  }
+  return sent;
+}
+
+std::string Get(int port, const std::string& path) {
+  const int fd = Connect(port);
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  EXPECT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string got = ReadAll(fd);
+  ::close(fd);
+  return got;
+}
+
+// A client that sends its request a byte at a time is cut at the request deadline (the library's
+// per-recv timeout alone would let it hold its thread for ever).
+TEST(HttpServer, SlowClientIsCutAtTheRequestDeadline) {
+  ConnectionLimits l;
+  l.request_seconds = 1;
+  TestServer srv(l);
+  const int fd = Connect(srv.port());
+  // 1 s of deadline against 10 s of trickling.
+  EXPECT_LT(Trickle(fd, 100, std::chrono::milliseconds(100)), 100u);
+  ::close(fd);
+}
+
+// Clients that hold connections (trickling, so no read timeout fires) do not keep /health
+// waiting, and a stop does not wait for them.
+TEST(HttpServer, HeldConnectionsNeitherBlockOthersNorTheStop) {
+  TestServer srv{ConnectionLimits{}};
+  std::vector<int> fds;
+  for (int i = 0; i < 64; ++i) fds.push_back(Connect(srv.port()));
+  std::atomic<bool> trickling{true};
+  std::thread trickler([&] {
+    // Up to 60 s, a byte per connection every 500 ms, until the server has closed them all.
+    for (int round = 0; round < 120; ++round) {
+      size_t open = 0;
+      for (int fd : fds) {
+        const char c = 'x';
+        char b;
+        if (::send(fd, &c, 1, MSG_NOSIGNAL) == 1 && ::recv(fd, &b, 1, MSG_DONTWAIT) != 0) ++open;
+      }
+      if (open == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    trickling = false;
+  });
+  EXPECT_NE(Get(srv.port(), "/health").find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_TRUE(trickling.load()) << "/health answered only once the held connections had ended";
+  srv.Stop();
+  EXPECT_TRUE(trickling.load()) << "the stop waited for the held connections";
+  trickler.join();
+  for (int fd : fds) ::close(fd);
+}
+
+// Requests written back to back on one connection are answered each, in order.
+TEST(HttpServer, PipelinedRequestsAreAllAnswered) {
+  TestServer srv{ConnectionLimits{}};
+  const int fd = Connect(srv.port());
+  const std::string one = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string all =
+      one + one + "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::write(fd, all.data(), all.size()), static_cast<ssize_t>(all.size()));
+  EXPECT_EQ(Count(ReadAll(fd), "HTTP/1.1 200"), 3u);
+  ::close(fd);
+}
+
+// A second server on a port in use fails (the library's SO_REUSEPORT would have let it share
+// the first one's clients).
+TEST(HttpServer, ASecondServerOnThePortIsRefused) {
+  TestServer first{ConnectionLimits{}};
+  HttpServer second{ConnectionLimits{}};
+  EXPECT_EQ(second.Bind("127.0.0.1", first.port()), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+}
+
+// A client that waits for a whole (not streamed) response and goes away cancels its job, so the
+// scheduler frees its place at the next step.
+TEST(HttpFront, ANonStreamedClientThatLeavesCancelsItsJob) {
+  HttpOptions o;
+  o.model_name = "m";
+  o.max_len = 1000;
+  o.vocab_size = 258;
+  JobQueue queue;
+  HttpFront front(o, SmallTokenizer(), &queue);
+  const int port = front.Start();
+  const int fd = Connect(port);
+  const std::string body = R"({"prompt": [1], "max_tokens": 10})";
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::shared_ptr<Job> job = queue.Take(1).at(0);
+  ::close(fd);
+  for (int i = 0; i < 600 && !job->cancelled(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(job->cancelled());
+  job->Fail(499, "gone");
+  front.Stop();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <limits>
 
 namespace llm_server {
@@ -31,10 +32,14 @@ const char* TypeOf(int status) {
 }
 
 int64_t Int(const json& v, const std::string& param, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) Bad(param, "must be an integer, not " + std::string(v.type_name()));
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    Bad(param, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  // An integer past 2^64 is parsed as a float: say it is out of range, not that it is no integer.
+  if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+      std::nearbyint(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) >= 0x1p63) {
+    Bad(param, range);
   }
+  if (!v.is_number_integer()) Bad(param, "must be an integer, not " + std::string(v.type_name()));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) Bad(param, range);
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) {
     Bad(param, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not " +
@@ -102,6 +107,30 @@ void CheckGreedy(const json& j) {
   if (j.contains("n") && !j["n"].is_null()) Int(j["n"], "n", 1, 1);
 }
 
+// OpenAI's fields that would change the result and that this server does not implement: refused
+// naming the field rather than answered as if absent. Their neutral values pass (clients send
+// them by default); fields that do not change the result (user, seed when greedy) pass.
+void CheckUnsupported(const json& j) {
+  auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  const char* why = " is not implemented by this server";
+  if (given("logprobs")) Bad("logprobs", std::string("(log probabilities)") + why);
+  if (given("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>())) {
+    Bad("echo", std::string("(the prompt echoed in the text)") + why);
+  }
+  if (given("suffix") && !(j["suffix"].is_string() && j["suffix"].get<std::string>().empty())) {
+    Bad("suffix", std::string("(text after the completion)") + why);
+  }
+  if (given("best_of")) Int(j["best_of"], "best_of", 1, 1);
+  for (const char* k : {"presence_penalty", "frequency_penalty"}) {
+    if (given(k) && !(j[k].is_number() && j[k].get<double>() == 0.0)) {
+      Bad(k, std::string("must be 0: penalties") + why);
+    }
+  }
+  if (given("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty())) {
+    Bad("logit_bias", std::string("must be empty: logit biases") + why);
+  }
+}
+
 json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
@@ -147,6 +176,7 @@ CompletionRequest ParseCompletion(const std::string& body) {
   }
   if (j.contains("stop")) ReadStop(j["stop"], &r);
   CheckGreedy(j);
+  CheckUnsupported(j);
   return r;
 }
 

@@ -3,14 +3,17 @@
 #include <disco/error.h>
 #include <httplib.h>
 
+#include <strings.h>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <utility>
 #include <vector>
 
 #include "llama/server/api.h"
+#include "llama/server/connection.h"
 
 namespace llm_server {
 namespace {
@@ -20,10 +23,12 @@ void SendError(httplib::Response& res, const ApiError& e) {
   res.set_content(e.Body(), "application/json");
 }
 
+// The key of `Authorization: Bearer KEY`; the scheme's case does not matter (RFC 9110 11.1).
 std::string BearerKey(const httplib::Request& req) {
   const std::string auth = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  return auth.compare(0, prefix.size(), prefix) == 0 ? auth.substr(prefix.size()) : "";
+  if (auth.size() < 7 || strncasecmp(auth.c_str(), "bearer ", 7) != 0) return "";
+  const size_t at = auth.find_first_not_of(' ', 7);
+  return at == std::string::npos ? "" : auth.substr(at);
 }
 
 // What a streamed response shares between its provider's calls.
@@ -73,24 +78,23 @@ bool KeyMatches(const std::string& expected, const std::string& given) {
 }
 
 HttpFront::HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue)
-    : o_(std::move(o)),
-      tok_(std::move(tok)),
-      queue_(queue),
-      svr_(std::make_unique<httplib::Server>()) {
+    : o_(std::move(o)), tok_(std::move(tok)), queue_(queue), svr_(std::make_unique<HttpServer>([&] {
+        ConnectionLimits l;
+        l.max_request_bytes = o_.max_body + (64 << 10);  // the head's share
+        l.max_threads = o_.threads;
+        return l;
+      }())) {
   Routes();
 }
 
 HttpFront::~HttpFront() { Stop(); }
 
 int HttpFront::Start() {
-  int port = o_.port;
-  if (port == 0) {
-    port = svr_->bind_to_any_port(o_.host);
-  } else if (!svr_->bind_to_port(o_.host, port)) {
-    port = -1;
-  }
-  DISCO_CHECK(port > 0, ValueError) << "cannot listen on " << o_.host << ":" << o_.port << " ("
-                                    << std::strerror(errno) << "): give another --host or --port";
+  const int port = svr_->Bind(o_.host, o_.port);
+  DISCO_CHECK(port > 0, ValueError)
+      << "cannot listen on " << o_.host << ":" << o_.port << " ("
+      << (errno != 0 ? std::strerror(errno) : "the host does not resolve to a local address")
+      << "): give another --host or --port";
   thread_ = std::thread([this] { svr_->listen_after_bind(); });
   return port;
 }
@@ -111,6 +115,7 @@ void HttpFront::Stop() {
     drained_.wait_for(lock, std::chrono::seconds(kDrainSeconds),
                       [this] { return in_flight_ == 0; });
   }
+  svr_->BeginStop();
   svr_->stop();
   thread_.join();
 }
@@ -118,30 +123,48 @@ void HttpFront::Stop() {
 void HttpFront::Routes() {
   httplib::Server& s = *svr_;
   s.set_payload_max_length(o_.max_body);
-  // A request holds its thread until its output is written: enough of them for a full batch and
-  // the next one queued behind it.
-  const size_t threads = o_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // A response without a body of ours (404, 413, 400 from the parser) gets OpenAI's error object.
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string what = "HTTP " + std::to_string(res.status);
-        if (res.status == 404) what = "no route " + req.method + " " + req.path;
-        if (res.status == 413) what = "the request body is over the limit";
-        SendError(res, ApiError(res.status, what));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                  httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const Connection* c = Connection::Current();
+    if (c != nullptr && c->over_limit()) res.status = 413;  // a chunked body cut at the limit
+    std::string what = "HTTP " + std::to_string(res.status);
+    if (res.status == 404) what = "no route " + req.method + " " + req.path;
+    if (res.status == 413) {
+      what = "the request is over the limit (" + std::to_string(o_.max_body) + " bytes of body)";
+    }
+    if (res.status == 400) what = "a malformed HTTP request";
+    SendError(res, ApiError(res.status, what));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  // Before the body is read. A request answered here leaves its body unread: its connection is
+  // closed after the answer (the body is not a next request).
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    auto answer = [&](const ApiError& e) {
+      SendError(res, e);
+      Connection* c = Connection::Current();
+      if (c != nullptr &&
+          (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))) {
+        c->CloseAfterThisRequest();
+        res.set_header("Connection", "close");
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    if (req.has_header("Content-Length") &&
+        std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > o_.max_body) {
+      return answer(ApiError(
+          413, "the request body is over the limit (" + std::to_string(o_.max_body) + " bytes)"));
+    }
+    if (req.method == "POST" && !req.has_header("Content-Length") &&
+        !req.has_header("Transfer-Encoding")) {
+      return answer(ApiError(411, "a POST needs a Content-Length or a chunked body"));
+    }
     if (req.path.compare(0, 4, "/v1/") == 0 && !o_.api_key.empty() &&
         !KeyMatches(o_.api_key, BearerKey(req))) {
-      SendError(res, ApiError(401, "a wrong or missing API key (Authorization: Bearer KEY)"));
-      return httplib::Server::HandlerResponse::Handled;
+      return answer(ApiError(401, "a wrong or missing API key (Authorization: Bearer KEY)"));
     }
-    if (!accepting_.load()) {
-      SendError(res, ApiError(503, "the server is shutting down"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    if (!accepting_.load()) return answer(ApiError(503, "the server is shutting down"));
     return httplib::Server::HandlerResponse::Unhandled;
   });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -218,6 +241,15 @@ void HttpFront::Complete(const httplib::Request& req, httplib::Response& res) {
           if (!success) st->job->Cancel();
         });
     return;
+  }
+  // Not streamed: nothing is written until the end, so a client that has gone is seen by looking
+  // at its socket while waiting (it frees the job's slot at the next step, as a stream's does).
+  const Connection* conn = Connection::Current();
+  while (conn != nullptr && !st->job->Ready(std::chrono::milliseconds(200))) {
+    if (conn->PeerGone()) {
+      st->job->Cancel();
+      throw ApiError(499, "the client went away");
+    }
   }
   Piece all, p;
   while (st->job->Next(&p)) {

@@ -18,12 +18,13 @@
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace llm_server {
+
+class HttpServer;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
@@ -33,7 +34,7 @@ struct HttpOptions {
   int64_t max_len = 0;     // positions a request may use: prompt + max_tokens
   int64_t vocab_size = 0;
   size_t max_body = 1 << 20;  // bytes of a request body (413 beyond)
-  size_t threads = 16;        // connections served at once (a request waiting holds one)
+  size_t threads = 512;       // connections served at once (a request waiting holds one)
 };
 
 class HttpFront {
@@ -65,7 +66,7 @@ class HttpFront {
   HttpOptions o_;
   tokenizer::Tokenizer tok_;
   JobQueue* queue_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<HttpServer> svr_;
   std::thread thread_;
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> next_id_{0};

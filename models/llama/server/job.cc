@@ -28,6 +28,11 @@ bool Job::Next(Piece* piece) {
   return true;
 }
 
+bool Job::Ready(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, wait, [this] { return !pieces_.empty() || done_; });
+}
+
 int Job::error_status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_status_;

@@ -4,6 +4,7 @@
 #ifndef DISCO_MODELS_LLAMA_SERVER_JOB_H_
 #define DISCO_MODELS_LLAMA_SERVER_JOB_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,8 @@ class Job {
   void Fail(int status, const std::string& message);
   /// The HTTP side: waits for the next piece; false at the end (then error() says if it failed).
   bool Next(Piece* piece);
+  /// Waits up to `wait` for a piece or the end; true when Next would not wait.
+  bool Ready(std::chrono::milliseconds wait);
   /// The error that ended the job (status 0: none).
   int error_status() const;
   std::string error_message() const;

@@ -57,9 +57,20 @@ std::string ReadKeyFile(const std::string& path) {
   DISCO_CHECK(got <= kMaxKeyBytes, ValueError)
       << what << ": over " << kMaxKeyBytes << " bytes: a key is one line";
   key.resize(got);
-  while (!key.empty() && std::strchr(" \t\r\n", key.back()) != nullptr) key.pop_back();
+  // Blanks around the key are the editor's, not the key's (a client cannot send a leading one in
+  // its header either).
+  const size_t begin = key.find_first_not_of(" \t\r\n");
+  key = begin == std::string::npos ? ""
+                                   : key.substr(begin, key.find_last_not_of(" \t\r\n") + 1 - begin);
   DISCO_CHECK(!key.empty() && key.find_first_of("\r\n") == std::string::npos, ValueError)
       << what << ": the key must be one non-empty line";
+  // A byte a client cannot put in an Authorization header (a control byte, NUL) would make a
+  // server that refuses every request.
+  for (unsigned char c : key) {
+    DISCO_CHECK(c >= 0x20 && c != 0x7f, ValueError)
+        << what << ": the key holds a control byte (0x" << std::hex << static_cast<int>(c)
+        << std::dec << "), which no client can send; use printable characters";
+  }
   return key;
 }
 

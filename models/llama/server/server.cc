@@ -66,7 +66,6 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   HttpOptions h;
   h.host = o.host;
   h.port = o.port;
-  h.threads = static_cast<size_t>(2 * o.max_batch + 8);
   if (!o.api_key_file.empty()) h.api_key = ReadKeyFile(o.api_key_file);
   DISCO_CHECK(llama::IsDirectory(o.model), ValueError)
       << "--model " << o.model
@@ -77,6 +76,9 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   const llama::Config& c = ck.config();
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromDirectory(o.model, c.vocab_size);
   h.vocab_size = c.vocab_size;
+  DISCO_CHECK(o.max_len <= c.max_position_embeddings, ValueError)
+      << "--max-len " << o.max_len << " is over the checkpoint's max_position_embeddings ("
+      << c.max_position_embeddings << "): the model was not made for positions past it";
   h.max_len = o.max_len > 0 ? o.max_len : c.max_position_embeddings;
   h.model_name = o.model.substr(o.model.find_last_of('/', o.model.size() - 2) + 1);
   while (h.model_name.size() > 1 && h.model_name.back() == '/') h.model_name.pop_back();
@@ -95,6 +97,13 @@ int Serve(disco::Session& s, const ServerOptions& o) {
     queue.Wake();
   });
   const int port = front.Start();
+  if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+    std::fprintf(stderr,
+                 "disco-llm-server: warning: --host %s: requests, their text and the API key "
+                 "travel in clear text (no TLS); reach the server over a trusted network or an SSH "
+                 "tunnel\n",
+                 o.host.c_str());
+  }
   std::printf("disco-llm-server: %s (%s), %d rank(s), %s, --max-batch %lld --max-len %lld\n",
               o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
               static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));

@@ -1,0 +1,226 @@
+#include "llama/server/connection.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace llm_server {
+namespace {
+
+thread_local Connection* current = nullptr;
+
+// Sets the thread's current connection for a scope.
+class CurrentScope {
+ public:
+  explicit CurrentScope(Connection* c) { current = c; }
+  ~CurrentScope() { current = nullptr; }
+  CurrentScope(const CurrentScope&) = delete;
+  CurrentScope& operator=(const CurrentScope&) = delete;
+};
+
+void AddressOf(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  const int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                      : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "0";
+  if (rc == 0) {
+    getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+  }
+  ip = host;
+  port = std::atoi(serv);
+}
+
+// Ends a connection whose client may still be sending (a body left unread): closing with unread
+// bytes would reset it, and the client could lose the answer already sent. So, as web servers
+// do, the answer is followed by a half close and what still comes is read and dropped for a
+// while.
+void LingeringClose(int fd) {
+  shutdown(fd, SHUT_WR);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  char buf[16384];
+  for (size_t dropped = 0; dropped < (size_t{8} << 20);) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+Connection::Connection(int fd, const ConnectionLimits& limits, const std::atomic<bool>& stopping)
+    : fd_(fd), limits_(limits), stopping_(stopping), buf_(16 << 10) {}
+
+Connection* Connection::Current() { return current; }
+
+bool Connection::WaitFor(short events, Clock::time_point deadline) const {
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    if (stopping_.load()) {
+      if (stop_seen_ == Clock::time_point{}) stop_seen_ = now;
+      deadline = std::min(deadline, stop_seen_ + std::chrono::seconds(limits_.stop_grace_seconds));
+    }
+    if (now >= deadline) return false;
+    // Slices of 100 ms: a stop is seen soon.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    pollfd p{fd_, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+    if (n < 0 && errno != EINTR) return false;
+    if (n > 0) return (p.revents & (events | POLLHUP | POLLERR)) != 0;
+  }
+}
+
+bool Connection::AwaitRequest() {
+  request_bytes_ = 0;
+  over_limit_ = close_after_ = false;
+  if (begin_ == end_) {
+    // Nothing buffered: wait for the client (a stopping server waits no more than its grace).
+    if (!WaitFor(POLLIN, Clock::now() + std::chrono::seconds(limits_.idle_seconds))) return false;
+    char byte;
+    const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK);
+    if (n <= 0) return false;  // closed (or reset)
+  }
+  deadline_ = Clock::now() + std::chrono::seconds(limits_.request_seconds);
+  return true;
+}
+
+bool Connection::PeerGone() const {
+  pollfd p{fd_, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+bool Connection::is_readable() const { return begin_ < end_ || WaitFor(POLLIN, deadline_); }
+
+bool Connection::is_writable() const {
+  pollfd p{fd_, POLLOUT, 0};
+  return poll(&p, 1, limits_.write_seconds * 1000) > 0 && (p.revents & POLLOUT) != 0 &&
+         (p.revents & (POLLHUP | POLLERR)) == 0;
+}
+
+ssize_t Connection::read(char* ptr, size_t size) {
+  if (begin_ == end_) {
+    if (!is_readable()) return -1;
+    ssize_t n;
+    do {
+      n = recv(fd_, buf_.data(), buf_.size(), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) return n;
+    begin_ = 0;
+    end_ = static_cast<size_t>(n);
+  }
+  // Only what the parser takes counts: bytes of a pipelined next request stay buffered for it.
+  const size_t k = std::min(size, end_ - begin_);
+  if (request_bytes_ + k > limits_.max_request_bytes) {
+    over_limit_ = true;
+    return -1;
+  }
+  std::memcpy(ptr, buf_.data() + begin_, k);
+  begin_ += k;
+  request_bytes_ += k;
+  return static_cast<ssize_t>(k);
+}
+
+ssize_t Connection::write(const char* ptr, size_t size) {
+  if (!is_writable()) return -1;
+  ssize_t n;
+  do {
+    n = send(fd_, ptr, size, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+void Connection::get_remote_ip_and_port(std::string& ip, int& port) const {
+  AddressOf(fd_, true, ip, port);
+}
+
+void Connection::get_local_ip_and_port(std::string& ip, int& port) const {
+  AddressOf(fd_, false, ip, port);
+}
+
+HttpServer::HttpServer(ConnectionLimits limits) : limits_(limits) {
+  // SO_REUSEADDR (a restarted server binds over connections in TIME_WAIT) but not the library's
+  // SO_REUSEPORT: a second server on a port in use must fail, not share its clients.
+  set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  new_task_queue = [n = limits_.max_threads] { return new ConnectionPool(n); };
+}
+
+int HttpServer::Bind(const std::string& host, int port) {
+  errno = 0;
+  if (port == 0) {
+    port = bind_to_any_port(host);
+  } else if (!bind_to_port(host, port)) {
+    port = -1;
+  }
+  // The library listens with a backlog of 5: bursts of clients would be refused.
+  if (port > 0) ::listen(svr_sock_, SOMAXCONN);
+  return port;
+}
+
+bool HttpServer::process_and_close_socket(int sock) {
+  Connection c(sock, limits_, stopping_);
+  CurrentScope scope(&c);
+  bool ok = false;
+  for (size_t n = 0; n < limits_.max_requests_per_connection && c.AwaitRequest(); ++n) {
+    bool closed = false;
+    const bool last = n + 1 == limits_.max_requests_per_connection || stopping_.load();
+    ok = process_request(c, last, closed, nullptr);
+    // A request cut at the byte limit leaves the rest of its body unread: no next request.
+    if (!ok || closed || last || c.close_after()) break;
+  }
+  if (c.close_after()) LingeringClose(sock);
+  shutdown(sock, SHUT_RDWR);
+  close(sock);
+  return ok;
+}
+
+void ConnectionPool::enqueue(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tasks_.push_back(std::move(fn));
+  if (idle_ < tasks_.size() && threads_.size() < max_threads_) {
+    threads_.emplace_back([this] { Work(); });
+  }
+  cv_.notify_one();
+}
+
+void ConnectionPool::Work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [this] { return shutdown_ || !tasks_.empty(); });
+    --idle_;
+    if (tasks_.empty()) return;  // shut down and nothing left
+    std::function<void()> fn = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    fn();
+    lock.lock();
+  }
+}
+
+void ConnectionPool::shutdown() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    threads.swap(threads_);
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace llm_server
