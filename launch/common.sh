@@ -59,7 +59,7 @@ disco_build() {
 
 # The virtual environment of the tests against transformers itself (tests/llama/
 # run_families_test.sh): torch (the CPU wheels of download.pytorch.org, else PyPI's, which bring
-# CUDA's libraries: 5.6 GiB), transformers 5, safetensors and numpy, at $DISCO_HF_VENV (.venv-hf at
+# CUDA's libraries: 5.6 GiB), transformers 5, safetensors, numpy and openai, at $DISCO_HF_VENV (.venv-hf at
 # the top of the tree, ignored by git). Made once (about 3 minutes) and reused: .disco-ready marks
 # a complete one. Its log: $DISCO_HF_VENV.log. Needs PyPI; without it the test skips, saying so.
 DISCO_HF_VENV=${DISCO_HF_VENV:-$DISCO_ROOT/.venv-hf}
@@ -69,9 +69,10 @@ export DISCO_HF_VENV
 disco_hf_venv() {
   local v=$DISCO_HF_VENV py=python3
   if [[ -f $v/.disco-ready ]]; then
-    # What was added since the environment was made (sentencepiece: tests/tokenizer).
-    "$v/bin/python" -c 'import sentencepiece' 2>/dev/null ||
-      nice "$v/bin/pip" install "sentencepiece<0.2" >>"$v.log" 2>&1 || true
+    # What was added since the environment was made (sentencepiece: tests/tokenizer; openai:
+    # tests/server, the official client against disco-llm-server).
+    "$v/bin/python" -c 'import sentencepiece, openai' 2>/dev/null ||
+      nice "$v/bin/pip" install "sentencepiece<0.2" "openai>=1,<3" >>"$v.log" 2>&1 || true
     return 0
   fi
   [[ -x /usr/bin/python3 ]] && py=/usr/bin/python3  # Debian's, which python3-venv serves
@@ -81,8 +82,9 @@ disco_hf_venv() {
       { nice "$v/bin/pip" install --retries 1 --timeout 30 torch \
           --index-url https://download.pytorch.org/whl/cpu ||
         nice "$v/bin/pip" install torch; } &&
-      nice "$v/bin/pip" install "transformers>=5,<6" safetensors numpy "sentencepiece<0.2" &&
-      "$v/bin/python" -c 'import numpy, safetensors, sentencepiece, tokenizers, torch, transformers' &&
+      nice "$v/bin/pip" install "transformers>=5,<6" safetensors numpy "sentencepiece<0.2" \
+        "openai>=1,<3" &&
+      "$v/bin/python" -c 'import numpy, openai, safetensors, sentencepiece, tokenizers, torch, transformers' &&
       touch "$v/.disco-ready"
   } >"$v.log" 2>&1
 }

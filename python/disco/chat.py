@@ -18,10 +18,11 @@ import datetime
 import json
 import os
 import stat
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["ChatTemplateError", "load_template", "render", "eos_token_ids", "read_json_object",
-           "read_text"]
+__all__ = ["ChatTemplateError", "load_template", "render", "serve", "eos_token_ids",
+           "read_json_object", "read_text"]
 
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
             "mask_token")
@@ -217,3 +218,46 @@ def eos_token_ids(model_dir: str) -> List[int]:
                                     "list of them")
         return list(values)
     return []
+
+
+def serve(model_dir: str, stdin=None, stdout=None) -> int:
+    """The render loop of disco-llm-server, which runs ``python3 chat.py --serve DIR`` as a child
+    (the chat template is Jinja2, so it is rendered by Jinja2 itself, in the sandbox above).
+
+    Protocol, one JSON object per line: first this side says ``{"ready": true, "template": FILE}``
+    (or ``"template": null`` and ``"error"`` when the checkpoint has none, or ``"ready": false``
+    when Jinja2 is missing); then for each ``{"messages": [...]}`` read it answers
+    ``{"prompt": TEXT}`` or ``{"error": MESSAGE}``. It ends when its input ends."""
+    stdin = stdin if stdin is not None else sys.stdin
+    stdout = stdout if stdout is not None else sys.stdout
+
+    def say(obj: Dict[str, Any]) -> None:
+        stdout.write(json.dumps(obj, ensure_ascii=True) + "\n")
+        stdout.flush()
+
+    try:
+        import jinja2  # noqa: F401  (render needs it: say so once, at start)
+    except ImportError:
+        say({"ready": False, "error": "Jinja2 is not installed for " + sys.executable +
+             " (Debian: python3-jinja2)"})
+        return 1
+    try:
+        say({"ready": True, "template": load_template(model_dir)[1]})
+    except ChatTemplateError as e:
+        say({"ready": True, "template": None, "error": str(e)})
+    for line in stdin:
+        try:
+            request = json.loads(line)
+            say({"prompt": render(model_dir, request["messages"])})
+        except ChatTemplateError as e:
+            say({"error": str(e)})
+        except Exception as e:  # noqa: BLE001  (a malformed line: the server's bug, said as such)
+            say({"error": f"the chat renderer failed: {type(e).__name__}: {_one_line(e)}"})
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--serve":
+        sys.stderr.write("usage: chat.py --serve MODEL_DIR\n")
+        sys.exit(2)
+    sys.exit(serve(sys.argv[2]))

@@ -3,7 +3,8 @@
 completions by token ids and by text, whole and streamed, whose greedy tokens must equal
 disco-demo --prompt's whatever else is in the batch; usage counts; stop strings; the errors
 (malformed JSON, wrong types, too long, huge body, wrong or missing key, unknown route, wrong
-method, sampling); refusals at start (a key file others can read, no tokenizer); a client dropped
+method, sampling, what is not implemented); chat completions through the checkpoint's template;
+refusals at start (a key file others can read, no tokenizer); a client dropped
 mid-stream, then another request served; SIGTERM during a stream: it ends whole, and exit 0.
 
   check_server.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO [mpiexec flags...]
@@ -26,6 +27,12 @@ NEW = 6
 PROMPTS = [[1, 5, 9], [4, 2], [7, 3, 11, 19, 2, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
            [262, 259, 260, 261, 108, 100]]  # the last: "hello world" by make_model.py's tokenizer
 MAX_LEN = 64
+# The test model's chat template (written to its tokenizer_config.json): BOS, turns, and an
+# exception for the role "bad".
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'bad' %}"
+                 "{{ raise_exception('a bad role') }}{% endif %}<|{{ m['role'] }}|>"
+                 "{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>"
+                 "{% endif %}")
 
 
 def fail(msg):
@@ -161,7 +168,6 @@ def check_errors(client):
     expect_error(client, 401, "GET", "/v1/models", key=None)
     expect_error(client, 404, "GET", "/v1/nothing", words="/v1/nothing")
     expect_error(client, 405, "GET", "/v1/completions", words="POST")
-    expect_error(client, 501, "POST", "/v1/chat/completions", {"messages": []}, words="template")
     # What would change the result and is not implemented: refused naming it, not ignored; the
     # neutral values clients send by default pass.
     for field, value in [("logprobs", 1), ("echo", True), ("suffix", "x"), ("best_of", 2),
@@ -207,6 +213,45 @@ def check_errors(client):
     models = json.loads(client.request("GET", "/v1/models")[1])
     if status != 200 or models["data"][0]["id"] != "model":
         fail(f"/health {status} {text}, /v1/models {models}")
+
+
+def check_chat(client):
+    """Chat completions: the template rendered by Jinja2, the prompt encoded as it wrote it (its
+    BOS included): the same tokens as the rendered text sent as a completion (which gets BOS from
+    the tokenizer); streamed deltas add up to the message; bad messages refused naming them."""
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hello "},
+                                             {"type": "text", "text": "world"}]}]
+    status, text = client.request("POST", "/v1/chat/completions",
+                                  {"messages": messages, "max_tokens": NEW,
+                                   "return_token_ids": True})
+    if status != 200:
+        fail(f"chat: HTTP {status}: {text}")
+    chat = json.loads(text)
+    plain = client.complete({"prompt": "<|system|>be brief\n<|user|>hello world\n<|assistant|>",
+                             "max_tokens": NEW, "return_token_ids": True})
+    c, p = chat["choices"][0], plain["choices"][0]
+    if (chat["object"] != "chat.completion" or c["message"]["role"] != "assistant" or
+            c["token_ids"] != p["token_ids"] or c["message"]["content"] != p["text"] or
+            chat["usage"] != plain["usage"]):
+        fail(f"chat {chat} differs from the rendered prompt's completion {plain}")
+    status, text = client.request("POST", "/v1/chat/completions",
+                                  {"messages": messages, "max_tokens": NEW, "stream": True})
+    events = [json.loads(e[len("data: "):]) for e in text.split("\n\n")
+              if e and e != "data: [DONE]"]
+    deltas = [e["choices"][0]["delta"] for e in events]
+    if (status != 200 or not text.endswith("data: [DONE]\n\n") or
+            deltas[0].get("role") != "assistant" or
+            "".join(d.get("content", "") for d in deltas) != p["text"] or
+            events[-1]["choices"][0]["finish_reason"] != "length"):
+        fail(f"chat stream: HTTP {status}: {text!r}")
+    for body, words in [({}, "messages"), ({"messages": []}, "messages"),
+                        ({"messages": [{"content": "x"}]}, "messages[0].role"),
+                        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+                         "only text"),
+                        ({"messages": messages, "tools": [{"type": "function"}]}, "tools"),
+                        ({"messages": [{"role": "bad", "content": "x"}]}, "a bad role")]:
+        expect_error(client, 400, "POST", "/v1/chat/completions", body, words=words)
 
 
 def check_dropped(client, want):
@@ -309,6 +354,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "model")
         subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model], check=True)
+        with open(os.path.join(model, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"bos_token": "<s>", "chat_template": CHAT_TEMPLATE}, f)
         key_file = os.path.join(tmp, "key")
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, (KEY + "\n").encode())
@@ -321,6 +368,7 @@ def main():
             results = check_tokens(client, want)
             check_text_and_stop(client, want, results)
             check_errors(client)
+            check_chat(client)
             check_dropped(client, want)
             # As scancel and srun do: every rank gets SIGTERM (Open MPI's mpirun, given SIGTERM
             # itself, forwards it and the ranks stop as cleanly, but it exits 1 on its own). A

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -15,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "llama/server/api.h"
+#include "llama/server/chat_renderer.h"
 #include "llama/server/connection.h"
 #include "llama/server/http.h"
 #include "llama/server/job.h"
@@ -22,6 +25,8 @@
 
 namespace {
 
+using llm_server::ApiError;
+using llm_server::ChatRenderer;
 using llm_server::ConnectionLimits;
 using llm_server::HttpFront;
 using llm_server::HttpOptions;
@@ -258,6 +263,58 @@ TEST(HttpFront, ANonStreamedClientThatLeavesCancelsItsJob) {
   EXPECT_TRUE(job->cancelled());
   job->Fail(499, "gone");
   front.Stop();
+}
+
+// A directory holding only `tokenizer_config.json` with `config` as its text.
+std::string ChatDir(const std::string& name, const std::string& config) {
+  const std::string dir = ::testing::TempDir() + "/disco-chat-" + name;
+  ::mkdir(dir.c_str(), 0700);
+  std::ofstream(dir + "/tokenizer_config.json") << config;
+  return dir;
+}
+
+int ApiStatus(const std::function<void()>& f, std::string* message) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    *message = e.what();
+    return e.status();
+  }
+  return 0;
+}
+
+// The chat template is rendered by Jinja2 in a child; its errors are 400s naming the file, a
+// render that loops is cut (500) and the next one gets a new child.
+TEST(ChatRenderer, RendersRefusesAndOutlivesALoopingTemplate) {
+  if (llm_server::FindChatScript().empty()) GTEST_SKIP() << "disco's chat.py is not built here";
+  const std::string dir = ChatDir(
+      "loop",
+      R"({"bos_token": "<s>", "chat_template": "{% for m in messages %})"
+      R"({% if m['content'] == 'loop' %}{% for a in 'x' * 100000 %}{% for b in )"
+      R"('x' * 100000 %}{% endfor %}{% endfor %}{% endif %})"
+      R"({% if m['content'] == 'raise' %}{{ raise_exception('no ' + m['role']) }}{% endif %})"
+      R"({{ bos_token }}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"})");
+  ChatRenderer chat(dir);
+  ASSERT_EQ(chat.unavailable(), "") << chat.status();
+  EXPECT_NE(chat.status().find("tokenizer_config.json"), std::string::npos);
+  const std::string hi = R"([{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(chat.Render(hi), "<s><|user|>hi");
+  std::string msg;
+  EXPECT_EQ(ApiStatus([&] { chat.Render(R"([{"role": "user", "content": "raise"}])"); }, &msg),
+            400);
+  EXPECT_NE(msg.find("no user"), std::string::npos) << msg;
+  EXPECT_EQ(ApiStatus([&] { chat.Render(R"([{"role": "user", "content": "loop"}])"); }, &msg), 500);
+  EXPECT_NE(msg.find("did not render within"), std::string::npos) << msg;
+  EXPECT_EQ(chat.Render(hi), "<s><|user|>hi");
+}
+
+TEST(ChatRenderer, ACheckpointWithoutATemplateIsA400) {
+  if (llm_server::FindChatScript().empty()) GTEST_SKIP() << "disco's chat.py is not built here";
+  ChatRenderer chat(ChatDir("none", R"({"bos_token": "<s>"})"));
+  EXPECT_EQ(chat.unavailable_code(), 400);
+  EXPECT_NE(chat.unavailable().find("no chat template"), std::string::npos) << chat.unavailable();
+  std::string msg;
+  EXPECT_EQ(ApiStatus([&] { chat.Render("[]"); }, &msg), 400);
 }
 
 }  // namespace

@@ -113,7 +113,10 @@ void CheckGreedy(const json& j) {
 void CheckUnsupported(const json& j) {
   auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
   const char* why = " is not implemented by this server";
-  if (given("logprobs")) Bad("logprobs", std::string("(log probabilities)") + why);
+  if (given("logprobs") && !(j["logprobs"].is_boolean() && !j["logprobs"].get<bool>())) {
+    Bad("logprobs", std::string("(log probabilities)") + why);
+  }
+  if (given("top_logprobs")) Bad("top_logprobs", std::string("(log probabilities)") + why);
   if (given("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>())) {
     Bad("echo", std::string("(the prompt echoed in the text)") + why);
   }
@@ -137,13 +140,71 @@ json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json Choice(const CompletionRequest& req, const Piece& p) {
+// One choice: a completion's text, a chat completion's message (whole) or delta (a chunk; the
+// first one names the role).
+json Choice(const CompletionRequest& req, const Piece& p, bool chunk, bool first) {
   json c = {{"index", 0},
-            {"text", p.text},
             {"logprobs", nullptr},
             {"finish_reason", p.finish_reason.empty() ? json(nullptr) : json(p.finish_reason)}};
+  if (!req.chat) {
+    c["text"] = p.text;
+  } else if (!chunk) {
+    c["message"] = {{"role", "assistant"}, {"content", p.text}};
+  } else {
+    c["delta"] = json::object();
+    if (first) c["delta"]["role"] = "assistant";
+    if (!p.text.empty() || first) c["delta"]["content"] = p.text;
+  }
   if (req.return_token_ids) c["token_ids"] = p.ids;
   return c;
+}
+
+// A chat message's content: a string, or text parts ([{"type": "text", "text": ...}]) joined.
+std::string MessageContent(const json& m, size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "].content";
+  if (!m.contains("content") || m["content"].is_null()) {
+    if (m.contains("tool_calls"))
+      Bad(param, "is null with tool_calls: tool calls are not implemented");
+    return "";
+  }
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) Bad(param, "must be a string or a list of text parts");
+  std::string text;
+  for (const json& part : c) {
+    if (!part.is_object() || part.value("type", std::string()) != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      Bad(param,
+          "holds a part other than {\"type\": \"text\", \"text\": ...}: only text is served");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// The messages as the template gets them: role, content and name (when given), checked.
+std::string ReadMessages(const json& j) {
+  if (!j.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
+  const json& ms = j["messages"];
+  if (!ms.is_array() || ms.empty() || ms.size() > 4096) {
+    Bad("messages", "must be a list of 1 to 4096 messages");
+  }
+  json out = json::array();
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const json& m = ms[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) Bad(at, "must be an object with 'role' and 'content'");
+    if (!m.contains("role") || !m["role"].is_string() || m["role"].get<std::string>().empty()) {
+      Bad(at + ".role", "must be a non-empty string");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      Bad(at + ".tool_calls", "is not implemented by this server");
+    }
+    json one = {{"role", m["role"]}, {"content", MessageContent(m, i)}};
+    if (m.contains("name") && m["name"].is_string()) one["name"] = m["name"];
+    out.push_back(std::move(one));
+  }
+  return Dump(out);
 }
 
 }  // namespace
@@ -156,19 +217,27 @@ std::string ApiError::Body() const {
                  {"code", nullptr}}}});
 }
 
-CompletionRequest ParseCompletion(const std::string& body) {
+namespace {
+
+json Object(const std::string& body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
-  CompletionRequest r;
+  return j;
+}
+
+// The fields completions and chat completions share.
+void ReadCommon(const json& j, CompletionRequest* out) {
+  CompletionRequest& r = *out;
   if (j.contains("model") && !j["model"].is_null()) {
     if (!j["model"].is_string()) Bad("model", "must be a string");
     r.model = j["model"].get<std::string>();
   }
-  if (!j.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
-  ReadPrompt(j["prompt"], &r);
-  if (j.contains("max_tokens") && !j["max_tokens"].is_null()) {
-    r.max_tokens = Int(j["max_tokens"], "max_tokens", 1, int64_t{1} << 30);
+  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
+    if ((r.chat || k == std::string("max_tokens")) && j.contains(k) && !j[k].is_null()) {
+      r.max_tokens = Int(j[k], k, 1, int64_t{1} << 30);
+      r.max_tokens_given = true;
+    }
   }
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = Bool(j["stream"], "stream");
   if (j.contains("return_token_ids") && !j["return_token_ids"].is_null()) {
@@ -177,27 +246,56 @@ CompletionRequest ParseCompletion(const std::string& body) {
   if (j.contains("stop")) ReadStop(j["stop"], &r);
   CheckGreedy(j);
   CheckUnsupported(j);
+}
+
+}  // namespace
+
+CompletionRequest ParseCompletion(const std::string& body) {
+  const json j = Object(body);
+  CompletionRequest r;
+  if (!j.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+  ReadPrompt(j["prompt"], &r);
+  ReadCommon(j, &r);
+  return r;
+}
+
+CompletionRequest ParseChat(const std::string& body) {
+  const json j = Object(body);
+  CompletionRequest r;
+  r.chat = true;
+  r.prompt_is_text = true;
+  r.messages = ReadMessages(j);
+  for (const char* k : {"tools", "functions", "tool_choice", "function_call"}) {
+    if (j.contains(k) && !j[k].is_null()) Bad(k, "(tool calls) is not implemented by this server");
+  }
+  if (j.contains("response_format") && !j["response_format"].is_null() &&
+      !(j["response_format"].is_object() &&
+        j["response_format"].value("type", std::string()) == "text")) {
+    Bad("response_format", "other than {\"type\": \"text\"} is not implemented by this server");
+  }
+  ReadCommon(j, &r);
   return r;
 }
 
 std::string CompletionBody(const std::string& id, int64_t created, const std::string& model,
                            const CompletionRequest& req, const Piece& all, int64_t prompt_tokens) {
   return Dump({{"id", id},
-               {"object", "text_completion"},
+               {"object", req.chat ? "chat.completion" : "text_completion"},
                {"created", created},
                {"model", model},
-               {"choices", json::array({Choice(req, all)})},
+               {"choices", json::array({Choice(req, all, false, false)})},
                {"usage", Usage(prompt_tokens, static_cast<int64_t>(all.ids.size()))}});
 }
 
 std::string ChunkEvent(const std::string& id, int64_t created, const std::string& model,
                        const CompletionRequest& req, const Piece& piece, int64_t prompt_tokens,
                        int64_t completion_tokens) {
+  const bool first = completion_tokens == static_cast<int64_t>(piece.ids.size());
   json j = {{"id", id},
-            {"object", "text_completion"},
+            {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created},
             {"model", model},
-            {"choices", json::array({Choice(req, piece)})}};
+            {"choices", json::array({Choice(req, piece, true, first)})}};
   if (!piece.finish_reason.empty()) j["usage"] = Usage(prompt_tokens, completion_tokens);
   return "data: " + Dump(j) + "\n\n";
 }

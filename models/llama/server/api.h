@@ -27,13 +27,16 @@ class ApiError : public std::runtime_error {
   std::string param_;
 };
 
-/// POST /v1/completions, as read.
+/// POST /v1/completions or /v1/chat/completions, as read.
 struct CompletionRequest {
+  bool chat = false;     // /v1/chat/completions: the prompt is rendered from `messages`
+  std::string messages;  // chat: [{"role", "content"}, ...] as checked, one JSON line
   std::string model;
   bool prompt_is_text = false;
   std::string prompt_text;          // prompt_is_text
   std::vector<int64_t> prompt_ids;  // else: used as is
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 16;          // chat: to the end of --max-len unless given
+  bool max_tokens_given = false;
   bool stream = false;
   bool return_token_ids = false;
   std::vector<std::string> stop;
@@ -43,6 +46,9 @@ struct CompletionRequest {
 /// type, a value out of range or an option this server does not implement (sampling: temperature
 /// other than 0, top_p other than 1, n other than 1).
 CompletionRequest ParseCompletion(const std::string& body);
+/// Reads a chat completion request: `messages` (roles and text content; tool calls and parts
+/// other than text refused), `max_tokens` or `max_completion_tokens`, and the options above.
+CompletionRequest ParseChat(const std::string& body);
 
 /// One choice's piece of output: text, the ids it came from, and the finish reason when it is the
 /// last ("stop" or "length").
@@ -52,7 +58,7 @@ struct Piece {
   std::string finish_reason;
 };
 
-/// The whole response of a request that is not streamed.
+/// The whole response of a request that is not streamed (a chat completion's when req.chat).
 std::string CompletionBody(const std::string& id, int64_t created, const std::string& model,
                            const CompletionRequest& req, const Piece& all, int64_t prompt_tokens);
 /// One server-sent event: "data: {...}\n\n"; with usage (the last chunk) the counts too.

@@ -24,8 +24,8 @@ Tensor Int64Tensor(const std::vector<int64_t>& v) {
 }  // namespace
 
 Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-               int64_t eos)
-    : s_(s), model_(std::move(model)), c_(c), tok_(std::move(tok)), eos_(eos) {
+               std::vector<int64_t> eos)
+    : s_(s), model_(std::move(model)), c_(c), tok_(std::move(tok)), eos_(std::move(eos)) {
   for (const char* name :
        {"llama.new_state", "llama.begin_prefill", "llama.begin_decode", "llama.embed",
         "llama.attention", "llama.mlp", "llama.head", "llama.tokens"}) {

@@ -25,7 +25,7 @@ namespace llm_server {
 class Engine {
  public:
   Engine(disco::Session& s, disco::DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-         int64_t eos);
+         std::vector<int64_t> eos);
   /// Runs batches from `queue` until `stop` is set and the running batch has ended; then fails the
   /// jobs still waiting (503).
   /// `idle` (may be empty) runs first whenever no job waits.
@@ -42,7 +42,7 @@ class Engine {
   disco::DRef model_;
   const llama::Config c_;
   tokenizer::Tokenizer tok_;
-  int64_t eos_;
+  std::vector<int64_t> eos_;
   std::map<std::string, disco::DRef> f_;
 };
 

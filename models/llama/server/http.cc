@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "llama/server/api.h"
+#include "llama/server/chat_renderer.h"
 #include "llama/server/connection.h"
 
 namespace llm_server {
@@ -77,8 +78,12 @@ bool KeyMatches(const std::string& expected, const std::string& given) {
   return diff == 0;
 }
 
-HttpFront::HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue)
-    : o_(std::move(o)), tok_(std::move(tok)), queue_(queue), svr_(std::make_unique<HttpServer>([&] {
+HttpFront::HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue, ChatRenderer* chat)
+    : o_(std::move(o)),
+      tok_(std::move(tok)),
+      queue_(queue),
+      chat_(chat),
+      svr_(std::make_unique<HttpServer>([&] {
         ConnectionLimits l;
         l.max_request_bytes = o_.max_body + (64 << 10);  // the head's share
         l.max_threads = o_.threads;
@@ -173,21 +178,18 @@ void HttpFront::Routes() {
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsBody(o_.model_name, std::time(nullptr)), "application/json");
   });
-  s.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
-    SendError(res, ApiError(501,
-                            "chat completions are not served yet: the chat template (Jinja2) is "
-                            "rendered only by the Python front end; render the prompt and POST it "
-                            "to /v1/completions"));
-  });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    try {
-      Complete(req, res);
-    } catch (const ApiError& e) {
-      SendError(res, e);
-    } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
-      SendError(res, ApiError(400, std::string("'prompt': ") + e.what(), "prompt"));
-    }
-  });
+  for (const bool chat : {false, true}) {
+    s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
+           [this, chat](const httplib::Request& req, httplib::Response& res) {
+             try {
+               Complete(chat ? ParseChat(req.body) : ParseCompletion(req.body), res);
+             } catch (const ApiError& e) {
+               SendError(res, e);
+             } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
+               SendError(res, ApiError(400, std::string("'prompt': ") + e.what(), "prompt"));
+             }
+           });
+  }
   // The known routes by another method: 405.
   const std::vector<std::pair<std::string, std::string>> known = {{"/health", "GET"},
                                                                   {"/v1/models", "GET"},
@@ -206,10 +208,19 @@ void HttpFront::Routes() {
   }
 }
 
-void HttpFront::Complete(const httplib::Request& req, httplib::Response& res) {
-  CompletionRequest r = ParseCompletion(req.body);
-  std::vector<int64_t> prompt = r.prompt_ids;
-  if (r.prompt_is_text) prompt = tok_.Encode(r.prompt_text, /*add_special_tokens=*/true);
+std::vector<int64_t> HttpFront::Prompt(CompletionRequest& r) {
+  if (!r.chat) return r.prompt_is_text ? tok_.Encode(r.prompt_text, true) : r.prompt_ids;
+  if (chat_ == nullptr) throw ApiError(501, "chat completions are not served by this server");
+  // The template writes the special tokens (BOS, the turns' markers): none are added.
+  r.prompt_text = chat_->Render(r.messages);
+  std::vector<int64_t> prompt = tok_.Encode(r.prompt_text, false);
+  const int64_t left = o_.max_len - static_cast<int64_t>(prompt.size());
+  if (!r.max_tokens_given && left >= 1) r.max_tokens = left;
+  return prompt;
+}
+
+void HttpFront::Complete(CompletionRequest r, httplib::Response& res) {
+  std::vector<int64_t> prompt = Prompt(r);
   for (int64_t id : prompt) {
     if (id >= o_.vocab_size) {
       throw ApiError(400,
@@ -229,7 +240,7 @@ void HttpFront::Complete(const httplib::Request& req, httplib::Response& res) {
   auto st = std::make_shared<Stream>();
   st->ticket = Ticket();
   st->job = std::make_shared<Job>(r, std::move(prompt));
-  st->id = "cmpl-" + std::to_string(next_id_++);
+  st->id = (r.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   st->model = o_.model_name;
   st->created = std::time(nullptr);
   if (!queue_->Push(st->job)) throw ApiError(503, "the server is shutting down");

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "llama/server/api.h"
 #include "llama/server/job.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct Response;
 
 namespace llm_server {
 
+class ChatRenderer;
 class HttpServer;
 
 struct HttpOptions {
@@ -39,7 +41,8 @@ struct HttpOptions {
 
 class HttpFront {
  public:
-  HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue);
+  /// `chat` renders chat completions' prompts (null: 501 for them).
+  HttpFront(HttpOptions o, tokenizer::Tokenizer tok, JobQueue* queue, ChatRenderer* chat = nullptr);
   ~HttpFront();
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
@@ -58,7 +61,10 @@ class HttpFront {
 
  private:
   void Routes();
-  void Complete(const httplib::Request& req, httplib::Response& res);
+  // The request's prompt as ids: its own, its text encoded, or its messages rendered and encoded
+  // (then max_tokens, left out, runs to the end of --max-len).
+  std::vector<int64_t> Prompt(CompletionRequest& r);
+  void Complete(CompletionRequest r, httplib::Response& res);
   // A response in flight holds a ticket until it has been written (or its client has gone):
   // cpp-httplib's stop() cuts a chunked response short, so Stop waits for the tickets first.
   std::shared_ptr<void> Ticket();
@@ -66,6 +72,7 @@ class HttpFront {
   HttpOptions o_;
   tokenizer::Tokenizer tok_;
   JobQueue* queue_;
+  ChatRenderer* chat_;
   std::unique_ptr<HttpServer> svr_;
   std::thread thread_;
   std::atomic<bool> accepting_{true};

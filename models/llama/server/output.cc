@@ -5,8 +5,8 @@
 namespace llm_server {
 
 Output::Output(const tokenizer::Tokenizer& tok, std::vector<std::string> stop, int64_t max_tokens,
-               int64_t eos)
-    : decoder_(tok), stop_(std::move(stop)), max_tokens_(max_tokens), eos_(eos) {}
+               std::vector<int64_t> eos)
+    : decoder_(tok), stop_(std::move(stop)), max_tokens_(max_tokens), eos_(std::move(eos)) {}
 
 size_t Output::Sendable(bool final) {
   size_t first = std::string::npos;
@@ -39,7 +39,7 @@ Piece Output::Add(int64_t id) {
   if (done_) return p;
   ++count_;
   p.ids.push_back(id);
-  const bool eos = id == eos_;
+  const bool eos = std::find(eos_.begin(), eos_.end(), id) != eos_.end();
   const bool last = eos || count_ >= max_tokens_;
   if (!eos) text_ += decoder_.Push(id);
   if (last) text_ += decoder_.Finish();

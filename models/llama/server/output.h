@@ -14,9 +14,9 @@ namespace llm_server {
 
 class Output {
  public:
-  /// `max_tokens` tokens at most; `eos` ends the output ("stop") unless it is -1.
+  /// `max_tokens` tokens at most; any of `eos` ends the output ("stop").
   Output(const tokenizer::Tokenizer& tok, std::vector<std::string> stop, int64_t max_tokens,
-         int64_t eos);
+         std::vector<int64_t> eos);
   /// The next generated token: the piece to send now (its finish reason set when it is the last).
   Piece Add(int64_t id);
   bool done() const { return done_; }
@@ -29,7 +29,9 @@ class Output {
 
   tokenizer::StreamDecoder decoder_;
   std::vector<std::string> stop_;
-  int64_t max_tokens_, eos_, count_ = 0;
+  int64_t max_tokens_;
+  std::vector<int64_t> eos_;
+  int64_t count_ = 0;
   std::string text_;
   size_t sent_ = 0;
   bool done_ = false;

@@ -3,6 +3,7 @@
 #include <disco/disco.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "llama/config.h"
 #include "llama/model.h"
 #include "llama/safetensors.h"
+#include "llama/server/chat_renderer.h"
 #include "llama/server/engine.h"
 #include "llama/server/http.h"
 #include "llama/server/key_file.h"
@@ -53,13 +55,29 @@ class SignalWaiter {
   std::thread thread_;
 };
 
-// config.json's eos_token_id (the first when it is a list), or -1.
-int64_t EosOf(const llama::Checkpoint& ck) {
-  const nlohmann::json j = nlohmann::json::parse(ck.config_text(), nullptr, false);
-  if (!j.is_object() || !j.contains("eos_token_id")) return -1;
-  nlohmann::json e = j["eos_token_id"];
-  if (e.is_array() && !e.empty()) e = e[0];
-  return e.is_number_integer() ? e.get<int64_t>() : -1;
+// The ids that end an answer, as transformers' generate takes them: generation_config.json's
+// eos_token_id and config.json's (each a number or a list), all of them.
+std::vector<int64_t> EosIdsOf(const llama::Checkpoint& ck, const std::string& dir) {
+  std::vector<int64_t> ids;
+  auto add = [&](const std::string& text, const std::string& file) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    DISCO_CHECK(j.is_object(), ValueError) << file << ": not a JSON object";
+    if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
+    const nlohmann::json e = j["eos_token_id"];
+    for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e})) {
+      DISCO_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                      id.get<int64_t>() < ck.config().vocab_size,
+                  ValueError)
+          << file << ": eos_token_id " << e.dump()
+          << " is not a token id (or a list of them) in [0, " << ck.config().vocab_size << ")";
+      ids.push_back(id.get<int64_t>());
+    }
+  };
+  add(ck.config_text(), dir + "/config.json");
+  const std::string gen = dir + "/generation_config.json";
+  struct stat st {};
+  if (lstat(gen.c_str(), &st) == 0) add(llama::ReadFile(gen), gen);
+  return ids;
 }
 
 int Serve(disco::Session& s, const ServerOptions& o) {
@@ -87,9 +105,10 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   s.InitCCL("mpi");
   disco::DRef model = s.CallPacked(s.GetGlobalFunc("llama.open"), o.model, o.dtype);
   s.SyncAll();
-  Engine engine(s, model, c, tok, EosOf(ck));
+  Engine engine(s, model, c, tok, EosIdsOf(ck, o.model));
   JobQueue queue;
-  HttpFront front(h, tok, &queue);
+  ChatRenderer chat(o.model);
+  HttpFront front(h, tok, &queue, &chat);
   std::atomic<bool> stop{false};
   SignalWaiter waiter([&] {
     front.StopAccepting();
@@ -107,6 +126,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   std::printf("disco-llm-server: %s (%s), %d rank(s), %s, --max-batch %lld --max-len %lld\n",
               o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
               static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
+  std::printf("disco-llm-server: %s\n", chat.status().c_str());
   std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
   std::function<void()> idle;
