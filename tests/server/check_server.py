@@ -349,17 +349,23 @@ def start(mpiexec, flags, server, model, key_file):
     return proc, int(m.group(1)), lines, rest, reader
 
 
+def make_model(tmp):
+    """The test checkpoint (with CHAT_TEMPLATE) and a key file in `tmp`: (model, key_file)."""
+    model = os.path.join(tmp, "model")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model], check=True)
+    with open(os.path.join(model, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"bos_token": "<s>", "chat_template": CHAT_TEMPLATE}, f)
+    key_file = os.path.join(tmp, "key")
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (KEY + "\n").encode())
+    os.close(fd)
+    return model, key_file
+
+
 def main():
     mpiexec, server, demo, *flags = sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "model")
-        subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model], check=True)
-        with open(os.path.join(model, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump({"bos_token": "<s>", "chat_template": CHAT_TEMPLATE}, f)
-        key_file = os.path.join(tmp, "key")
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, (KEY + "\n").encode())
-        os.close(fd)
+        model, key_file = make_model(tmp)
         want = demo_tokens(mpiexec, flags, demo, model)
         check_startup_errors(mpiexec, flags, server, tmp, model)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
