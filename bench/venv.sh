@@ -7,6 +7,7 @@
 #   source bench/venv.sh && disco_bench_venv --llama-cpp   # + llama-cpp-python, built from its
 #                                                          #   sdist (llama.cpp inside): minutes
 #   bench/venv.sh [--llama-cpp]                            # the same, run as a script
+#   source bench/venv.sh && disco_bench_llama_server       # llama.cpp's llama-server (its path)
 # llama-cpp-python is built natively (-DGGML_NATIVE=ON) for this machine's CPU, without the
 # server or the examples; the flags are written to $DISCO_BENCH_VENV/llama-cpp-build-flags.txt,
 # which bench/decode_bench.py prints with its figures. CI never builds it (the smoke test skips
@@ -34,6 +35,28 @@ disco_bench_venv() {
       echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"; } \
       >"$venv/llama-cpp-build-flags.txt"
   fi
+}
+
+# llama.cpp's own server (llama-server, for bench/serve_load.py), built natively from the llama.cpp
+# inside the same llama-cpp-python source distribution (PyPI) into $DISCO_BENCH_VENV/llama-server:
+# minutes of two cores. Prints its path.
+disco_bench_llama_server() {
+  local venv=$DISCO_BENCH_VENV dir
+  dir=$venv/llama-server
+  if [[ ! -x $dir/build/bin/llama-server ]]; then
+    disco_bench_venv || return 1
+    mkdir -p "$dir"
+    "$venv/bin/python" -m pip download -q --no-binary :all: --no-deps -d "$dir" \
+      "llama-cpp-python${DISCO_LLAMA_CPP_VERSION:+==$DISCO_LLAMA_CPP_VERSION}" >&2 || return 1
+    tar -xzf "$(ls -t "$dir"/llama_cpp_python-*.tar.gz | head -1)" -C "$dir" || return 1
+    local src
+    src=$(ls -d "$dir"/llama_cpp_python-*/vendor/llama.cpp | head -1)
+    cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF >&2 || return 1
+    cmake --build "$dir/build" --target llama-server -j"${DISCO_BUILD_JOBS:-2}" >&2 || return 1
+  fi
+  echo "$dir/build/bin/llama-server"
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
