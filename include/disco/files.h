@@ -3,6 +3,7 @@
 #define DISCO_FILES_H_
 
 #include <string>
+#include <vector>
 
 namespace disco {
 
@@ -20,6 +21,37 @@ std::string PrivateTempDir();
 bool RemoveOnAbnormalExit(const std::string& path);
 /// Forgets `path` (the program removed or kept it itself).
 void ForgetOnAbnormalExit(const std::string& path);
+
+/// A process that removes paths if this one ends before Release, however it ends (SIGKILL, or a
+/// launcher's SIGKILL cutting a signal handler short, which RemoveOnAbnormalExit cannot cover). It
+/// is a grandchild in a session of its own that ignores the signals a terminal or launcher sends
+/// and holds no descriptor of this process but its end of a socket pair; it removes the entries
+/// in order when that socket ends without a word from Release. This process never waits for it:
+/// a watcher stopped or killed costs nothing (and then removes nothing). Best effort: when fork
+/// fails there is no watcher.
+class RemovalWatcher {
+ public:
+  struct Entry {
+    std::string path;
+    bool directory = false;  // rmdir (empty by then) rather than unlink
+    /// A file is removed only while it holds exactly this text (empty: whatever it holds), so that
+    /// a file that another process wrote at the path since stays.
+    std::string content;
+  };
+  explicit RemovalWatcher(std::vector<Entry> entries);
+  /// Releases it (the caller removes or keeps the paths itself).
+  ~RemovalWatcher();
+  RemovalWatcher(const RemovalWatcher&) = delete;
+  RemovalWatcher& operator=(const RemovalWatcher&) = delete;
+
+  /// Tells the watcher to end without removing anything.
+  void Release();
+  /// Whether a watcher was started.
+  bool watching() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
 
 /// How an AtomicFile is made.
 struct AtomicFileOptions {

@@ -5,12 +5,8 @@
 #include <disco/disco.h>
 #include <disco/files.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -18,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
+#include <vector>
 
 namespace llama {
 namespace {
@@ -28,30 +26,6 @@ constexpr const char* kFiles[] = {"/config.json", "/model.safetensors"};
 bool RemovePartialDirectory(const std::string& path) {
   for (const char* f : kFiles) ::unlink((path + f).c_str());
   return ::rmdir(path.c_str()) == 0;
-}
-
-// The watcher's body, in a child of the writer: only async-signal-safe calls (the writer has
-// threads). It leaves the writer's session and process group (a launcher's kill reaches those),
-// ignores the signals a terminal or launcher sends, closes every descriptor but its socket (the
-// directory's lock and the launcher's output pipes stay the writer's alone), and waits: a byte
-// means the writer is done with the directory; end of file without one means it died.
-[[noreturn]] void Watch(int fd, const char* dir, const char* const files[2]) {
-  ::setsid();
-  struct sigaction ignore;
-  std::memset(&ignore, 0, sizeof ignore);
-  ignore.sa_handler = SIG_IGN;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(sig, &ignore, nullptr);
-  if (::dup2(fd, 0) < 0) ::_exit(1);
-  ::syscall(SYS_close_range, 1u, ~0u, 0u);
-  char byte;
-  ssize_t n;
-  while ((n = ::read(0, &byte, 1)) < 0 && errno == EINTR) {
-  }
-  if (n == 0) {
-    for (int i = 0; i < 2; ++i) ::unlink(files[i]);
-    ::rmdir(dir);
-  }
-  ::_exit(0);
 }
 
 // A name PartialCheckpoint makes: llama-<sizes>.partial.XXXXXX (mkdtemp's six letters and digits).
@@ -86,38 +60,11 @@ PartialCheckpoint::PartialCheckpoint(const std::string& dir) {
 PartialCheckpoint::~PartialCheckpoint() { Remove(); }
 
 // Best effort: without a watcher (no fork), the lock and a later run's RemoveStalePartials remain.
-// The watcher is a grandchild (its parent exits at once and is reaped here), so this process never
-// waits for it: a watcher that was stopped or killed costs the writer nothing. The channel is a
-// socket pair, written with MSG_NOSIGNAL: a dead watcher is no SIGPIPE.
 void PartialCheckpoint::StartWatcher() {
-  int p[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return;
-  const std::string files[2] = {path_ + kFiles[0], path_ + kFiles[1]};
-  const char* const names[2] = {files[0].c_str(), files[1].c_str()};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(p[1]);
-    if (::fork() == 0) Watch(p[0], path_.c_str(), names);
-    ::_exit(0);
-  }
-  ::close(p[0]);
-  if (pid < 0) {
-    ::close(p[1]);
-    return;
-  }
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  watcher_fd_ = p[1];
-}
-
-// Tells the watcher the directory is taken care of (renamed or removed).
-void PartialCheckpoint::StopWatcher() {
-  if (watcher_fd_ < 0) return;
-  const char done = 'd';
-  while (::send(watcher_fd_, &done, 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-  }
-  ::close(watcher_fd_);
-  watcher_fd_ = -1;
+  std::vector<disco::RemovalWatcher::Entry> entries;
+  for (const char* f : kFiles) entries.push_back({path_ + f, false, ""});
+  entries.push_back({path_, true, ""});
+  watcher_ = std::make_unique<disco::RemovalWatcher>(std::move(entries));
 }
 
 void PartialCheckpoint::Commit(const std::string& dir) {
@@ -136,7 +83,7 @@ void PartialCheckpoint::Commit(const std::string& dir) {
 }
 
 void PartialCheckpoint::Forget() {
-  StopWatcher();
+  watcher_.reset();  // released: the directory is taken care of (renamed or removed)
   disco::ForgetOnAbnormalExit(path_);
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

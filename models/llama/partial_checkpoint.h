@@ -3,6 +3,9 @@
 #ifndef DISCO_MODELS_LLAMA_PARTIAL_CHECKPOINT_H_
 #define DISCO_MODELS_LLAMA_PARTIAL_CHECKPOINT_H_
 
+#include <disco/files.h>
+
+#include <memory>
 #include <string>
 
 namespace llama {
@@ -29,13 +32,12 @@ class PartialCheckpoint {
 
  private:
   void StartWatcher();
-  void StopWatcher();
   void Forget();
   void Remove();
 
   std::string path_;
   int fd_ = -1;
-  int watcher_fd_ = -1;  // this end of the watcher's socket pair
+  std::unique_ptr<disco::RemovalWatcher> watcher_;
 };
 
 /// Removes the partial checkpoints in `parent` (this user's private directory) whose writer is gone

@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/env.h"
 #include "core/exit_cleanup.h"
@@ -170,6 +172,7 @@ int Serve(Session& session, const ServeOptions& options) {
       exit_cleanup::UnregisterFile(path);
     }
   } remove_key_file;
+  std::unique_ptr<RemovalWatcher> key_watcher;  // released before remove_key_file removes it
   if (key.empty()) {
     key = remote::GenerateKey();
     key_file = options.key_file.empty() ? remote::DefaultKeyFile(port) : options.key_file;
@@ -177,6 +180,10 @@ int Serve(Session& session, const ServeOptions& options) {
     remove_key_file.path = AbsolutePath(key_file);
     GuardKeyFile(remove_key_file.path, remote::KeyFileContent(key));
     GuardKeyFileOnEveryRank(session, remove_key_file.path, remote::KeyFileContent(key));
+    // And when this process ends in a way no handler sees (a SIGKILL, or a launcher's SIGKILL
+    // cutting the handler short on a loaded machine): a watcher process removes it.
+    key_watcher = std::make_unique<RemovalWatcher>(std::vector<RemovalWatcher::Entry>{
+        {remove_key_file.path, false, remote::KeyFileContent(key)}});
   }
   if (!options.port_file.empty()) WritePortFile(options.port_file, port);
   const ServeOptions per_client = PerClientOptions(session, options);

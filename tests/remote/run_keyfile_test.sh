@@ -9,6 +9,8 @@
 #                    the first rank exits on its SIGTERM: with rank 0 and the launcher stopped
 #                    (SIGSTOP), rank 1 alone gets SIGTERM; once it has exited, the key file must be
 #                    gone already; then rank 0 is SIGKILLed and the launcher resumed
+#   sigkill_all      every process of the job (the launcher and the ranks) SIGKILLed at once: no
+#                    handler runs; the watcher process (a session of its own) removes the file
 #   fatal            a client makes worker 0 call std::terminate (disco::Main's fatal-error path)
 #   watchdog         a client's call runs past DISCO_TIMEOUT=3 (the watchdog ends the job)
 #   relative         disco-serve --key-file mykey writes ./mykey (not a directory), which clients
@@ -117,6 +119,22 @@ if start "$case" "${mpi[@]}" "$serve" --port-file "$root/$case/port"; then
     ended 30 || bad "the job did not end within 30 s of rank 0's SIGKILL"
     check_gone
   fi
+fi
+
+case=sigkill_all
+if start "$case" "${mpi[@]}" "$serve" --port-file "$root/$case/port"; then
+  [[ -f $key_file ]] || bad "no key file $key_file"
+  # The job's processes share its session (setsid above); the watcher left it.
+  sid=$(ps -o sid= -p "$job" | tr -d ' ')
+  victims=()
+  for p in $(job_pids); do
+    [[ $(ps -o sid= -p "$p" | tr -d ' ') == "$sid" ]] && victims+=("$p")
+  done
+  kill -KILL "${victims[@]}"
+  ended 30 || bad "the job did not end within 30 s of SIGKILL"
+  # The watcher removes it as soon as it sees rank 0 gone: 30 s against a hang only.
+  for _ in $(seq 300); do [[ -e $key_file ]] || break; sleep 0.1; done
+  check_gone
 fi
 
 case=fatal
