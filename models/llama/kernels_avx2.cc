@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "llama/q8.h"
@@ -30,6 +31,24 @@ LLAMA_INLINE float Scale(const uint8_t* row, int64_t k, int64_t b) {
   return _cvtsh_ss(h);
 }
 
+// Blocks whose float16 scales are widened at once, 8 by an instruction, into a buffer the block
+// loop broadcasts from (a load; widening each scale alone took the shuffle port the int8 -> int32
+// widening needs).
+constexpr int64_t kScaleChunk = 64;
+LLAMA_INLINE void Scales(const uint8_t* src, int64_t nb, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    __m128i h;
+    std::memcpy(&h, src + 2 * i, 16);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < nb; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    out[i] = _cvtsh_ss(h);
+  }
+}
+
 // y[i, 0..R) for MB rows of x against R quantized rows at w (`stride` bytes apart): the full
 // blocks in registers (the next R rows' same columns prefetched), a last short block in scalars.
 template <int R, int MB>
@@ -40,12 +59,18 @@ LLAMA_INLINE void Block(const float* x, int64_t k, const uint8_t* w, int64_t str
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
   }
   const int64_t full = k / q8::kBlock;
+  alignas(32) float scales[R][kScaleChunk];
   for (int64_t b = 0; b < full; ++b) {
-    const int64_t p = b * q8::kBlock;
+    const int64_t p = b * q8::kBlock, c = b % kScaleChunk;
+    if (c == 0) {
+      for (int r = 0; r < R; ++r) {
+        Scales(w + r * stride + k + 2 * b, std::min(kScaleChunk, full - b), scales[r]);
+      }
+    }
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w + r * stride;
       _mm_prefetch(reinterpret_cast<const char*>(row + R * stride + p), _MM_HINT_T0);
-      const __m256 d = _mm256_set1_ps(Scale(row, k, b));
+      const __m256 d = _mm256_set1_ps(scales[r][c]);
       const auto* q = reinterpret_cast<const int8_t*>(row + p);
       __m256 wv[4];
       for (int u = 0; u < 4; ++u) wv[u] = Widen8(q + 8 * u);

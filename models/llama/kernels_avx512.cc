@@ -237,6 +237,16 @@ LLAMA_INLINE float Q8Scale(const uint8_t* row, int64_t k, int64_t b) {
   std::memcpy(&h, row + k + 2 * b, 2);
   return _cvtsh_ss(h);
 }
+// Blocks whose float16 scales are widened at once, 16 by an instruction, into a buffer the block
+// loop broadcasts from (a load; widening each scale alone took the shuffle port the int8 -> int32
+// widening needs).
+constexpr int64_t kScaleChunk = 64;
+LLAMA_INLINE void Q8Scales(const uint8_t* src, int64_t nb, float* out) {
+  for (int64_t i = 0; i < nb; i += 16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(Mask16(std::min<int64_t>(16, nb - i)), src + 2 * i);
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+}
 LLAMA_INLINE __m512 Widen16(const int8_t* q) {
   return _mm512_cvtepi32_ps(
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
@@ -250,12 +260,18 @@ LLAMA_INLINE void Q8Block(const float* x, int64_t k, const uint8_t* w, int64_t s
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   }
   const int64_t full = k / q8::kBlock;
+  alignas(64) float scales[R][kScaleChunk];
   for (int64_t b = 0; b < full; ++b) {
-    const int64_t p = b * q8::kBlock;
+    const int64_t p = b * q8::kBlock, c = b % kScaleChunk;
+    if (c == 0) {
+      for (int r = 0; r < R; ++r) {
+        Q8Scales(w + r * stride + k + 2 * b, std::min(kScaleChunk, full - b), scales[r]);
+      }
+    }
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = w + r * stride;
       _mm_prefetch(reinterpret_cast<const char*>(row + R * stride + p), _MM_HINT_T0);
-      const __m512 d = _mm512_set1_ps(Q8Scale(row, k, b));
+      const __m512 d = _mm512_set1_ps(scales[r][c]);
       const auto* q = reinterpret_cast<const int8_t*>(row + p);
       __m512 w0 = Widen16(q), w1 = Widen16(q + 16);
       if (MB == 1) {
