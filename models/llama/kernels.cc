@@ -270,7 +270,16 @@ void Linear(const float* x, int64_t m, int64_t k, const void* w, WeightFormat fo
     if (format == WeightFormat::kBf16) {
       WidenBlock(static_cast<const uint16_t*>(w) + j * k, r * k, scratch->data());
     } else {
-      q8::Dequantize(static_cast<const uint8_t*>(w) + j * q8::RowBytes(k), r, k, scratch->data());
+      const uint8_t* rows_q = static_cast<const uint8_t*>(w) + j * q8::RowBytes(k);
+#if DISCO_LLAMA_AVX2
+      if (Kernels() != Isa::kBase) {
+        avx2::DequantizeQ8(rows_q, r, k, scratch->data());
+      } else {
+        q8::Dequantize(rows_q, r, k, scratch->data());
+      }
+#else
+      q8::Dequantize(rows_q, r, k, scratch->data());
+#endif
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, static_cast<int>(r), K, 1.0f, x, K,
                 scratch->data(), K, 0.0f, y + j, LDY);

@@ -124,6 +124,27 @@ LLAMA_INLINE void Rows(const float* x, int64_t m, int64_t k, const uint8_t* w, i
 
 }  // namespace
 
+void DequantizeQ8(const uint8_t* w, int64_t n, int64_t k, float* out) {
+  const int64_t full = k / q8::kBlock;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = w + j * q8::RowBytes(k);
+    float* o = out + j * k;
+    for (int64_t b = 0; b < full; ++b) {
+      const __m256 d = _mm256_set1_ps(Scale(row, k, b));
+      const auto* q = reinterpret_cast<const int8_t*>(row + b * q8::kBlock);
+      for (int u = 0; u < 4; ++u) {
+        _mm256_storeu_ps(o + b * q8::kBlock + 8 * u, _mm256_mul_ps(Widen8(q + 8 * u), d));
+      }
+    }
+    if (full * q8::kBlock < k) {
+      const float d = Scale(row, k, full);
+      for (int64_t p = full * q8::kBlock; p < k; ++p) {
+        o[p] = static_cast<float>(static_cast<int8_t>(row[p])) * d;
+      }
+    }
+  }
+}
+
 void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
                  int64_t ldy) {
   const int64_t stride = q8::RowBytes(k);

@@ -15,6 +15,9 @@ namespace llama::avx2 {
 void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
                  int64_t ldy);
 
+/// q8::Dequantize in AVX2: n quantized rows back to n x k floats (prefill's sgemm reads them).
+void DequantizeQ8(const uint8_t* w, int64_t n, int64_t k, float* out);
+
 }  // namespace llama::avx2
 
 #endif  // DISCO_MODELS_LLAMA_KERNELS_AVX2_H_
