@@ -301,6 +301,47 @@ LLAMA_INLINE void Q8Block(const float* x, int64_t k, const uint8_t* w, int64_t s
   }
 }
 
+// One quantized row against one row of x (batch 1, rows under 4 KiB): rows one after another make
+// one sequential stream (as FmaRow's); four accumulators, a block each in turn, hide the FMA's
+// latency. By the thread's CPU time on the loaded Zen 4, GB/s, one row at a time against four
+// side by side: rows of 768 16.2 / 12.4, 2048 20.9 / 15.1, 4096 14.9 / 19.5 (medians of 4
+// interleaved runs): longer rows keep Q8Block<4, 1>.
+// A row's scales are widened first, up to kRowScales blocks (rows up to 8192) at once: the row's
+// stream then goes once to its scales at the end and back, not once per 64 blocks.
+constexpr int64_t kRowScales = 256;
+LLAMA_INLINE float Q8Row(const float* x, int64_t k, const uint8_t* row) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  const int64_t full = k / q8::kBlock;
+  alignas(64) float scales[kRowScales];
+  int64_t b = 0;
+  auto block = [&](int64_t blk, int u) {
+    const int64_t p = blk * q8::kBlock;
+    const auto* q = reinterpret_cast<const int8_t*>(row + p);
+    const __m512 s = _mm512_fmadd_ps(_mm512_loadu_ps(x + p + 16), Widen16(q + 16),
+                                     _mm512_mul_ps(_mm512_loadu_ps(x + p), Widen16(q)));
+    a[u] = _mm512_fmadd_ps(_mm512_set1_ps(scales[blk % kRowScales]), s, a[u]);
+  };
+  for (; b < full; b += kRowScales) {
+    const int64_t nb = std::min(kRowScales, full - b);
+    Q8Scales(row + k + 2 * b, nb, scales);
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+      for (int u = 0; u < 4; ++u) block(b + i + u, u);
+    }
+    for (; i < nb; ++i) block(b + i, 0);
+  }
+  float tail = 0.0f;
+  if (full * q8::kBlock < k) {
+    for (int64_t p = full * q8::kBlock; p < k; ++p) {
+      tail += x[p] * static_cast<float>(static_cast<int8_t>(row[p]));
+    }
+    tail *= Q8Scale(row, k, full);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))) +
+         tail;
+}
+
 template <int R>
 LLAMA_INLINE void Q8Rows(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t stride,
                          float* y, int64_t ldy) {
@@ -346,6 +387,10 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
                  int64_t ldy) {
   const int64_t stride = q8::RowBytes(k);
   int64_t j = 0;
+  if (m == 1 && stride < 4096) {
+    for (; j < n; ++j) y[j] = Q8Row(x, k, w + j * stride);
+    return;
+  }
   if (m == 1) {
     for (; j + 4 <= n; j += 4) Q8Block<4, 1>(x, k, w + j * stride, stride, y + j, ldy);
   } else {

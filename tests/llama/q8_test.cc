@@ -112,7 +112,8 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
 }
 
 // Linear on int8 weights by the kernel set chosen, against the reference: m rows of x from 1 to 5
-// and 17 (sgemm on dequantized blocks), k with and without a short last block, n with tails.
+// and 17 (sgemm on dequantized blocks), k with and without a short last block, rows under and
+// over 4 KiB (AVX-512 streams them one by one or four side by side), n with tails.
 TEST(Q8, KernelsMatchReference) {
   std::string kernels;
   try {
@@ -124,7 +125,7 @@ TEST(Q8, KernelsMatchReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
-  for (const int64_t k : {32, 64, 200, 1030}) {
+  for (const int64_t k : {32, 64, 200, 1030, 4100}) {  // 4100: rows over 4 KiB
     for (const int64_t n : {1, 5, 8, 13}) {
       std::vector<float> w(n * k);
       for (float& v : w) v = u(rng);
