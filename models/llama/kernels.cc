@@ -1,6 +1,9 @@
 #include "llama/kernels.h"
 
 #include <cblas.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include <disco/error.h>
 
@@ -142,14 +145,21 @@ LLAMA_KERNEL void WidenBlock(const uint16_t* src, int64_t n, float* dst) {
 // The kernel sets of DISCO_CPU_KERNELS (kernels.h).
 enum class Isa { kBase, kAvx2, kAvx512, kAvx512Bf16 };
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// F16C (the int8 kernels' float16 scales), by cpuid: clang's __builtin_cpu_supports lacks it.
+bool HasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 bool CpuHas(Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (isa) {
     case Isa::kBase:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case Isa::kAvx512:
       return DISCO_LLAMA_AVX512 && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
