@@ -4,7 +4,7 @@ run, on a machine measured first (docs/performance.md).
 
     bench/venv.sh --llama-cpp          # once: build/venv-bench with torch, gguf, llama-cpp-python
     /usr/bin/python3 bench/decode_bench.py [--models 125m,demo] [--batches 1,4]
-        [--ranks 1,2] [--threads 1,2] [--dtypes float32,bfloat16] [--repeats 5]
+        [--ranks 1,2] [--threads 1,2] [--dtypes float32,bfloat16,int8] [--repeats 5]
         [--new-tokens 32] [--baselines disco,torch,llama.cpp] [--json FILE]
         [--python build/venv-bench/bin/python (the baselines': the default when it is there)]
 
@@ -26,7 +26,9 @@ run, on a machine measured first (docs/performance.md).
 Prefill tokens/s = the B prompts' tokens / the time to their first new tokens; decode tokens/s =
 B * (new_tokens - 1) / the time of the rest. bfloat16: disco keeps bfloat16 weights and computes
 in float32, torch multiplies in bfloat16, llama.cpp runs a bf16 GGUF; llama.cpp q8_0 (8-bit
-weights, so not the same weights) is an extra row of the bfloat16 grid.
+weights, so not the same weights) is an extra row of the bfloat16 grid. int8: disco --dtype int8
+against llama.cpp's q8_0 GGUF of the same checkpoint (the same blocks and scales, q8.h), no torch
+row.
 """
 
 import argparse
@@ -56,7 +58,7 @@ def parse_args(argv):
     p.add_argument("--batches", default="1,4")
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--threads", default="1,2")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--dtypes", default="float32,bfloat16,int8")
     p.add_argument("--baselines", default="disco,torch,llama.cpp")
     p.add_argument("--disco-kernels", default="auto",
                    help="DISCO_CPU_KERNELS values, one disco row each (auto: the row 'disco', "
@@ -119,8 +121,8 @@ class Worker:
                "--threads", str(n), "--dtype", dtype, "--max-batch", str(max_batch),
                "--max-len", str(max_len)]
         if kind == "llamacpp":
-            qtype = "q8_0" if who.endswith("q8_0") else {"float32": "f32",
-                                                          "bfloat16": "bf16"}[dtype]
+            qtype = "q8_0" if who.endswith("q8_0") else {"float32": "f32", "bfloat16": "bf16",
+                                                          "int8": "q8_0"}[dtype]
             cmd += ["--gguf", self._gguf(a, gguf_export, model_dir, qtype)]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.info = self._read().get("info", "")
@@ -205,6 +207,8 @@ def configs(a, baselines, dtype):
     out = ([(disco_who(k), r) for k in a.disco_kernels for r in a.ranks]
            if "disco" in a.baselines else [])
     for who in baselines:
+        if who == "torch" and dtype == "int8":  # no 8-bit weights: no row
+            continue
         out += [(who, t) for t in a.threads]
         if who == "llama.cpp" and dtype == "bfloat16" and not a.no_q8:
             out += [("llama.cpp q8_0", t) for t in a.threads]

@@ -119,7 +119,8 @@ def main():
     given.add_argument("--chat", help="a user's message, through the chat template")
     ap.add_argument("--system", help="with --chat: a system message before it")
     ap.add_argument("--max-new-tokens", type=int, default=16)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "int8"],
+                    help="int8: the linear layers' weights as llama.cpp's Q8_0, on the CPU")
     ap.add_argument("--calls", action="store_true", help="decode steps call by call, not replays")
     ap.add_argument("--library", help="path of libdisco_llama.so")
     ap.add_argument("--dump-logits", metavar="FILE.npy",

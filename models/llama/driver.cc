@@ -548,12 +548,15 @@ int RunChecked(Session& s, Options& o) {
       "disco-demo: %s, %d workers, %s (%.1fM parameters), %s (stored %s)%s, from %s, loaded in "
       "%.0f ms\n",
       c.model_type.c_str(), n, c.Summary().c_str(), static_cast<double>(c.NumParams()) / 1e6,
-      o.dtype.c_str(), info.storage.c_str(), o.device == "cuda" ? " on each worker's GPU" : "",
-      path.c_str(), load_s * 1e3);
+      o.dtype == "int8" ? "int8 (linear weights stored int8 Q8_0, the rest float32)"
+                        : o.dtype.c_str(),
+      info.storage.c_str(), o.device == "cuda" ? " on each worker's GPU" : "", path.c_str(),
+      load_s * 1e3);
   const double bytes = static_cast<double>(info.bytes_per_rank);
   const bool gb = bytes >= 1e9;
-  std::printf("loaded: %.2f %s in %.2f s (%.0f MB/s) per rank\n", bytes / (gb ? 1e9 : 1e6),
-              gb ? "GB" : "MB", load_s, bytes / 1e6 / std::max(load_s, 1e-6));
+  std::printf("loaded: %.2f %s in %.2f s (%.0f MB/s) per rank%s\n", bytes / (gb ? 1e9 : 1e6),
+              gb ? "GB" : "MB", load_s, bytes / 1e6 / std::max(load_s, 1e-6),
+              o.dtype == "int8" ? ", linear weights quantized to int8 Q8_0 there" : "");
   if (!kernels.empty()) std::printf("kernels: %s\n", kernels.c_str());
   if (!o.convert.empty()) {
     DISCO_CHECK(o.device == "cpu", ValueError)
@@ -606,6 +609,10 @@ Options::Options() {
 void FinishOptions(Options* o) {
   DISCO_CHECK(o->texts.empty() || o->prompts.empty(), ValueError)
       << "give prompts as --text or as --prompt, not both";
+  DISCO_CHECK(o->dtype != "int8" || (o->device == "cpu" && o->convert.empty()), ValueError)
+      << "--dtype int8 quantizes the linear layers at load for the CPU's kernels: it runs on the "
+         "CPU only and --convert writes float32 or bfloat16 (leave out "
+      << (o->device != "cpu" ? "--device " + o->device : std::string("--convert")) << ")";
   DISCO_CHECK(o->texts.empty() || !o->model.empty(), ValueError)
       << "--text needs --model DIR, a checkpoint with its tokenizer (tokenizer.json or "
          "tokenizer.model); the default checkpoint has none";

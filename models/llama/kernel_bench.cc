@@ -1,7 +1,8 @@
 // disco-llama-kernels: the decode's streaming product (kernels.h's Linear for a few rows of x)
 // alone, on a weight matrix larger than the caches, under the kernel set DISCO_CPU_KERNELS
 // chooses: weight bytes read per second, per dtype and batch, by the wall clock and by the
-// thread's CPU time (less disturbed on a loaded machine) (docs/performance.md). No MPI.
+// thread's CPU time (less disturbed on a loaded machine) (docs/performance.md); int8 counts its
+// 1.0625 bytes a weight (q8.h). No MPI.
 //   disco-llama-kernels [ROWS [COLS [REPS]]]     (default 8192 4096 15: 128 MiB of float32)
 #include <disco/error.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "llama/kernels.h"
+#include "llama/q8.h"
 
 namespace {
 
@@ -41,14 +43,14 @@ struct Times {
 };
 
 // The median times of `reps` products of `m` rows of x with the n x k weights w.
-Times MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, bool bf16, int64_t n,
-                    int64_t reps) {
+Times MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, llama::WeightFormat f,
+                    int64_t n, int64_t reps) {
   std::vector<float> y(static_cast<size_t>(m * n)), scratch;
   std::vector<double> wall, cpu;
-  llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);  // warm-up
+  llama::Linear(x, m, k, w, f, n, y.data(), n, &scratch);  // warm-up
   for (int64_t r = 0; r < reps; ++r) {
     const double w0 = Seconds(CLOCK_MONOTONIC), c0 = Seconds(CLOCK_THREAD_CPUTIME_ID);
-    llama::Linear(x, m, k, w, bf16, n, y.data(), n, &scratch);
+    llama::Linear(x, m, k, w, f, n, y.data(), n, &scratch);
     cpu.push_back(Seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
     wall.push_back(Seconds(CLOCK_MONOTONIC) - w0);
   }
@@ -72,16 +74,26 @@ int Run(int argc, char** argv) {
     std::memcpy(&bits, &wf[i], 4);
     wb[i] = static_cast<uint16_t>(bits >> 16);
   }
-  for (const bool bf16 : {false, true}) {
+  std::vector<uint8_t> wq(static_cast<size_t>(n * llama::q8::RowBytes(k)));
+  llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
+  using llama::WeightFormat;
+  for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
     for (const int64_t m : {int64_t{1}, int64_t{4}}) {
-      const void* w = bf16 ? static_cast<const void*>(wb.data()) : wf.data();
-      const Times t = MedianSeconds(x.data(), m, k, w, bf16, n, reps);
-      const double bytes = static_cast<double>(n * k) * (bf16 ? 2 : 4);
+      const void* w = f == WeightFormat::kF32    ? static_cast<const void*>(wf.data())
+                      : f == WeightFormat::kBf16 ? static_cast<const void*>(wb.data())
+                                                 : static_cast<const void*>(wq.data());
+      const Times t = MedianSeconds(x.data(), m, k, w, f, n, reps);
+      const double bytes = f == WeightFormat::kQ8
+                               ? static_cast<double>(wq.size())
+                               : static_cast<double>(n * k) * (f == WeightFormat::kBf16 ? 2 : 4);
       std::printf(
           "%s batch %lld: %.2f GB/s of weights, %.3f ms per product (%lld x %lld); by CPU time "
           "%.2f GB/s\n",
-          bf16 ? "bfloat16" : "float32", static_cast<long long>(m), bytes / t.wall / 1e9,
-          t.wall * 1e3, static_cast<long long>(n), static_cast<long long>(k), bytes / t.cpu / 1e9);
+          f == WeightFormat::kF32    ? "float32"
+          : f == WeightFormat::kBf16 ? "bfloat16"
+                                     : "int8",
+          static_cast<long long>(m), bytes / t.wall / 1e9, t.wall * 1e3, static_cast<long long>(n),
+          static_cast<long long>(k), bytes / t.cpu / 1e9);
     }
   }
   return 0;

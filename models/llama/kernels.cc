@@ -1,6 +1,9 @@
 #include "llama/kernels.h"
 
 #include <cblas.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #include <disco/error.h>
 
@@ -10,6 +13,11 @@
 #include <cstring>
 #include <string>
 
+#include "llama/q8.h"
+
+#if DISCO_LLAMA_AVX2
+#include "llama/kernels_avx2.h"
+#endif
 #if DISCO_LLAMA_AVX512
 #include "llama/kernels_avx512.h"
 #endif
@@ -137,13 +145,21 @@ LLAMA_KERNEL void WidenBlock(const uint16_t* src, int64_t n, float* dst) {
 // The kernel sets of DISCO_CPU_KERNELS (kernels.h).
 enum class Isa { kBase, kAvx2, kAvx512, kAvx512Bf16 };
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// F16C (the int8 kernels' float16 scales), by cpuid: clang's __builtin_cpu_supports lacks it.
+bool HasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 bool CpuHas(Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (isa) {
     case Isa::kBase:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case Isa::kAvx512:
       return DISCO_LLAMA_AVX512 && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
@@ -171,7 +187,7 @@ Isa Resolve() {
   DISCO_CHECK(CpuHas(isa), ValueError)
       << "DISCO_CPU_KERNELS=" << v << ": this "
       << (isa != Isa::kAvx2 && !DISCO_LLAMA_AVX512 ? "build (its compiler)" : "CPU") << " has no "
-      << (isa == Isa::kAvx2     ? "AVX2 and FMA"
+      << (isa == Isa::kAvx2     ? "AVX2, FMA and F16C"
           : isa == Isa::kAvx512 ? "AVX-512 F, BW and VL"
                                 : "AVX-512 F, BW, VL and BF16")
       << " (auto chooses what it has)";
@@ -187,58 +203,94 @@ Isa Kernels() {
 }  // namespace
 
 std::string CpuKernels() {
+  const bool q8_avx2 = DISCO_LLAMA_AVX2 != 0;
   switch (Kernels()) {
     case Isa::kBase:
-      return "float32 and bfloat16: x86-64 base (no AVX2)";
+      return "float32, bfloat16 and int8: x86-64 base (no AVX2)";
     case Isa::kAvx2:
-      return "float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA)";
+      return std::string("float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA), int8: ") +
+             (q8_avx2 ? "avx2 (widened, FMA)" : "base (this build has no AVX2 int8 kernel)");
     case Isa::kAvx512:
       return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512 (widened by shifts, "
-             "FMA)";
+             "FMA), int8: avx512 (widened, FMA)";
     case Isa::kAvx512Bf16:
       return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512bf16 (vdpbf16ps, x "
-             "rounded to bfloat16)";
+             "rounded to bfloat16), int8: avx512 (widened, FMA)";
   }
   return "";
 }
 
-void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
-            int64_t ldy, std::vector<float>* scratch) {
-  if (m <= 0 || n <= 0) return;
-  if (m <= kStreamingRows) {
-    const auto* wb = static_cast<const uint16_t*>(w);
-    const auto* wf = static_cast<const float*>(w);
-    switch (Kernels()) {
+namespace {
+
+// The streaming product of a few rows of x, by the kernel set chosen.
+void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFormat format,
+                  int64_t n, float* y, int64_t ldy, std::vector<float>* scratch) {
+  const auto* wb = static_cast<const uint16_t*>(w);
+  const auto* wf = static_cast<const float*>(w);
+  const auto* wq = static_cast<const uint8_t*>(w);
+  const Isa isa = Kernels();
 #if DISCO_LLAMA_AVX512
-      // float32 above one row of x keeps the AVX2 blocks: 12-28% faster than AVX-512's in
-      // disco-demo's decode at batch 4 (docs/performance.md).
-      case Isa::kAvx512Bf16:
-        if (w_bf16) return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
+  if (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) {
+    switch (format) {
+      case WeightFormat::kQ8:
+        return avx512::StreamingQ8(x, m, k, wq, n, y, ldy);
+      case WeightFormat::kBf16:
+        if (isa == Isa::kAvx512Bf16)
+          return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
+        return avx512::StreamingBf16Widen(x, m, k, wb, n, y, ldy);
+      case WeightFormat::kF32:
+        // float32 above one row of x keeps the AVX2 blocks: 12-28% faster than AVX-512's in
+        // disco-demo's decode at batch 4 (docs/performance.md).
         if (m == 1) return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
-        return StreamingF32(x, m, k, wf, n, y, ldy);
-      case Isa::kAvx512:
-        if (w_bf16) return avx512::StreamingBf16Widen(x, m, k, wb, n, y, ldy);
-        if (m == 1) return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
-        return StreamingF32(x, m, k, wf, n, y, ldy);
-#endif
-      default:
-        if (w_bf16) return StreamingBf16(x, m, k, wb, n, y, ldy);
         return StreamingF32(x, m, k, wf, n, y, ldy);
     }
   }
+#endif
+  switch (format) {
+    case WeightFormat::kQ8:
+#if DISCO_LLAMA_AVX2
+      if (isa != Isa::kBase) return avx2::StreamingQ8(x, m, k, wq, n, y, ldy);
+#endif
+      return q8::StreamingRef(x, m, k, wq, n, y, ldy);
+    case WeightFormat::kBf16:
+      return StreamingBf16(x, m, k, wb, n, y, ldy);
+    case WeightFormat::kF32:
+      return StreamingF32(x, m, k, wf, n, y, ldy);
+  }
+}
+
+}  // namespace
+
+void Linear(const float* x, int64_t m, int64_t k, const void* w, WeightFormat format, int64_t n,
+            float* y, int64_t ldy, std::vector<float>* scratch) {
+  if (m <= 0 || n <= 0) return;
+  if (m <= kStreamingRows) return StreamingAny(x, m, k, w, format, n, y, ldy, scratch);
   const int M = static_cast<int>(m), K = static_cast<int>(k), LDY = static_cast<int>(ldy);
-  if (!w_bf16) {
+  if (format == WeightFormat::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, static_cast<int>(n), K, 1.0f, x, K,
                 static_cast<const float*>(w), K, 0.0f, y, LDY);
     return;
   }
-  // bfloat16: blocks of weight rows widened into scratch (about 1 MiB), then sgemm on each.
+  // bfloat16 or int8: blocks of weight rows widened into scratch (about 1 MiB), then sgemm on
+  // each.
   const int64_t rows = std::max<int64_t>(1, (int64_t{1} << 18) / k);
   scratch->resize(static_cast<size_t>(rows * k));
-  const auto* wb = static_cast<const uint16_t*>(w);
   for (int64_t j = 0; j < n; j += rows) {
     const int64_t r = std::min(rows, n - j);
-    WidenBlock(wb + j * k, r * k, scratch->data());
+    if (format == WeightFormat::kBf16) {
+      WidenBlock(static_cast<const uint16_t*>(w) + j * k, r * k, scratch->data());
+    } else {
+      const uint8_t* rows_q = static_cast<const uint8_t*>(w) + j * q8::RowBytes(k);
+#if DISCO_LLAMA_AVX2
+      if (Kernels() != Isa::kBase) {
+        avx2::DequantizeQ8(rows_q, r, k, scratch->data());
+      } else {
+        q8::Dequantize(rows_q, r, k, scratch->data());
+      }
+#else
+      q8::Dequantize(rows_q, r, k, scratch->data());
+#endif
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, static_cast<int>(r), K, 1.0f, x, K,
                 scratch->data(), K, 0.0f, y + j, LDY);
   }

@@ -1,4 +1,5 @@
-// The CPU kernels of the decoder, in float32 (bfloat16 weights are widened as they are read).
+// The CPU kernels of the decoder, in float32 (bfloat16 and int8 weights are widened as they are
+// read).
 //
 // Linear layers compute y = x W^T with W stored [out, in] (Hugging Face's layout, each rank's
 // shard compact). A batch of a few rows (decode) goes through a kernel of our own that streams
@@ -7,7 +8,8 @@
 // them again). Larger batches (prefill) go to OpenBLAS's cblas_sgemm, for bfloat16 weights through
 // a float32 copy of a block of rows at a time. Hot loops are compiled for AVX2+FMA and for the
 // base x86-64 ISA, chosen when the program starts (GCC's target_clones); the streaming kernel also
-// in AVX-512 (kernels_avx512.h), bfloat16 there either widened or by the CPU's bf16 dot products.
+// in AVX-512 (kernels_avx512.h), bfloat16 there either widened or by the CPU's bf16 dot products;
+// int8 weights (q8.h) in AVX2 (kernels_avx2.h) and AVX-512, widened in registers.
 // Which set runs: DISCO_CPU_KERNELS=auto (the default: the widest this CPU and build have),
 // avx2, avx512 or avx512bf16 (docs/performance.md).
 #ifndef DISCO_MODELS_LLAMA_KERNELS_H_
@@ -27,10 +29,14 @@ std::string CpuKernels();
 /// Rows at or below which Linear uses the streaming kernel rather than sgemm.
 constexpr int64_t kStreamingRows = 16;
 
-/// y[m, n] = sum_k x[m, k] * w[n, k] (row-major, y's rows `ldy` apart). `w_bf16`: w holds
-/// bfloat16 bits. `scratch` holds the float32 copies of bfloat16 blocks for sgemm.
-void Linear(const float* x, int64_t m, int64_t k, const void* w, bool w_bf16, int64_t n, float* y,
-            int64_t ldy, std::vector<float>* scratch);
+/// How a weight matrix is stored: float32, bfloat16 bits, or int8 in llama.cpp's Q8_0 blocks
+/// (q8.h: q8::RowBytes(k) bytes a row).
+enum class WeightFormat { kF32, kBf16, kQ8 };
+
+/// y[m, n] = sum_k x[m, k] * w[n, k] (row-major, y's rows `ldy` apart), w in `format`. `scratch`
+/// holds the float32 copies of bfloat16 or int8 blocks for sgemm.
+void Linear(const float* x, int64_t m, int64_t k, const void* w, WeightFormat format, int64_t n,
+            float* y, int64_t ldy, std::vector<float>* scratch);
 
 /// out = x / sqrt(mean(x^2) + eps) * w, over n elements (Hugging Face's LlamaRMSNorm in float32);
 /// out may be x.

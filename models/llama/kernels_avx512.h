@@ -23,6 +23,11 @@ void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w,
 void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                       int64_t ldy, std::vector<float>* scratch);
 
+/// The same with int8 weights (q8.h: q8::RowBytes(k) bytes a row), widened in registers (int8 ->
+/// int32 -> float32, 16 at a time) and scaled by their block's d.
+void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
+                 int64_t ldy);
+
 }  // namespace llama::avx512
 
 #endif  // DISCO_MODELS_LLAMA_KERNELS_AVX512_H_

@@ -70,6 +70,7 @@
 #include "llama/config.h"
 #include "llama/cuda_kernels.h"
 #include "llama/kernels.h"
+#include "llama/q8.h"
 #include "llama/safetensors.h"
 
 namespace llama {
@@ -90,10 +91,16 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-DType ParseRunDType(const std::string& s) {
-  DISCO_CHECK(s == "float32" || s == "bfloat16", ValueError)
-      << "dtype is float32 or bfloat16, not '" << s << "'";
-  return s == "float32" ? DType::kF32 : DType::kBF16;
+// A run's dtype: the weights' storage dtype, and whether the linear layers' weights are int8
+// (q8.h: "int8" keeps the embedding, norms and biases in float32).
+struct RunDType {
+  DType dtype;
+  bool q8;
+};
+RunDType ParseRunDType(const std::string& s) {
+  DISCO_CHECK(s == "float32" || s == "bfloat16" || s == "int8", ValueError)
+      << "dtype is float32, bfloat16 or int8, not '" << s << "'";
+  return {s == "bfloat16" ? DType::kBF16 : DType::kF32, s == "int8"};
 }
 DLDataType ToDL(DType d) {
   return d == DType::kF32 ? disco::DataType("float32") : disco::DataType("bfloat16");
@@ -191,9 +198,12 @@ struct LayerWeights {
 
 class Model {
  public:
-  Model(const Config& c, DType dtype, int rank, int ranks, DLDevice device)
-      : config(c), dtype(dtype), rank(rank), ranks(ranks), device(device) {
+  Model(const Config& c, RunDType run, int rank, int ranks, DLDevice device)
+      : config(c), dtype(run.dtype), q8(run.q8), rank(rank), ranks(ranks), device(device) {
     gpu = device.device_type == kDLCUDA;
+    DISCO_CHECK(!(gpu && q8), ValueError)
+        << "dtype int8 runs on the CPU only (its kernels are the CPU's); on a GPU use float32 or "
+        << "bfloat16";
     if (gpu) CudaOps();  // a GPU model without the CUDA module fails here, not at its first step
     c.CheckSplit(ranks);
     heads = c.num_attention_heads / ranks;
@@ -261,9 +271,38 @@ class Model {
     }
   }
 
+  // With dtype int8: every linear layer's float32 shard replaced by its int8 blocks (q8.h), and a
+  // tied LM head's quantized copy of the embedding (which stays float32 for the embedding).
+  void Quantize() {
+    auto quantize = [&](const std::string& name, const Tensor& f) {
+      const int64_t rows = f.shape()[0], cols = f.shape()[1];
+      Tensor t = Tensor::Empty(Shape{rows, q8::RowBytes(cols)}, disco::DataType("uint8"));
+      q8::Quantize(f.data_as<float>(), rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
+      return t;
+    };
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      auto it = weights.find(w.name);
+      if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight" || it == weights.end()) {
+        continue;
+      }
+      it->second = quantize(w.name, it->second);
+    }
+    auto embed_it = weights.find("model.embed_tokens.weight");
+    if (config.tie_word_embeddings && embed_it != weights.end()) {
+      tied_head_q8 = quantize("model.embed_tokens.weight (as the LM head)", embed_it->second);
+    }
+  }
+
+  WeightFormat Format() const {
+    return q8                      ? WeightFormat::kQ8
+           : dtype == DType::kBF16 ? WeightFormat::kBf16
+                                   : WeightFormat::kF32;
+  }
+
   // Pointers to every weight, and float32 copies of the norms and biases; every weight the config
   // needs must be there.
   void Finalize() {
+    if (q8) Quantize();
     auto get = [&](const std::string& name) -> const void* {
       auto it = weights.find(name);
       DISCO_CHECK(it != weights.end(), ValueError)
@@ -309,7 +348,9 @@ class Model {
       lw.down_bias = floats(p + "mlp.down_proj.bias");
     }
     embed = get("model.embed_tokens.weight");
-    lm_head = config.tie_word_embeddings ? embed : get("lm_head.weight");
+    lm_head = !config.tie_word_embeddings ? get("lm_head.weight")
+              : q8                        ? tied_head_q8.data()
+                                          : embed;
     final_norm = floats("model.norm.weight");
     finalized = true;
   }
@@ -317,17 +358,19 @@ class Model {
   int64_t WeightBytes() const {
     int64_t n = 0;
     for (const auto& [name, t] : weights) n += static_cast<int64_t>(t.nbytes());
-    return n;
+    return n + (tied_head_q8.defined() ? static_cast<int64_t>(tied_head_q8.nbytes()) : 0);
   }
 
   Config config;
-  DType dtype;
+  DType dtype;  // of the weights in `weights` before Finalize (with q8, of all but the linear ones)
+  bool q8;      // dtype int8: the linear layers' weights quantized by Finalize
   int rank, ranks;
   DLDevice device;  // the worker's device when the model was made: CPU or its GPU
   bool gpu = false;
   int64_t heads = 0, kv_heads = 0, ffn = 0, vocab = 0, vocab_start = 0;
   std::map<std::string, WeightSpec> specs;
   std::map<std::string, Tensor> weights;  // this rank's shards, by Hugging Face name
+  Tensor tied_head_q8;                    // q8 with tied embeddings: the LM head's int8 copy
   std::vector<LayerWeights> layers;
   const void* embed = nullptr;
   const void* lm_head = nullptr;
@@ -828,7 +871,7 @@ void Attention(State& s, int64_t layer) {
   const Model& m = *s.m;
   const Config& c = m.config;
   const LayerWeights& w = m.layers[layer];
-  const bool bf16 = m.dtype == DType::kBF16;
+  const WeightFormat wf = m.Format();
   const int64_t h = c.hidden_size, hd = c.head_dim, rows = s.rows;
   const int64_t qw = m.heads * hd, kvw = m.kv_heads * hd, rep = m.heads / m.kv_heads;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -836,9 +879,9 @@ void Attention(State& s, int64_t layer) {
   for (int64_t r = 0; r < rows; ++r) {
     RmsNorm(x + r * h, w.input_norm.host.data(), h, eps, s.hbuf.data() + r * h);
   }
-  Linear(s.hbuf.data(), rows, h, w.q, bf16, qw, s.q.data(), qw, &s.scratch);
-  Linear(s.hbuf.data(), rows, h, w.k, bf16, kvw, s.k.data(), kvw, &s.scratch);
-  Linear(s.hbuf.data(), rows, h, w.v, bf16, kvw, s.v.data(), kvw, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.q, wf, qw, s.q.data(), qw, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.k, wf, kvw, s.k.data(), kvw, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.v, wf, kvw, s.v.data(), kvw, &s.scratch);
   if (!w.q_bias.empty()) {
     AddBias(w.q_bias.host.data(), s.q.data(), rows, qw);
     AddBias(w.k_bias.host.data(), s.k.data(), rows, kvw);
@@ -873,7 +916,7 @@ void Attention(State& s, int64_t layer) {
                 s.VCache(layer, seq, g), pos, s.attn.data() + r * qw + g * rep * hd);
     }
   }
-  Linear(s.attn.data(), rows, qw, w.o, bf16, h, s.part.data(), h, &s.scratch);
+  Linear(s.attn.data(), rows, qw, w.o, wf, h, s.part.data(), h, &s.scratch);
   timer.StartAllReduce();
   s.part.AllReduce(rows);
   timer.EndAllReduce();
@@ -888,21 +931,21 @@ void Mlp(State& s, int64_t layer) {
   const Model& m = *s.m;
   const Config& c = m.config;
   const LayerWeights& w = m.layers[layer];
-  const bool bf16 = m.dtype == DType::kBF16;
+  const WeightFormat wf = m.Format();
   const int64_t h = c.hidden_size, f = m.ffn, rows = s.rows;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* x = s.x.data();
   for (int64_t r = 0; r < rows; ++r) {
     RmsNorm(x + r * h, w.post_norm.host.data(), h, eps, s.hbuf.data() + r * h);
   }
-  Linear(s.hbuf.data(), rows, h, w.gate, bf16, f, s.gate.data(), f, &s.scratch);
-  Linear(s.hbuf.data(), rows, h, w.up, bf16, f, s.up.data(), f, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.gate, wf, f, s.gate.data(), f, &s.scratch);
+  Linear(s.hbuf.data(), rows, h, w.up, wf, f, s.up.data(), f, &s.scratch);
   if (!w.gate_bias.empty()) {
     AddBias(w.gate_bias.host.data(), s.gate.data(), rows, f);
     AddBias(w.up_bias.host.data(), s.up.data(), rows, f);
   }
   SiluMul(s.gate.data(), s.up.data(), s.gate.data(), rows * f);
-  Linear(s.gate.data(), rows, f, w.down, bf16, h, s.part.data(), h, &s.scratch);
+  Linear(s.gate.data(), rows, f, w.down, wf, h, s.part.data(), h, &s.scratch);
   timer.StartAllReduce();
   s.part.AllReduce(rows);
   timer.EndAllReduce();
@@ -938,8 +981,7 @@ void Head(State& s) {
   for (int64_t i = 0; i < b; ++i) {
     RmsNorm(x + s.last_row[i] * h, m.final_norm.host.data(), h, eps, s.hsel.data() + i * h);
   }
-  Linear(s.hsel.data(), b, h, m.lm_head, m.dtype == DType::kBF16, vl, s.logits.data(), vl,
-         &s.scratch);
+  Linear(s.hsel.data(), b, h, m.lm_head, m.Format(), vl, s.logits.data(), vl, &s.scratch);
   auto* best = s.best.data_as<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
@@ -1077,7 +1119,7 @@ DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
         [](std::string path, std::string dtype) {
           const disco::WorkerInfo& w = disco::ThisWorker();
-          const DType dt = ParseRunDType(dtype);
+          const RunDType dt = ParseRunDType(dtype);
           Checkpoint ck = Checkpoint::Open(path);
           ck.config().CheckSplit(w.num_workers);
           ck.CheckWeights();
@@ -1092,7 +1134,7 @@ DISCO_REGISTER_GLOBAL("llama.new_model")
     .set_body_typed(
         [](std::string config_json, std::string dtype) {
           const disco::WorkerInfo& w = disco::ThisWorker();
-          const DType dt = ParseRunDType(dtype);
+          const RunDType dt = ParseRunDType(dtype);
           Config c = Config::FromText(config_json, "llama.new_model: the config");
           return Object::Make(std::make_shared<Model>(c, dt, w.worker_id, w.num_workers, w.device),
                               "llama.Model");
@@ -1117,6 +1159,9 @@ DISCO_REGISTER_GLOBAL("llama.weight")
           auto it = m->weights.find(name);
           DISCO_CHECK(it != m->weights.end(), ValueError)
               << "llama.weight: '" << name << "' was never loaded";
+          DISCO_CHECK(!(m->q8 && m->finalized && it->second.dtype().code == kDLUInt), ValueError)
+              << "llama.weight: '" << name << "' is stored as int8 blocks (dtype int8); load the "
+              << "model as float32 or bfloat16 to read it";
           return it->second;
         },
         {"model", "name"});

@@ -21,10 +21,11 @@
 //                                                    peak RSS KiB, weight bytes, KV cache bytes)
 //
 // Model and State are opaque worker-local objects (disco::Object) in registers. dtype is
-// "float32" or "bfloat16" (weights stored as bfloat16, computed in float32). A model lives on the
-// worker's device when it is made: its GPU after InitCCL("nccl") (then every call queues its work
-// on disco::ThisWorkerStream() and returns without waiting for the GPU; llama.tokens, llama.logits
-// and llama.stats wait), else the host.
+// "float32", "bfloat16" (weights stored as bfloat16, computed in float32) or "int8" (on the CPU:
+// the linear layers' weights quantized when the model is first used, as llama.cpp's Q8_0, q8.h;
+// llama.weight then refuses them). A model lives on the worker's device when it is made: its GPU
+// after InitCCL("nccl") (then every call queues its work on disco::ThisWorkerStream() and returns
+// without waiting for the GPU; llama.tokens, llama.logits and llama.stats wait), else the host.
 #ifndef DISCO_MODELS_LLAMA_MODEL_H_
 #define DISCO_MODELS_LLAMA_MODEL_H_
 

@@ -58,7 +58,10 @@ void AddModelOptions(CLI::App* app, llama::Options* o) {
       ->type_name("TEXT")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   AddInt(app, "--max-new-tokens", &o->max_new_tokens, 1, 1 << 20, "tokens generated per prompt");
-  disco::cli::AddChoice(app, "--dtype", &o->dtype, {"float32", "bfloat16"}, "weights and compute");
+  disco::cli::AddChoice(app, "--dtype", &o->dtype, {"float32", "bfloat16", "int8"},
+                        "float32, bfloat16 or int8 weights (int8: the linear layers' as "
+                        "llama.cpp's Q8_0, on the CPU)",
+                        "DTYPE");
   disco::cli::AddChoice(app, "--device", &o->device, {"cpu", "cuda"},
                         "cuda: each rank's shards on its own GPU");
   app->add_flag("--calls", o->calls, "decode call by call, not by replay of a captured graph");

@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--api-key-file", o.api_key_file,
                  "ask for this key (Authorization: Bearer KEY) on /v1/ routes; the file must be "
                  "yours and mode 600");
-  app.add_option("--dtype", o.dtype, "weights in memory")
-      ->check(CLI::IsMember({"float32", "bfloat16"}))
+  app.add_option("--dtype", o.dtype,
+                 "weights in memory (int8: the linear layers' as llama.cpp's Q8_0, on the CPU)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "int8"}))
       ->capture_default_str();
   if (int code = disco::cli::Parse(&app, argc, argv); code >= 0) return code;
   // Between requests the workers sleep in a barrier instead of spinning for the next frame (as

@@ -1,0 +1,154 @@
+// int8 weights (models/llama/q8.h, llama.cpp's Q8_0): float16 conversions, quantization of known
+// blocks (zeros, a max exactly representable, a short last block), refusals, and kernels.h's
+// Linear on int8 weights against q8::StreamingRef under the kernel set DISCO_CPU_KERNELS chooses
+// (CTest runs this binary once with avx2 and once with avx512).
+#include <disco/error.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llama/kernels.h"
+#include "llama/q8.h"
+
+namespace {
+
+using llama::q8::Blocks;
+using llama::q8::FloatToHalf;
+using llama::q8::HalfToFloat;
+using llama::q8::RowBytes;
+
+uint16_t ScaleBits(const std::vector<uint8_t>& row, int64_t k, int64_t b) {
+  uint16_t h;
+  std::memcpy(&h, row.data() + k + 2 * b, 2);
+  return h;
+}
+
+TEST(Q8, HalfConversions) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);          // rounds past the largest: infinity
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 1);  // the smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0);  // below half of it: zero
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // a tie: to even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  // Every finite float16 back and forth.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    ASSERT_EQ(FloatToHalf(HalfToFloat(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+}
+
+TEST(Q8, KnownBlocks) {
+  // Block 0: zeros (d = 0, q = 0: no NaN). Block 1: -127..127 stepping by 8 and 127 itself
+  // (d = 1, exact: q = w). Block 2 (short, 8 weights): its own scale, max 0.5 -> d = 0.5/127.
+  const int64_t k = 72;
+  std::vector<float> w(k, 0.0f);
+  for (int i = 0; i < 32; ++i) w[32 + i] = static_cast<float>(-127 + 8 * i);
+  w[63] = 127.0f;
+  for (int i = 0; i < 8; ++i) w[64 + i] = 0.5f * static_cast<float>(i - 4) / 4.0f;
+  std::vector<uint8_t> q(RowBytes(k));
+  ASSERT_EQ(Blocks(k), 3);
+  ASSERT_EQ(RowBytes(k), 72 + 6);
+  llama::q8::Quantize(w.data(), 1, k, q.data(), "test");
+  EXPECT_EQ(ScaleBits(q, k, 0), 0);
+  EXPECT_EQ(ScaleBits(q, k, 1), 0x3c00);  // 1.0
+  EXPECT_EQ(HalfToFloat(ScaleBits(q, k, 2)), HalfToFloat(FloatToHalf(0.5f / 127.0f)));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(static_cast<int8_t>(q[i]), 0);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(static_cast<int8_t>(q[32 + i]), w[32 + i]);
+  EXPECT_EQ(static_cast<int8_t>(q[64]), -127);  // -0.5 is the block's max |w|
+  std::vector<float> back(k);
+  llama::q8::Dequantize(q.data(), 1, k, back.data());
+  for (int64_t p = 0; p < 64; ++p) EXPECT_EQ(back[p], w[p]) << p;  // zeros and exact integers
+  const float d = 0.5f / 127.0f;
+  for (int64_t p = 64; p < k; ++p) EXPECT_LE(std::fabs(back[p] - w[p]), 0.57f * d) << p;
+}
+
+TEST(Q8, RandomRoundTripWithinBound) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  const int64_t n = 7, k = 100;
+  std::vector<float> w(n * k), back(n * k);
+  for (float& v : w) v = nd(rng);
+  std::vector<uint8_t> q(n * RowBytes(k));
+  llama::q8::Quantize(w.data(), n, k, q.data(), "test");
+  llama::q8::Dequantize(q.data(), n, k, back.data());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t b0 = p / 32 * 32, b1 = std::min(k, b0 + 32);
+      float amax = 0.0f;
+      for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(w[j * k + i]));
+      // d/2 for q's rounding, 127 d 2^-11 for d's float16 rounding.
+      ASSERT_LE(std::fabs(back[j * k + p] - w[j * k + p]), 0.5625f * amax / 127.0f) << j << p;
+    }
+  }
+}
+
+TEST(Q8, RefusesNonFiniteAndOverflow) {
+  std::vector<float> w(32, 1.0f);
+  std::vector<uint8_t> q(RowBytes(32));
+  w[5] = std::nanf("");
+  try {
+    llama::q8::Quantize(w.data(), 1, 32, q.data(), "weight 'x.weight'");
+    FAIL() << "no error";
+  } catch (const disco::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("weight 'x.weight': row 0, column 5 is nan"),
+              std::string::npos)
+        << e.what();
+  }
+  w[5] = 127.0f * 70000.0f;
+  try {
+    llama::q8::Quantize(w.data(), 1, 32, q.data(), "weight 'y.weight'");
+    FAIL() << "no error";
+  } catch (const disco::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("overflows float16"), std::string::npos) << e.what();
+  }
+}
+
+// Linear on int8 weights by the kernel set chosen, against the reference: m rows of x from 1 to 5
+// and 17 (sgemm on dequantized blocks), k with and without a short last block, rows under and
+// over 4 KiB (AVX-512 streams them one by one or four side by side), n with tails.
+TEST(Q8, KernelsMatchReference) {
+  std::string kernels;
+  try {
+    kernels = llama::CpuKernels();
+  } catch (const disco::ValueError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::printf("kernels: %s\n", kernels.c_str());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> scratch;
+  for (const int64_t k : {32, 64, 200, 1030, 4100}) {  // 4100: rows over 4 KiB
+    for (const int64_t n : {1, 5, 8, 13}) {
+      std::vector<float> w(n * k);
+      for (float& v : w) v = u(rng);
+      std::vector<uint8_t> q(n * RowBytes(k));
+      llama::q8::Quantize(w.data(), n, k, q.data(), "test");
+      std::vector<float> deq(n * k);
+      llama::q8::Dequantize(q.data(), n, k, deq.data());
+      for (const int64_t m : {1, 2, 3, 4, 5, 17}) {
+        std::vector<float> x(m * k), y(m * n, NAN), ref(m * n);
+        for (float& v : x) v = u(rng);
+        llama::Linear(x.data(), m, k, q.data(), llama::WeightFormat::kQ8, n, y.data(), n, &scratch);
+        llama::q8::StreamingRef(x.data(), m, k, q.data(), n, ref.data(), n);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            float mag = 0.0f;
+            for (int64_t p = 0; p < k; ++p) mag += std::fabs(x[i * k + p] * deq[j * k + p]);
+            ASSERT_NEAR(y[i * n + j], ref[i * n + j], 1e-5f * mag)
+                << "m " << m << " k " << k << " n " << n << " at (" << i << ", " << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
