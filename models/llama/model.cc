@@ -488,6 +488,8 @@ class State {
     seq_len.assign(static_cast<size_t>(batch), 0);
     tokens.assign(static_cast<size_t>(batch * max_new), -1);
     last_row.assign(static_cast<size_t>(batch), 0);
+    next.assign(static_cast<size_t>(batch), -1);
+    heads = batch;
     row_seq.assign(static_cast<size_t>(max_rows), 0);
     row_pos.assign(static_cast<size_t>(max_rows), 0);
     row_tok.assign(static_cast<size_t>(max_rows), 0);
@@ -620,6 +622,11 @@ class State {
   Tensor best;                  // packed (value, index) of each sequence's best token
   std::unique_ptr<GpuState> g;  // on a GPU: everything there
   int64_t head_step = -1;       // the step whose tokens llama.head made last (-1: none)
+  // Slot mode (llama.begin_step): the head reads `heads` rows (last_row), the first `outs` of
+  // them a listed slot's, and its tokens go to `next` (llama.next_tokens), not to `tokens`.
+  bool stepping = false, next_ready = false;
+  int64_t heads = 0, outs = 0;
+  std::vector<int64_t> next;
   // Time spent in the worker functions since the last llama.reset_stats.
   double compute_s = 0, allreduce_s = 0;
   int64_t calls = 0;
@@ -772,19 +779,20 @@ void GpuHead(State& s) {
   const Config& c = m.config;
   GpuState& g = *s.g;
   const bool bf16 = m.dtype == DType::kBF16;
-  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  const int64_t h = c.hidden_size, b = s.heads, vl = m.vocab;
   g.ops.rms_norm(s.x.data(), Ptr<int64_t>(g.last_row), b, Ptr(m.final_norm.gpu), h,
                  static_cast<float>(c.rms_norm_eps), Ptr(g.hsel), Ptr<void>(g.hsel16), g.stream);
   g.ops.linear(g.blas, bf16 ? g.hsel16.data() : g.hsel.data(), b, h, m.lm_head, bf16, vl,
                Ptr(g.logits), vl);
   g.ops.argmax_packed(Ptr(g.logits), b, vl, m.vocab_start, Ptr<int64_t>(s.best), g.stream);
-  if (s.keep_logits) {
+  if (s.keep_logits && !s.stepping) {
     g.ops.copy_async(Ptr(g.kept) + s.step * b * vl, Ptr(g.logits),
                      static_cast<size_t>(b * vl) * sizeof(float), g.stream);
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
+  if (s.stepping) return;  // llama.next_tokens reads s.best
   g.ops.store_tokens(Ptr<int64_t>(s.best), b, s.max_new, s.step, Ptr<int64_t>(g.tokens), g.stream);
 }
 
@@ -928,11 +936,12 @@ int64_t UnpackIndex(int64_t key) {
 void Head(State& s) {
   DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
   s.head_step = s.step;
+  s.next_ready = s.stepping;
   if (s.g != nullptr) return GpuHead(s);
   Timer timer(&s);
   const Model& m = *s.m;
   const Config& c = m.config;
-  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  const int64_t h = c.hidden_size, b = s.heads, vl = m.vocab;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float* x = s.x.data();
   for (int64_t i = 0; i < b; ++i) {
@@ -949,13 +958,17 @@ void Head(State& s) {
     }
     best[i] = PackBest(row[arg], m.vocab_start + arg);
   }
-  if (s.keep_logits) {
+  if (s.keep_logits && !s.stepping) {
     std::memcpy(s.kept.data() + s.step * b * vl, s.logits.data(),
                 static_cast<size_t>(b * vl) * sizeof(float));
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
+  if (s.stepping) {
+    for (int64_t i = 0; i < s.outs; ++i) s.next[i] = UnpackIndex(best[i]);
+    return;
+  }
   for (int64_t i = 0; i < b; ++i) s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
 }
 
@@ -1013,6 +1026,8 @@ void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
   s.rows = total;
   s.step = 0;
   s.head_step = -1;
+  s.stepping = s.next_ready = false;
+  s.heads = s.batch;
   std::fill(s.tokens.begin(), s.tokens.end(), -1);
   if (s.g != nullptr) {
     GpuState& g = *s.g;
@@ -1031,6 +1046,8 @@ void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
 void BeginDecode(State& s, int64_t step) {
   DISCO_CHECK(step >= 1 && step < s.max_new, ValueError)
       << "llama.begin_decode: step " << step << " is outside [1, " << s.max_new << ")";
+  DISCO_CHECK(!s.stepping, ValueError)
+      << "llama.begin_decode: the state runs slots (llama.begin_step); llama.begin_prefill first";
   DISCO_CHECK(s.head_step == step - 1 || (s.g == nullptr && s.tokens[step - 1] >= 0), ValueError)
       << "llama.begin_decode: step " << step << " needs the token of step " << step - 1
       << " (llama.head) first";
@@ -1053,6 +1070,102 @@ void BeginDecode(State& s, int64_t step) {
   s.step = step;
 }
 
+// The rows of one step in slot mode: entry j advances slot slots[j] by counts[j] tokens (its
+// part of `tokens`, in order) from position positions[j]. Checked whole before anything changes.
+void CheckStep(const State& s, const std::vector<int64_t>& slots,
+               const std::vector<int64_t>& positions, const std::vector<int64_t>& counts,
+               const std::vector<int64_t>& tokens) {
+  const char* fn = "llama.begin_step: ";
+  const size_t n = slots.size();
+  DISCO_CHECK(
+      n >= 1 && n <= static_cast<size_t>(s.batch) && positions.size() == n && counts.size() == n,
+      ValueError)
+      << fn << slots.size() << " slots, " << positions.size() << " positions and " << counts.size()
+      << " counts: one of each per slot, 1 to " << s.batch << " slots";
+  std::vector<bool> seen(static_cast<size_t>(s.batch), false);
+  int64_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t slot = slots[j], pos = positions[j], count = counts[j];
+    DISCO_CHECK(slot >= 0 && slot < s.batch && !seen[slot], ValueError)
+        << fn << "slot " << slot << " is outside [0, " << s.batch << ") or listed twice";
+    seen[slot] = true;
+    DISCO_CHECK(pos >= 0 && count >= 1 && count <= s.max_rows && pos + count <= s.max_len,
+                ValueError)
+        << fn << "slot " << slot << ": " << count << " tokens from position " << pos
+        << " (the KV cache holds positions [0, " << s.max_len << "))";
+    total += count;
+  }
+  DISCO_CHECK(total == static_cast<int64_t>(tokens.size()) && total <= s.max_rows, ValueError)
+      << fn << tokens.size() << " tokens for counts of " << total << " in all (at most "
+      << s.max_rows << ", llama.new_state's max_rows)";
+  for (int64_t tok : tokens) {
+    DISCO_CHECK(tok >= 0 && tok < s.m->config.vocab_size, ValueError)
+        << fn << "token " << tok << " is outside the vocabulary [0, " << s.m->config.vocab_size
+        << ")";
+  }
+}
+
+// Slot mode: the KV cache's sequences are slots, each at a position of its own; a step advances
+// the listed slots (a new prompt's chunk, or a decoding slot's last token) and the head picks
+// each listed slot's next token from its last row. One row alone is doubled (the copy writes the
+// same key and value to the same place), and so is one head row when the state has room: the
+// CPU's one-row products round differently from the batched ones, and a slot's tokens must not
+// depend on what else is in the step.
+void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<int64_t>& positions,
+               const std::vector<int64_t>& counts, const std::vector<int64_t>& tokens) {
+  CheckStep(s, slots, positions, counts, tokens);
+  const int64_t n = static_cast<int64_t>(slots.size());
+  int64_t r = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < counts[j]; ++i, ++r) {
+      s.row_seq[r] = slots[j];
+      s.row_pos[r] = positions[j] + i;
+      s.row_tok[r] = tokens[r];
+    }
+    s.last_row[j] = r - 1;
+  }
+  s.rows = r;
+  if (r == 1 && s.max_rows >= 2) {
+    s.row_seq[1] = s.row_seq[0], s.row_pos[1] = s.row_pos[0], s.row_tok[1] = s.row_tok[0];
+    s.rows = 2;
+  }
+  s.outs = n;
+  s.heads = n;
+  if (n == 1 && s.batch >= 2) s.last_row[1] = s.last_row[0], s.heads = 2;
+  s.stepping = true;
+  s.next_ready = false;
+  s.step = 0;
+  s.head_step = -1;
+  if (s.g != nullptr) {
+    GpuState& g = *s.g;
+    auto up = [&](const Tensor& dst, const std::vector<int64_t>& src, int64_t count) {
+      g.ops.copy_async(dst.data(), src.data(), static_cast<size_t>(count) * sizeof(int64_t),
+                       g.stream);
+    };
+    up(g.row_seq, s.row_seq, s.rows);
+    up(g.row_pos, s.row_pos, s.rows);
+    up(g.row_tok, s.row_tok, s.rows);
+    up(g.last_row, s.last_row, s.heads);
+  }
+}
+
+// The tokens the last step picked, one per listed slot, in its order.
+Tensor NextTokens(State& s) {
+  DISCO_CHECK(s.stepping && s.next_ready, ValueError)
+      << "llama.next_tokens: no step has reached llama.head (llama.begin_step, the layers, "
+      << "llama.head first)";
+  Tensor t = Tensor::Empty(Shape{s.outs}, disco::DataType("int64"));
+  auto* out = t.data_as<int64_t>();
+  if (s.g == nullptr) {
+    std::copy(s.next.begin(), s.next.begin() + s.outs, out);
+    return t;
+  }
+  Tensor best = Tensor::Empty(Shape{s.batch}, disco::DataType("int64"));
+  best.CopyFrom(s.best);  // waits for the GPU
+  for (int64_t i = 0; i < s.outs; ++i) out[i] = UnpackIndex(best.data_as<int64_t>()[i]);
+  return t;
+}
+
 // ---- Registration -------------------------------------------------------------------------------
 
 // A host tensor of `shape` with the state's copy: from the GPU when it lives there, else `host`.
@@ -1066,12 +1179,12 @@ Tensor HostCopy(const Shape& shape, const char* dtype, const void* host, const T
   return t;
 }
 
-const char* const kNames[] = {"llama.open",          "llama.new_model",    "llama.set_weight",
-                              "llama.weight",        "llama.config",       "llama.new_state",
-                              "llama.begin_prefill", "llama.begin_decode", "llama.embed",
-                              "llama.attention",     "llama.mlp",          "llama.head",
-                              "llama.tokens",        "llama.logits",       "llama.reset_stats",
-                              "llama.stats",         "llama.weight_plan"};
+const char* const kNames[] = {
+    "llama.open",        "llama.new_model", "llama.set_weight",    "llama.weight",
+    "llama.config",      "llama.new_state", "llama.begin_prefill", "llama.begin_decode",
+    "llama.begin_step",  "llama.embed",     "llama.attention",     "llama.mlp",
+    "llama.head",        "llama.tokens",    "llama.next_tokens",   "llama.logits",
+    "llama.reset_stats", "llama.stats",     "llama.weight_plan"};
 
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
@@ -1165,6 +1278,21 @@ DISCO_REGISTER_GLOBAL("llama.begin_decode")
     .set_body_typed([](Object state,
                        int64_t step) { BeginDecode(StateOf(state, "llama.begin_decode"), step); },
                     {"state", "step"});
+
+DISCO_REGISTER_GLOBAL("llama.begin_step")
+    .set_body_typed(
+        [](Object state, disco::Any slots, disco::Any positions, disco::Any counts,
+           disco::Any tokens) {
+          const char* fn = "llama.begin_step";
+          BeginStep(StateOf(state, fn), IntList(slots, fn, "slots"),
+                    IntList(positions, fn, "positions"), IntList(counts, fn, "counts"),
+                    IntList(tokens, fn, "tokens"));
+        },
+        {"state", "slots", "positions", "counts", "tokens"});
+
+DISCO_REGISTER_GLOBAL("llama.next_tokens")
+    .set_body_typed([](Object state) { return NextTokens(StateOf(state, "llama.next_tokens")); },
+                    {"state"});
 
 DISCO_REGISTER_GLOBAL("llama.embed")
     .set_body_typed([](Object state) { Embed(StateOf(state, "llama.embed")); }, {"state"})

@@ -131,7 +131,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   std::fflush(stdout);
   std::function<void()> idle;
   if (o.idle) idle = [&] { o.idle(s); };
-  engine.Serve(&queue, static_cast<size_t>(o.max_batch), stop, idle);
+  engine.Serve(&queue, static_cast<size_t>(o.max_batch), h.max_len, stop, idle);
   front.Stop();
   std::printf("disco-llm-server: stopped\n");
   std::fflush(stdout);
