@@ -457,10 +457,9 @@ class State {
         max_rows(max_rows),
         max_new(max_new),
         keep_logits(keep_logits) {
-    DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= batch && max_new >= 1, ValueError)
+    DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= 1 && max_new >= 1, ValueError)
         << "llama.new_state: batch " << batch << ", max_len " << max_len << ", max_rows "
-        << max_rows << ", max_new_tokens " << max_new
-        << ": each must be positive, and max_rows at least batch";
+        << max_rows << ", max_new_tokens " << max_new << ": each must be positive";
     const Config& c = m->config;
     const int64_t h = c.hidden_size, hd = c.head_dim;
     CheckSizes();
@@ -1048,6 +1047,9 @@ void BeginDecode(State& s, int64_t step) {
       << "llama.begin_decode: step " << step << " is outside [1, " << s.max_new << ")";
   DISCO_CHECK(!s.stepping, ValueError)
       << "llama.begin_decode: the state runs slots (llama.begin_step); llama.begin_prefill first";
+  DISCO_CHECK(s.batch <= s.max_rows, ValueError)
+      << "llama.begin_decode: a step of the batch's " << s.batch << " rows; the state holds "
+      << s.max_rows << " (llama.new_state's max_rows)";
   DISCO_CHECK(s.head_step == step - 1 || (s.g == nullptr && s.tokens[step - 1] >= 0), ValueError)
       << "llama.begin_decode: step " << step << " needs the token of step " << step - 1
       << " (llama.head) first";

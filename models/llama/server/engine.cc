@@ -24,25 +24,17 @@ Tensor Int64Tensor(const std::vector<int64_t>& v) {
 }  // namespace
 
 Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-               std::vector<int64_t> eos)
-    : s_(s), model_(std::move(model)), c_(c), tok_(std::move(tok)), eos_(std::move(eos)) {
+               std::vector<int64_t> eos, size_t max_batch, int64_t max_len)
+    : s_(s),
+      model_(std::move(model)),
+      c_(c),
+      tok_(std::move(tok)),
+      eos_(std::move(eos)),
+      max_len_(max_len) {
   for (const char* name : {"llama.new_state", "llama.begin_step", "llama.embed", "llama.attention",
                            "llama.mlp", "llama.head", "llama.next_tokens"}) {
     f_[name] = s.GetGlobalFunc(name);
   }
-}
-
-void Engine::Forward() {
-  s_.CallPacked(f_["llama.embed"], state_);
-  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
-    s_.CallPacked(f_["llama.attention"], state_, l);
-    s_.CallPacked(f_["llama.mlp"], state_, l);
-  }
-  s_.CallPacked(f_["llama.head"], state_);
-}
-
-void Engine::Start(size_t max_batch, int64_t max_len) {
-  max_len_ = max_len;
   slots_.assign(max_batch, Slot());
   state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
                          kPassRows, int64_t{1}, false);
@@ -52,7 +44,16 @@ void Engine::Start(size_t max_batch, int64_t max_len) {
     Forward();
     next_ = s_.CallPacked(f_["llama.next_tokens"], state_);
   });
-  s_.SyncAll();  // a state the checkpoint cannot have (--max-len) fails here, at start
+  s_.SyncAll();  // a state the workers cannot make (memory, --max-len) fails here, at start
+}
+
+void Engine::Forward() {
+  s_.CallPacked(f_["llama.embed"], state_);
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    s_.CallPacked(f_["llama.attention"], state_, l);
+    s_.CallPacked(f_["llama.mlp"], state_, l);
+  }
+  s_.CallPacked(f_["llama.head"], state_);
 }
 
 bool Engine::Running() const {
@@ -157,12 +158,10 @@ void Engine::Step() {
   DropCancelled();
   if (!Running()) return;
   for (const std::vector<Entry>& pass : Plan()) RunPass(pass);
-  ++steps_;
 }
 
-void Engine::Serve(JobQueue* queue, size_t max_batch, int64_t max_len,
-                   const std::atomic<bool>& stop, const std::function<void()>& idle) {
-  Start(max_batch, max_len);
+void Engine::Serve(JobQueue* queue, const std::atomic<bool>& stop,
+                   const std::function<void()>& idle) {
   while (!stop.load() || Running()) {
     if (!stop.load()) {
       const bool running = Running();

@@ -35,15 +35,14 @@ constexpr int64_t kPassRows = 16;
 
 class Engine {
  public:
+  /// Makes the decoder's state, `max_batch` slots of `max_len` positions (raises when the
+  /// workers cannot), and captures a pass.
   Engine(disco::Session& s, disco::DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-         std::vector<int64_t> eos);
-  /// Runs jobs from `queue` in `max_batch` slots of `max_len` positions until `stop` is set and
-  /// the running jobs have ended; then fails the jobs still waiting (503). `idle` (may be empty)
-  /// runs first whenever nothing runs and no job waits.
-  void Serve(JobQueue* queue, size_t max_batch, int64_t max_len, const std::atomic<bool>& stop,
-             const std::function<void()>& idle);
-  /// The steps run so far (a test's count).
-  int64_t steps() const { return steps_; }
+         std::vector<int64_t> eos, size_t max_batch, int64_t max_len);
+  /// Runs jobs from `queue` until `stop` is set and the running jobs have ended; then fails the
+  /// jobs still waiting (503). `idle` (may be empty) runs first whenever nothing runs and no job
+  /// waits.
+  void Serve(JobQueue* queue, const std::atomic<bool>& stop, const std::function<void()>& idle);
 
  private:
   // A running job in its slot: `pos` positions in the KV cache, `fed` of its prompt's tokens.
@@ -60,7 +59,6 @@ class Engine {
     bool emits;
   };
 
-  void Start(size_t max_batch, int64_t max_len);
   void Forward();
   void Admit(JobQueue* queue, bool wait);
   bool Running() const;
@@ -79,7 +77,7 @@ class Engine {
   disco::DRef state_, next_;
   disco::Graph pass_;
   std::vector<Slot> slots_;
-  int64_t max_len_ = 0, admitted_ = 0, steps_ = 0;
+  int64_t max_len_ = 0, admitted_ = 0;
 };
 
 }  // namespace llm_server
