@@ -784,9 +784,9 @@ void GpuHead(State& s) {
   g.ops.linear(g.blas, bf16 ? g.hsel16.data() : g.hsel.data(), b, h, m.lm_head, bf16, vl,
                Ptr(g.logits), vl);
   g.ops.argmax_packed(Ptr(g.logits), b, vl, m.vocab_start, Ptr<int64_t>(s.best), g.stream);
-  if (s.keep_logits && !s.stepping) {
+  if (s.keep_logits) {  // slot mode: the step's listed slots, at the start
     g.ops.copy_async(Ptr(g.kept) + s.step * b * vl, Ptr(g.logits),
-                     static_cast<size_t>(b * vl) * sizeof(float), g.stream);
+                     static_cast<size_t>((s.stepping ? s.outs : b) * vl) * sizeof(float), g.stream);
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
@@ -957,9 +957,9 @@ void Head(State& s) {
     }
     best[i] = PackBest(row[arg], m.vocab_start + arg);
   }
-  if (s.keep_logits && !s.stepping) {
+  if (s.keep_logits) {  // slot mode: the step's listed slots, at the start
     std::memcpy(s.kept.data() + s.step * b * vl, s.logits.data(),
-                static_cast<size_t>(b * vl) * sizeof(float));
+                static_cast<size_t>((s.stepping ? s.outs : b) * vl) * sizeof(float));
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
@@ -1091,15 +1091,17 @@ void CheckStep(const State& s, const std::vector<int64_t>& slots,
     DISCO_CHECK(slot >= 0 && slot < s.batch && !seen[slot], ValueError)
         << fn << "slot " << slot << " is outside [0, " << s.batch << ") or listed twice";
     seen[slot] = true;
-    DISCO_CHECK(pos >= 0 && count >= 1 && count <= s.max_rows && pos + count <= s.max_len,
-                ValueError)
+    DISCO_CHECK(count >= 1 && count <= s.max_rows, ValueError)
+        << fn << "slot " << slot << ": " << count << " tokens (1 to max_rows, " << s.max_rows
+        << ", a step)";
+    DISCO_CHECK(pos >= 0 && pos + count <= s.max_len, ValueError)
         << fn << "slot " << slot << ": " << count << " tokens from position " << pos
         << " (the KV cache holds positions [0, " << s.max_len << "))";
     total += count;
   }
   DISCO_CHECK(total == static_cast<int64_t>(tokens.size()) && total <= s.max_rows, ValueError)
       << fn << tokens.size() << " tokens for counts of " << total << " in all (at most "
-      << s.max_rows << ", llama.new_state's max_rows)";
+      << s.max_rows << " a step, llama.new_state's max_rows)";
   for (int64_t tok : tokens) {
     DISCO_CHECK(tok >= 0 && tok < s.m->config.vocab_size, ValueError)
         << fn << "token " << tok << " is outside the vocabulary [0, " << s.m->config.vocab_size

@@ -24,6 +24,7 @@
 //   llama.head(state)                           next token of every sequence (one allreduce)
 //   llama.tokens(state) -> Tensor int64 (batch, max_new_tokens)
 //   llama.logits(state) -> Tensor float32 (max_new_tokens, batch, vocab/N)  with keep_logits
+//                                               (slot mode: [0, j] the last step's j-th slot's)
 //   llama.reset_stats(state), llama.stats(state) -> (compute us, allreduce us, calls,
 //                                                    peak RSS KiB, weight bytes, KV cache bytes)
 //
