@@ -28,6 +28,12 @@
 // decode step allocates nothing and keeps its shapes: it can be a captured graph whose one input
 // is the step number.
 //
+// Slot mode (llama.begin_step, disco-llm-server's continuous batching) uses the same rows: each
+// sequence of the KV cache is a slot at a position of its own, and a step lists the slots it
+// advances and their tokens (a new prompt's chunk, or a decoding slot's last token); the head
+// reads each listed slot's last row. A slot is reused without clearing: a row attends only to
+// positions up to its own, which its sequence has written.
+//
 // Allreduces go through disco::AllReduceInFunction (no agreement round): every rank's tensors
 // follow from the config and the command's arguments.
 //

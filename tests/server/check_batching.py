@@ -234,6 +234,26 @@ def stop(proc, lines, reader):
         fail(f"the server did not stop cleanly: exit {code}:\n{''.join(lines)}")
 
 
+def refused_kv_cache(mpiexec, ranks, flags, server, model, tmp):
+    """A KV cache larger than the machine: one line naming the flags, before listening (the
+    checkpoint made for 2^20 positions, which --max-len may not pass)."""
+    big = os.path.join(tmp, "long-context")
+    os.makedirs(big)
+    for name in os.listdir(model):
+        if name != "config.json":
+            os.symlink(os.path.join(model, name), os.path.join(big, name))
+    with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config["max_position_embeddings"] = 1 << 20
+    with open(os.path.join(big, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    r = subprocess.run([mpiexec, "-n", ranks, *flags, server, "--model", big, "--port", "0",
+                        "--max-batch", "256", "--max-len", str(1 << 20)],
+                       capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    if r.returncode == 0 or "give a smaller --max-len" not in r.stderr or "listening" in r.stdout:
+        fail(f"a KV cache past the memory: exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
+
+
 def main():
     mpiexec, server, demo, ranks, *flags = sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
@@ -245,6 +265,7 @@ def main():
         prompts = [p for p, _ in REQUESTS] + [LONG_PROMPT, SHORT_PROMPT]
         want = demo_tokens(mpiexec, ranks, flags, demo, model, prompts, LONG)
         demo_long, demo_short = want[-2], want[-1]
+        refused_kv_cache(mpiexec, ranks, flags, server, model, tmp)
         proc, port, lines, reader = start(mpiexec, ranks, flags, server, model, 2)
         try:
             joins_while_running(port, demo_long, demo_short)
