@@ -494,6 +494,8 @@ class State {
     tokens.assign(static_cast<size_t>(batch * max_new), -1);
     last_row.assign(static_cast<size_t>(batch), 0);
     next.assign(static_cast<size_t>(batch), -1);
+    temperature.assign(static_cast<size_t>(batch), 0.0f);
+    seed.assign(static_cast<size_t>(batch), 0);
     heads = batch;
     row_seq.assign(static_cast<size_t>(max_rows), 0);
     row_pos.assign(static_cast<size_t>(max_rows), 0);
@@ -632,6 +634,8 @@ class State {
   bool stepping = false, next_ready = false;
   int64_t heads = 0, outs = 0;
   std::vector<int64_t> next;
+  std::vector<float> temperature;  // each listed slot's (0: greedy), llama.set_sampling's
+  std::vector<uint64_t> seed;
   // Time spent in the worker functions since the last llama.reset_stats.
   double compute_s = 0, allreduce_s = 0;
   int64_t calls = 0;
@@ -938,6 +942,33 @@ int64_t UnpackIndex(int64_t key) {
   return static_cast<int64_t>(0xFFFFFFFFull - (static_cast<uint64_t>(key) & 0xFFFFFFFFull));
 }
 
+// Sampling by the Gumbel-max trick: argmax over the vocabulary of logit / temperature + Gumbel
+// noise is a draw from softmax(logits / temperature). The noise of each (seed, position, token
+// id) is a hash of the three, so each rank perturbs its slice alone, the allreduce(max) of the
+// packed pairs picks the draw, and a seed gives the same tokens whatever the batch.
+double Uniform(uint64_t seed, int64_t pos, int64_t id) {
+  uint64_t z = seed ^ (static_cast<uint64_t>(pos) * 0x9E3779B97F4A7C15ull) ^
+               (static_cast<uint64_t>(id) * 0xC2B2AE3D27D4EB4Full);
+  for (int k = 0; k < 2; ++k) {  // splitmix64's finalizer, twice
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return (static_cast<double>(z >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+}
+int64_t SampleBest(const float* row, int64_t start, int64_t n, float temperature, uint64_t seed,
+                   int64_t pos) {
+  int64_t arg = 0;
+  float top = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double g = -std::log(-std::log(Uniform(seed, pos, start + j)));
+    const auto score = static_cast<float>(row[j] / temperature + g);
+    if (j == 0 || score > top) top = score, arg = j;
+  }
+  return PackBest(top, start + arg);
+}
+
 void Head(State& s) {
   DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
   s.head_step = s.step;
@@ -957,6 +988,11 @@ void Head(State& s) {
   auto* best = s.best.data_as<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
+    if (s.stepping && i < s.outs && s.temperature[i] > 0) {
+      best[i] =
+          SampleBest(row, m.vocab_start, vl, s.temperature[i], s.seed[i], s.row_pos[s.last_row[i]]);
+      continue;
+    }
     int64_t arg = 0;
     for (int64_t j = 1; j < vl; ++j) {
       if (row[j] > row[arg]) arg = j;
@@ -1141,6 +1177,7 @@ void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<in
   }
   s.outs = n;
   s.heads = n;
+  std::fill(s.temperature.begin(), s.temperature.end(), 0.0f);
   if (n == 1 && s.batch >= 2) s.last_row[1] = s.last_row[0], s.heads = 2;
   s.stepping = true;
   s.next_ready = false;
@@ -1156,6 +1193,30 @@ void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<in
     up(g.row_pos, s.row_pos, s.rows);
     up(g.row_tok, s.row_tok, s.rows);
     up(g.last_row, s.last_row, s.heads);
+  }
+}
+
+// Sampling for the step begun last: each listed slot's temperature (0: greedy) and seed.
+void SetSampling(State& s, const Tensor& temperatures, const std::vector<int64_t>& seeds) {
+  const char* fn = "llama.set_sampling: ";
+  DISCO_CHECK(s.stepping && !s.next_ready, ValueError)
+      << fn << "no step begun (llama.begin_step first)";
+  DISCO_CHECK(temperatures.device().device_type == kDLCPU &&
+                  temperatures.dtype().code == kDLFloat && temperatures.dtype().bits == 32 &&
+                  temperatures.numel() == s.outs && static_cast<int64_t>(seeds.size()) == s.outs,
+              ValueError)
+      << fn << "a float32 host tensor of temperatures and one of seeds, one each per slot of the "
+      << "step (" << s.outs << "), not " << temperatures.ToString() << " and " << seeds.size();
+  for (int64_t j = 0; j < s.outs; ++j) {
+    const float t = temperatures.data_as<float>()[j];
+    DISCO_CHECK(std::isfinite(t) && t >= 0, ValueError)
+        << fn << "temperature " << t << " of slot " << s.row_seq[s.last_row[j]]
+        << " is not a finite number >= 0";
+    DISCO_CHECK(t == 0 || s.g == nullptr, ValueError)
+        << fn << "sampling runs on the host decoder only (this model is on "
+        << disco::DeviceToString(s.m->device) << ")";
+    s.temperature[j] = t;
+    s.seed[j] = static_cast<uint64_t>(seeds[j]);
   }
 }
 
@@ -1190,11 +1251,11 @@ Tensor HostCopy(const Shape& shape, const char* dtype, const void* host, const T
 }
 
 const char* const kNames[] = {
-    "llama.open",        "llama.new_model", "llama.set_weight",    "llama.weight",
-    "llama.config",      "llama.new_state", "llama.begin_prefill", "llama.begin_decode",
-    "llama.begin_step",  "llama.embed",     "llama.attention",     "llama.mlp",
-    "llama.head",        "llama.tokens",    "llama.next_tokens",   "llama.logits",
-    "llama.reset_stats", "llama.stats",     "llama.weight_plan"};
+    "llama.open",       "llama.new_model",    "llama.set_weight",    "llama.weight",
+    "llama.config",     "llama.new_state",    "llama.begin_prefill", "llama.begin_decode",
+    "llama.begin_step", "llama.set_sampling", "llama.embed",         "llama.attention",
+    "llama.mlp",        "llama.head",         "llama.tokens",        "llama.next_tokens",
+    "llama.logits",     "llama.reset_stats",  "llama.stats",         "llama.weight_plan"};
 
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
@@ -1299,6 +1360,14 @@ DISCO_REGISTER_GLOBAL("llama.begin_step")
                     IntList(tokens, fn, "tokens"));
         },
         {"state", "slots", "positions", "counts", "tokens"});
+
+DISCO_REGISTER_GLOBAL("llama.set_sampling")
+    .set_body_typed(
+        [](Object state, Tensor temperatures, disco::Any seeds) {
+          const char* fn = "llama.set_sampling";
+          SetSampling(StateOf(state, fn), temperatures, IntList(seeds, fn, "seeds"));
+        },
+        {"state", "temperatures", "seeds"});
 
 DISCO_REGISTER_GLOBAL("llama.next_tokens")
     .set_body_typed([](Object state) { return NextTokens(StateOf(state, "llama.next_tokens")); },

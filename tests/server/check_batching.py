@@ -8,7 +8,7 @@ lengths arrive while others decode, each started when an earlier one has streame
 --max-batch 2: a request sent while a long one decodes gets its first token before the long one
 ends (static batching would hold it back), and a client that goes away frees its slot for the
 next request while the other slot's request still runs. With --max-batch 18: a step of more than
-16 decoding rows (two passes).
+16 decoding rows (two passes); seeded sampling gives a seed's tokens whatever else runs.
 
   check_batching.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO RANKS [mpiexec flags...]
 """
@@ -42,6 +42,7 @@ def make_requests():
 REQUESTS = make_requests()
 LONG_PROMPT = [5, 17, 9, 200, 3]
 SHORT_PROMPT = list(range(30, 50))  # 20 tokens: two chunks beside a decoding row
+PROMPTS_SAMPLED = [3, 1, 4, 1, 5, 9, 2, 6]
 
 
 def demo_tokens(mpiexec, ranks, flags, demo, model, prompts, new):
@@ -208,6 +209,41 @@ def dropped_free_slots(port, demo_long, demo_short):
     check_against("after two dropped clients", ids, finish, 4, demo_short)
 
 
+def sampled(port, demo):
+    """Seeded sampling: a seed's tokens alone equal its tokens beside greedy requests (started
+    together); another seed draws others; temperature 0 with a seed is greedy; no seed works."""
+    body = lambda seed, t=0.9: (PROMPTS_SAMPLED, 24, t, seed)  # noqa: E731
+    alone_ids = sample_once(port, *body(42))
+    log = Log()
+    streams = [Stream(port, f"s{i}", p, n, log) for i, (p, n) in enumerate(REQUESTS[:3])]
+    streams.append(Stream(port, "sampled", PROMPTS_SAMPLED, 24, log))
+    streams[-1].body.update(temperature=0.9, seed=42)
+    for s in streams:
+        s.start()
+    finish_all(streams)
+    if streams[-1].ids != alone_ids:
+        fail(f"seed 42: alone {alone_ids}, beside others {streams[-1].ids}")
+    for i, s in enumerate(streams[:-1]):
+        check_against(s.name, s.ids, s.finish, REQUESTS[i][1], demo[i])
+    if sample_once(port, *body(43)) == alone_ids:
+        fail(f"seeds 42 and 43 drew the same {alone_ids}")
+    greedy = sample_once(port, *body(42, 0))
+    if greedy != demo[len(REQUESTS) + 2][:len(greedy)]:
+        fail(f"temperature 0 with a seed: {greedy}, greedy {demo[len(REQUESTS) + 2]}")
+    sample_once(port, PROMPTS_SAMPLED, 4, 1.0, None)
+
+
+def sample_once(port, prompt, max_tokens, temperature, seed):
+    s = Stream(port, "sampled", prompt, max_tokens, Log())
+    s.body["temperature"] = temperature
+    if seed is not None:
+        s.body["seed"] = seed
+    s.run()
+    if s.error or not s.ids:
+        fail(f"temperature {temperature}, seed {seed}: {s.error or 'no tokens'}")
+    return s.ids
+
+
 def start(mpiexec, ranks, flags, server, model, max_batch):
     cmd = [mpiexec, "-n", ranks, *flags, server, "--model", model, "--port", "0", "--max-len",
            str(MAX_LEN), "--max-batch", str(max_batch)]
@@ -262,9 +298,9 @@ def main():
         # request sent at a long one's third token reaches the server well before its end.
         subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), model, "--hidden",
                         "512", "--layers", "4", "--ffn", "1536"], check=True)
-        prompts = [p for p, _ in REQUESTS] + [LONG_PROMPT, SHORT_PROMPT]
+        prompts = [p for p, _ in REQUESTS] + [LONG_PROMPT, SHORT_PROMPT, PROMPTS_SAMPLED]
         want = demo_tokens(mpiexec, ranks, flags, demo, model, prompts, LONG)
-        demo_long, demo_short = want[-2], want[-1]
+        demo_long, demo_short = want[-3], want[-2]
         refused_kv_cache(mpiexec, ranks, flags, server, model, tmp)
         proc, port, lines, reader = start(mpiexec, ranks, flags, server, model, 2)
         try:
@@ -276,6 +312,7 @@ def main():
         proc, port, lines, reader = start(mpiexec, ranks, flags, server, model, 18)
         try:
             streams = staggered(port, want)
+            sampled(port, want)
             for i, s in enumerate(streams):
                 alone = solo(port, *REQUESTS[i])
                 if alone != (s.ids, s.finish):

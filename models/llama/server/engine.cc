@@ -58,17 +58,20 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
       tok_(std::move(tok)),
       eos_(std::move(eos)),
       max_len_(max_len) {
-  for (const char* name : {"llama.new_state", "llama.begin_step", "llama.embed", "llama.attention",
-                           "llama.mlp", "llama.head", "llama.next_tokens"}) {
+  for (const char* name :
+       {"llama.new_state", "llama.begin_step", "llama.set_sampling", "llama.embed",
+        "llama.attention", "llama.mlp", "llama.head", "llama.next_tokens"}) {
     f_[name] = s.GetGlobalFunc(name);
   }
   CheckKvCache(c_, s.num_workers(), max_batch, max_len);
   slots_.assign(max_batch, Slot());
   state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
                          kPassRows, int64_t{1}, false);
-  // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length).
-  pass_ = s_.Capture(4, [&](const std::vector<Any>& in) {
+  // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length), and
+  // the slots' temperatures and seeds.
+  pass_ = s_.Capture(6, [&](const std::vector<Any>& in) {
     s_.CallPacked(f_["llama.begin_step"], state_, in[0], in[1], in[2], in[3]);
+    s_.CallPacked(f_["llama.set_sampling"], state_, in[4], in[5]);
     Forward();
     next_ = s_.CallPacked(f_["llama.next_tokens"], state_);
   });
@@ -107,6 +110,8 @@ void Engine::Admit(JobQueue* queue, bool wait) {
     slot.job = jobs[i++];
     slot.out.emplace(tok_, r.stop, r.max_tokens, eos_);
     slot.order = admitted_++;
+    slot.temperature = static_cast<float>(r.temperature);
+    slot.seed = r.seed_given ? r.seed : static_cast<int64_t>(random_());
   }
 }
 
@@ -156,15 +161,19 @@ std::vector<std::vector<Engine::Entry>> Engine::Plan() {
 }
 
 void Engine::RunPass(const std::vector<Entry>& pass) {
-  std::vector<int64_t> slots, positions, counts, tokens;
+  std::vector<int64_t> slots, positions, counts, tokens, seeds;
+  Tensor temperatures =
+      Tensor::Empty(Shape{static_cast<int64_t>(pass.size())}, disco::DataType("float32"));
   for (const Entry& e : pass) {
+    temperatures.data_as<float>()[slots.size()] = slots_[e.slot].temperature;
+    seeds.push_back(slots_[e.slot].seed);
     slots.push_back(static_cast<int64_t>(e.slot));
     positions.push_back(e.pos);
     counts.push_back(e.count);
     tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
   }
   pass_.Replay({Any(Int64Tensor(slots)), Any(Int64Tensor(positions)), Any(Int64Tensor(counts)),
-                Any(Int64Tensor(tokens))});
+                Any(Int64Tensor(tokens)), Any(temperatures), Any(Int64Tensor(seeds))});
   Tensor next = next_.DebugGetFromRemote(0).cast<Tensor>();  // waits for the pass
   for (size_t j = 0; j < pass.size(); ++j) {
     const Entry& e = pass[j];

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ class Engine {
     std::shared_ptr<Job> job;
     std::optional<Output> out;
     int64_t pos = 0, fed = 0, last = -1, order = 0;
+    float temperature = 0;  // 0: greedy
+    int64_t seed = 0;
   };
   // One slot's rows in a pass; `emits`: its last row's token is the job's next.
   struct Entry {
@@ -78,6 +81,7 @@ class Engine {
   disco::Graph pass_;
   std::vector<Slot> slots_;
   int64_t max_len_ = 0, admitted_ = 0;
+  std::mt19937_64 random_{std::random_device{}()};  // seeds of requests that give none
 };
 
 }  // namespace llm_server
