@@ -1136,7 +1136,7 @@ void CheckStep(const State& s, const std::vector<int64_t>& slots,
     DISCO_CHECK(count >= 1 && count <= s.max_rows, ValueError)
         << fn << "slot " << slot << ": " << count << " tokens (1 to max_rows, " << s.max_rows
         << ", a step)";
-    DISCO_CHECK(pos >= 0 && pos + count <= s.max_len, ValueError)
+    DISCO_CHECK(pos >= 0 && pos <= s.max_len - count, ValueError)
         << fn << "slot " << slot << ": " << count << " tokens from position " << pos
         << " (the KV cache holds positions [0, " << s.max_len << "))";
     total += count;

@@ -2,8 +2,8 @@
 """The decoder's slot mode (llama.begin_step), run by mpiexec under the Python package: a
 sequence's logits are bit for bit the same alone (its prompt in chunks of 16, then one row a step:
 doubled inside) and beside others (its prompt in other chunks, in a slot another sequence used
-before, while other slots prefill and decode), in float32 and bfloat16; llama.begin_step's
-refusals name what is wrong.
+before, while other slots prefill and decode), in float32 and bfloat16; llama.begin_step's and
+llama.set_sampling's refusals name what is wrong.
 
   check_slots.py MPIEXEC LIBDISCO_LLAMA [mpiexec flags...]     (runs itself at 1 and 2 ranks)
 """
@@ -90,6 +90,7 @@ def refusals(s):
         (([1], [0], [2], [1]), "1 tokens for counts of 2"),
         (([1], [0], [1], [400]), "outside the vocabulary"),
         (([1], [0], [1, 1], [1]), "one of each per slot"),
+        (([1], [2**62], [1], [1]), "the KV cache holds"),
     ]
     for args, words in cases:
         arrs = [np.array(a, dtype=np.int64) for a in args]
@@ -101,7 +102,19 @@ def refusals(s):
                 return f"{args}: {e}, expected '{words}'"
             continue
         return f"{args}: accepted"
-    s.fn("llama.next_tokens")(s.state)  # the refused steps left no step behind
+    arr = lambda v, t=np.int64: np.array(v, dtype=t)  # noqa: E731
+    s.fn("llama.begin_step")(s.state, arr([1]), arr([0]), arr([1]), arr([7]))
+    for temps, seeds, words in [([-1.0], [1], "not a finite number >= 0"),
+                                ([float("nan")], [1], "not a finite number >= 0"),
+                                ([1.0, 1.0], [1, 2], "one each per slot of the step (1)")]:
+        s.fn("llama.set_sampling")(s.state, arr(temps, np.float32), arr(seeds))
+        try:
+            s.sess.sync_all()
+            return f"llama.set_sampling {temps}: accepted"
+        except disco.RemoteError as e:
+            if words not in str(e):
+                return f"llama.set_sampling {temps}: {e}, expected '{words}'"
+    s.fn("llama.next_tokens")(s.state)  # no step has reached the head
     try:
         s.sess.sync_all()
     except disco.RemoteError as e:
@@ -132,7 +145,7 @@ def run(model_dir, library):
             if err:
                 return fail(f"{dtype}: {err}")
         print(f"PASS: slot mode at {sess.num_workers} rank(s): a sequence's logits alone equal "
-              "its logits beside others (float32, bfloat16); bad steps refused")
+              "its logits beside others (float32, bfloat16); bad steps and sampling refused")
         return 0
 
     sys.exit(disco.main(controller))
