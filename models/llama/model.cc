@@ -28,6 +28,12 @@
 // decode step allocates nothing and keeps its shapes: it can be a captured graph whose one input
 // is the step number.
 //
+// Slot mode (llama.begin_step, disco-llm-server's continuous batching) uses the same rows: each
+// sequence of the KV cache is a slot at a position of its own, and a step lists the slots it
+// advances and their tokens (a new prompt's chunk, or a decoding slot's last token); the head
+// reads each listed slot's last row. A slot is reused without clearing: a row attends only to
+// positions up to its own, which its sequence has written.
+//
 // Allreduces go through disco::AllReduceInFunction (no agreement round): every rank's tensors
 // follow from the config and the command's arguments.
 //
@@ -500,10 +506,9 @@ class State {
         max_rows(max_rows),
         max_new(max_new),
         keep_logits(keep_logits) {
-    DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= batch && max_new >= 1, ValueError)
+    DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= 1 && max_new >= 1, ValueError)
         << "llama.new_state: batch " << batch << ", max_len " << max_len << ", max_rows "
-        << max_rows << ", max_new_tokens " << max_new
-        << ": each must be positive, and max_rows at least batch";
+        << max_rows << ", max_new_tokens " << max_new << ": each must be positive";
     const Config& c = m->config;
     const int64_t h = c.hidden_size, hd = c.head_dim;
     CheckSizes();
@@ -531,6 +536,10 @@ class State {
     seq_len.assign(static_cast<size_t>(batch), 0);
     tokens.assign(static_cast<size_t>(batch * max_new), -1);
     last_row.assign(static_cast<size_t>(batch), 0);
+    next.assign(static_cast<size_t>(batch), -1);
+    temperature.assign(static_cast<size_t>(batch), 0.0f);
+    seed.assign(static_cast<size_t>(batch), 0);
+    heads = batch;
     row_seq.assign(static_cast<size_t>(max_rows), 0);
     row_pos.assign(static_cast<size_t>(max_rows), 0);
     row_tok.assign(static_cast<size_t>(max_rows), 0);
@@ -663,6 +672,13 @@ class State {
   Tensor best;                  // packed (value, index) of each sequence's best token
   std::unique_ptr<GpuState> g;  // on a GPU: everything there
   int64_t head_step = -1;       // the step whose tokens llama.head made last (-1: none)
+  // Slot mode (llama.begin_step): the head reads `heads` rows (last_row), the first `outs` of
+  // them a listed slot's, and its tokens go to `next` (llama.next_tokens), not to `tokens`.
+  bool stepping = false, next_ready = false;
+  int64_t heads = 0, outs = 0;
+  std::vector<int64_t> next;
+  std::vector<float> temperature;  // each listed slot's (0: greedy), llama.set_sampling's
+  std::vector<uint64_t> seed;
   // Time spent in the worker functions since the last llama.reset_stats.
   double compute_s = 0, allreduce_s = 0;
   int64_t calls = 0;
@@ -815,19 +831,20 @@ void GpuHead(State& s) {
   const Config& c = m.config;
   GpuState& g = *s.g;
   const bool bf16 = m.dtype == DType::kBF16;
-  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  const int64_t h = c.hidden_size, b = s.heads, vl = m.vocab;
   g.ops.rms_norm(s.x.data(), Ptr<int64_t>(g.last_row), b, Ptr(m.final_norm.gpu), h,
                  static_cast<float>(c.rms_norm_eps), Ptr(g.hsel), Ptr<void>(g.hsel16), g.stream);
   g.ops.linear(g.blas, bf16 ? g.hsel16.data() : g.hsel.data(), b, h, m.lm_head, bf16, vl,
                Ptr(g.logits), vl);
   g.ops.argmax_packed(Ptr(g.logits), b, vl, m.vocab_start, Ptr<int64_t>(s.best), g.stream);
-  if (s.keep_logits) {
+  if (s.keep_logits) {  // slot mode: the step's listed slots, at the start
     g.ops.copy_async(Ptr(g.kept) + s.step * b * vl, Ptr(g.logits),
-                     static_cast<size_t>(b * vl) * sizeof(float), g.stream);
+                     static_cast<size_t>((s.stepping ? s.outs : b) * vl) * sizeof(float), g.stream);
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
+  if (s.stepping) return;  // llama.next_tokens reads s.best
   g.ops.store_tokens(Ptr<int64_t>(s.best), b, s.max_new, s.step, Ptr<int64_t>(g.tokens), g.stream);
 }
 
@@ -968,14 +985,42 @@ int64_t UnpackIndex(int64_t key) {
   return static_cast<int64_t>(0xFFFFFFFFull - (static_cast<uint64_t>(key) & 0xFFFFFFFFull));
 }
 
+// Sampling by the Gumbel-max trick: argmax over the vocabulary of logit / temperature + Gumbel
+// noise is a draw from softmax(logits / temperature). The noise of each (seed, position, token
+// id) is a hash of the three, so each rank perturbs its slice alone, the allreduce(max) of the
+// packed pairs picks the draw, and a seed gives the same tokens whatever the batch.
+double Uniform(uint64_t seed, int64_t pos, int64_t id) {
+  uint64_t z = seed ^ (static_cast<uint64_t>(pos) * 0x9E3779B97F4A7C15ull) ^
+               (static_cast<uint64_t>(id) * 0xC2B2AE3D27D4EB4Full);
+  for (int k = 0; k < 2; ++k) {  // splitmix64's finalizer, twice
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+  }
+  return (static_cast<double>(z >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+}
+int64_t SampleBest(const float* row, int64_t start, int64_t n, float temperature, uint64_t seed,
+                   int64_t pos) {
+  int64_t arg = 0;
+  float top = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double g = -std::log(-std::log(Uniform(seed, pos, start + j)));
+    const auto score = static_cast<float>(row[j] / temperature + g);
+    if (j == 0 || score > top) top = score, arg = j;
+  }
+  return PackBest(top, start + arg);
+}
+
 void Head(State& s) {
   DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
   s.head_step = s.step;
+  s.next_ready = s.stepping;
   if (s.g != nullptr) return GpuHead(s);
   Timer timer(&s);
   const Model& m = *s.m;
   const Config& c = m.config;
-  const int64_t h = c.hidden_size, b = s.batch, vl = m.vocab;
+  const int64_t h = c.hidden_size, b = s.heads, vl = m.vocab;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float* x = s.x.data();
   for (int64_t i = 0; i < b; ++i) {
@@ -985,19 +1030,28 @@ void Head(State& s) {
   auto* best = s.best.data_as<int64_t>();
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
+    if (s.stepping && i < s.outs && s.temperature[i] > 0) {
+      best[i] =
+          SampleBest(row, m.vocab_start, vl, s.temperature[i], s.seed[i], s.row_pos[s.last_row[i]]);
+      continue;
+    }
     int64_t arg = 0;
     for (int64_t j = 1; j < vl; ++j) {
       if (row[j] > row[arg]) arg = j;
     }
     best[i] = PackBest(row[arg], m.vocab_start + arg);
   }
-  if (s.keep_logits) {
+  if (s.keep_logits) {  // slot mode: the step's listed slots, at the start
     std::memcpy(s.kept.data() + s.step * b * vl, s.logits.data(),
-                static_cast<size_t>(b * vl) * sizeof(float));
+                static_cast<size_t>((s.stepping ? s.outs : b) * vl) * sizeof(float));
   }
   timer.StartAllReduce();
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
+  if (s.stepping) {
+    for (int64_t i = 0; i < s.outs; ++i) s.next[i] = UnpackIndex(best[i]);
+    return;
+  }
   for (int64_t i = 0; i < b; ++i) s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
 }
 
@@ -1055,6 +1109,8 @@ void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
   s.rows = total;
   s.step = 0;
   s.head_step = -1;
+  s.stepping = s.next_ready = false;
+  s.heads = s.batch;
   std::fill(s.tokens.begin(), s.tokens.end(), -1);
   if (s.g != nullptr) {
     GpuState& g = *s.g;
@@ -1073,6 +1129,11 @@ void BeginPrefill(State& s, const std::vector<int64_t>& tokens,
 void BeginDecode(State& s, int64_t step) {
   DISCO_CHECK(step >= 1 && step < s.max_new, ValueError)
       << "llama.begin_decode: step " << step << " is outside [1, " << s.max_new << ")";
+  DISCO_CHECK(!s.stepping, ValueError)
+      << "llama.begin_decode: the state runs slots (llama.begin_step); llama.begin_prefill first";
+  DISCO_CHECK(s.batch <= s.max_rows, ValueError)
+      << "llama.begin_decode: a step of the batch's " << s.batch << " rows; the state holds "
+      << s.max_rows << " (llama.new_state's max_rows)";
   DISCO_CHECK(s.head_step == step - 1 || (s.g == nullptr && s.tokens[step - 1] >= 0), ValueError)
       << "llama.begin_decode: step " << step << " needs the token of step " << step - 1
       << " (llama.head) first";
@@ -1095,6 +1156,129 @@ void BeginDecode(State& s, int64_t step) {
   s.step = step;
 }
 
+// The rows of one step in slot mode: entry j advances slot slots[j] by counts[j] tokens (its
+// part of `tokens`, in order) from position positions[j]. Checked whole before anything changes.
+void CheckStep(const State& s, const std::vector<int64_t>& slots,
+               const std::vector<int64_t>& positions, const std::vector<int64_t>& counts,
+               const std::vector<int64_t>& tokens) {
+  const char* fn = "llama.begin_step: ";
+  const size_t n = slots.size();
+  DISCO_CHECK(
+      n >= 1 && n <= static_cast<size_t>(s.batch) && positions.size() == n && counts.size() == n,
+      ValueError)
+      << fn << slots.size() << " slots, " << positions.size() << " positions and " << counts.size()
+      << " counts: one of each per slot, 1 to " << s.batch << " slots";
+  std::vector<bool> seen(static_cast<size_t>(s.batch), false);
+  int64_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t slot = slots[j], pos = positions[j], count = counts[j];
+    DISCO_CHECK(slot >= 0 && slot < s.batch && !seen[slot], ValueError)
+        << fn << "slot " << slot << " is outside [0, " << s.batch << ") or listed twice";
+    seen[slot] = true;
+    DISCO_CHECK(count >= 1 && count <= s.max_rows, ValueError)
+        << fn << "slot " << slot << ": " << count << " tokens (1 to max_rows, " << s.max_rows
+        << ", a step)";
+    DISCO_CHECK(pos >= 0 && pos <= s.max_len - count, ValueError)
+        << fn << "slot " << slot << ": " << count << " tokens from position " << pos
+        << " (the KV cache holds positions [0, " << s.max_len << "))";
+    total += count;
+  }
+  DISCO_CHECK(total == static_cast<int64_t>(tokens.size()) && total <= s.max_rows, ValueError)
+      << fn << tokens.size() << " tokens for counts of " << total << " in all (at most "
+      << s.max_rows << " a step, llama.new_state's max_rows)";
+  for (int64_t tok : tokens) {
+    DISCO_CHECK(tok >= 0 && tok < s.m->config.vocab_size, ValueError)
+        << fn << "token " << tok << " is outside the vocabulary [0, " << s.m->config.vocab_size
+        << ")";
+  }
+}
+
+// Slot mode: the KV cache's sequences are slots, each at a position of its own; a step advances
+// the listed slots (a new prompt's chunk, or a decoding slot's last token) and the head picks
+// each listed slot's next token from its last row. One row alone is doubled (the copy writes the
+// same key and value to the same place), and so is one head row when the state has room: the
+// CPU's one-row products round differently from the batched ones, and a slot's tokens must not
+// depend on what else is in the step.
+void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<int64_t>& positions,
+               const std::vector<int64_t>& counts, const std::vector<int64_t>& tokens) {
+  CheckStep(s, slots, positions, counts, tokens);
+  const int64_t n = static_cast<int64_t>(slots.size());
+  int64_t r = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < counts[j]; ++i, ++r) {
+      s.row_seq[r] = slots[j];
+      s.row_pos[r] = positions[j] + i;
+      s.row_tok[r] = tokens[r];
+    }
+    s.last_row[j] = r - 1;
+  }
+  s.rows = r;
+  if (r == 1 && s.max_rows >= 2) {
+    s.row_seq[1] = s.row_seq[0], s.row_pos[1] = s.row_pos[0], s.row_tok[1] = s.row_tok[0];
+    s.rows = 2;
+  }
+  s.outs = n;
+  s.heads = n;
+  std::fill(s.temperature.begin(), s.temperature.end(), 0.0f);
+  if (n == 1 && s.batch >= 2) s.last_row[1] = s.last_row[0], s.heads = 2;
+  s.stepping = true;
+  s.next_ready = false;
+  s.step = 0;
+  s.head_step = -1;
+  if (s.g != nullptr) {
+    GpuState& g = *s.g;
+    auto up = [&](const Tensor& dst, const std::vector<int64_t>& src, int64_t count) {
+      g.ops.copy_async(dst.data(), src.data(), static_cast<size_t>(count) * sizeof(int64_t),
+                       g.stream);
+    };
+    up(g.row_seq, s.row_seq, s.rows);
+    up(g.row_pos, s.row_pos, s.rows);
+    up(g.row_tok, s.row_tok, s.rows);
+    up(g.last_row, s.last_row, s.heads);
+  }
+}
+
+// Sampling for the step begun last: each listed slot's temperature (0: greedy) and seed.
+void SetSampling(State& s, const Tensor& temperatures, const std::vector<int64_t>& seeds) {
+  const char* fn = "llama.set_sampling: ";
+  DISCO_CHECK(s.stepping && !s.next_ready, ValueError)
+      << fn << "no step begun (llama.begin_step first)";
+  DISCO_CHECK(temperatures.device().device_type == kDLCPU &&
+                  temperatures.dtype().code == kDLFloat && temperatures.dtype().bits == 32 &&
+                  temperatures.numel() == s.outs && static_cast<int64_t>(seeds.size()) == s.outs,
+              ValueError)
+      << fn << "a float32 host tensor of temperatures and one of seeds, one each per slot of the "
+      << "step (" << s.outs << "), not " << temperatures.ToString() << " and " << seeds.size();
+  for (int64_t j = 0; j < s.outs; ++j) {
+    const float t = temperatures.data_as<float>()[j];
+    DISCO_CHECK(std::isfinite(t) && t >= 0, ValueError)
+        << fn << "temperature " << t << " of slot " << s.row_seq[s.last_row[j]]
+        << " is not a finite number >= 0";
+    DISCO_CHECK(t == 0 || s.g == nullptr, ValueError)
+        << fn << "sampling runs on the host decoder only (this model is on "
+        << disco::DeviceToString(s.m->device) << ")";
+    s.temperature[j] = t;
+    s.seed[j] = static_cast<uint64_t>(seeds[j]);
+  }
+}
+
+// The tokens the last step picked, one per listed slot, in its order.
+Tensor NextTokens(State& s) {
+  DISCO_CHECK(s.stepping && s.next_ready, ValueError)
+      << "llama.next_tokens: no step has reached llama.head (llama.begin_step, the layers, "
+      << "llama.head first)";
+  Tensor t = Tensor::Empty(Shape{s.outs}, disco::DataType("int64"));
+  auto* out = t.data_as<int64_t>();
+  if (s.g == nullptr) {
+    std::copy(s.next.begin(), s.next.begin() + s.outs, out);
+    return t;
+  }
+  Tensor best = Tensor::Empty(Shape{s.batch}, disco::DataType("int64"));
+  best.CopyFrom(s.best);  // waits for the GPU
+  for (int64_t i = 0; i < s.outs; ++i) out[i] = UnpackIndex(best.data_as<int64_t>()[i]);
+  return t;
+}
+
 // ---- Registration -------------------------------------------------------------------------------
 
 // A host tensor of `shape` with the state's copy: from the GPU when it lives there, else `host`.
@@ -1108,12 +1292,12 @@ Tensor HostCopy(const Shape& shape, const char* dtype, const void* host, const T
   return t;
 }
 
-const char* const kNames[] = {"llama.open",          "llama.new_model",    "llama.set_weight",
-                              "llama.weight",        "llama.config",       "llama.new_state",
-                              "llama.begin_prefill", "llama.begin_decode", "llama.embed",
-                              "llama.attention",     "llama.mlp",          "llama.head",
-                              "llama.tokens",        "llama.logits",       "llama.reset_stats",
-                              "llama.stats",         "llama.weight_plan"};
+const char* const kNames[] = {
+    "llama.open",       "llama.new_model",    "llama.set_weight",    "llama.weight",
+    "llama.config",     "llama.new_state",    "llama.begin_prefill", "llama.begin_decode",
+    "llama.begin_step", "llama.set_sampling", "llama.embed",         "llama.attention",
+    "llama.mlp",        "llama.head",         "llama.tokens",        "llama.next_tokens",
+    "llama.logits",     "llama.reset_stats",  "llama.stats",         "llama.weight_plan"};
 
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
@@ -1210,6 +1394,29 @@ DISCO_REGISTER_GLOBAL("llama.begin_decode")
     .set_body_typed([](Object state,
                        int64_t step) { BeginDecode(StateOf(state, "llama.begin_decode"), step); },
                     {"state", "step"});
+
+DISCO_REGISTER_GLOBAL("llama.begin_step")
+    .set_body_typed(
+        [](Object state, disco::Any slots, disco::Any positions, disco::Any counts,
+           disco::Any tokens) {
+          const char* fn = "llama.begin_step";
+          BeginStep(StateOf(state, fn), IntList(slots, fn, "slots"),
+                    IntList(positions, fn, "positions"), IntList(counts, fn, "counts"),
+                    IntList(tokens, fn, "tokens"));
+        },
+        {"state", "slots", "positions", "counts", "tokens"});
+
+DISCO_REGISTER_GLOBAL("llama.set_sampling")
+    .set_body_typed(
+        [](Object state, Tensor temperatures, disco::Any seeds) {
+          const char* fn = "llama.set_sampling";
+          SetSampling(StateOf(state, fn), temperatures, IntList(seeds, fn, "seeds"));
+        },
+        {"state", "temperatures", "seeds"});
+
+DISCO_REGISTER_GLOBAL("llama.next_tokens")
+    .set_body_typed([](Object state) { return NextTokens(StateOf(state, "llama.next_tokens")); },
+                    {"state"});
 
 DISCO_REGISTER_GLOBAL("llama.embed")
     .set_body_typed([](Object state) { Embed(StateOf(state, "llama.embed")); }, {"state"})

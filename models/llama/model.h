@@ -11,12 +11,24 @@
 //   llama.begin_prefill(state, tokens, lengths) the prompts, concatenated, and their lengths
 //                                               (int64 tensors; a Shape holds at most 64)
 //   llama.begin_decode(state, step)             step 1..max_new_tokens-1: the last token of each
+//   llama.begin_step(state, slots, positions, counts, tokens)
+//                                               slot mode (continuous batching): each listed slot
+//                                               (a sequence of the KV cache) advances by counts[j]
+//                                               tokens from positions[j] (int64 tensors; at most
+//                                               max_rows tokens); then embed..head as usual
+//   llama.set_sampling(state, temperatures, seeds)  after llama.begin_step: each listed slot's
+//                                               temperature (float32; 0: greedy) and seed (int64);
+//                                               the head draws by Gumbel-max, noise a hash of
+//                                               (seed, position, token): the same draw at any batch
+//   llama.next_tokens(state) -> Tensor int64 (slots)  the token llama.head picked for each listed
+//                                               slot (after its last row), in the step's order
 //   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)
 //   llama.attention(state, layer)               x += attention block (one allreduce)
 //   llama.mlp(state, layer)                     x += MLP block (one allreduce)
 //   llama.head(state)                           next token of every sequence (one allreduce)
 //   llama.tokens(state) -> Tensor int64 (batch, max_new_tokens)
 //   llama.logits(state) -> Tensor float32 (max_new_tokens, batch, vocab/N)  with keep_logits
+//                                               (slot mode: [0, j] the last step's j-th slot's)
 //   llama.reset_stats(state), llama.stats(state) -> (compute us, allreduce us, calls,
 //                                                    peak RSS KiB, weight bytes, KV cache bytes)
 //

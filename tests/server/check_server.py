@@ -162,8 +162,14 @@ def check_errors(client):
     expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1] * 60, "max_tokens": 10},
                  words="--max-len")
     expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1, 320]}, words="320")
-    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "temperature": 0.7},
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "temperature": 2.5},
                  words="temperature")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "temperature": "hot"},
+                 words="temperature")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "top_p": 0.9},
+                 words="top_p")
+    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "seed": 1.5},
+                 words="seed")
     expect_error(client, 401, "POST", "/v1/completions", {"prompt": [1]}, key="wrong")
     expect_error(client, 401, "GET", "/v1/models", key=None)
     expect_error(client, 404, "GET", "/v1/nothing", words="/v1/nothing")

@@ -3,7 +3,7 @@
 (numpy alone) with a byte-level BPE tokenizer.json written here by hand (the 256 byte tokens, a
 few merges, <s> as BOS), so that the server's tests need no PyPI package.
 
-  make_model.py OUT_DIR
+  make_model.py OUT_DIR [tiny_checkpoint.py's flags: --hidden 512 --layers 4 ...]
 """
 import json
 import os
@@ -62,7 +62,7 @@ def tokenizer_json():
 def main():
     out = sys.argv[1]
     subprocess.run([sys.executable, os.path.join(HERE, "..", "llama", "tiny_checkpoint.py"), out,
-                    "--vocab", str(VOCAB)], check=True)
+                    "--vocab", str(VOCAB), *sys.argv[2:]], check=True)
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer_json(), f, ensure_ascii=False)
 

@@ -90,19 +90,24 @@ void ReadStop(const json& s, CompletionRequest* r) {
   }
 }
 
-// Sampling: only greedy in this server (temperature 0; left out: greedy too).
-void CheckGreedy(const json& j) {
+// Sampling: temperature (left out or 0: greedy) and seed (left out: a random one); top_p 1 only.
+void ReadSampling(const json& j, CompletionRequest* r) {
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     const json& t = j["temperature"];
-    if (!t.is_number()) Bad("temperature", "must be a number");
-    if (t.get<double>() != 0.0) {
-      Bad("temperature", "must be 0: this server decodes greedily (sampling is not implemented)");
+    if (!t.is_number() || !(t.get<double>() >= 0.0 && t.get<double>() <= 2.0)) {
+      Bad("temperature", "must be a number in [0, 2]");
     }
+    r->temperature = t.get<double>();
   }
   if (j.contains("top_p") && !j["top_p"].is_null()) {
     if (!j["top_p"].is_number() || j["top_p"].get<double>() != 1.0) {
-      Bad("top_p", "must be 1: this server decodes greedily (sampling is not implemented)");
+      Bad("top_p", "must be 1: nucleus sampling is not implemented (temperature is)");
     }
+  }
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    r->seed = Int(j["seed"], "seed", std::numeric_limits<int64_t>::min(),
+                  std::numeric_limits<int64_t>::max());
+    r->seed_given = true;
   }
   if (j.contains("n") && !j["n"].is_null()) Int(j["n"], "n", 1, 1);
 }
@@ -244,7 +249,7 @@ void ReadCommon(const json& j, CompletionRequest* out) {
     r.return_token_ids = Bool(j["return_token_ids"], "return_token_ids");
   }
   if (j.contains("stop")) ReadStop(j["stop"], &r);
-  CheckGreedy(j);
+  ReadSampling(j, &r);
   CheckUnsupported(j);
 }
 

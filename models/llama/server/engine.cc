@@ -1,9 +1,11 @@
 #include "llama/server/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-
-#include "llama/server/output.h"
+#include <fstream>
+#include <string>
+#include <utility>
 
 namespace llm_server {
 
@@ -13,6 +15,31 @@ using disco::Shape;
 using disco::Tensor;
 
 namespace {
+
+// MemAvailable of /proc/meminfo in bytes (0: unknown).
+int64_t AvailableBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) return std::atoll(line.c_str() + 13) * 1024;
+  }
+  return 0;
+}
+
+// A rank's share of the KV cache (float32 keys and values), refused with one line when it alone
+// passes the memory this node has free (the default --max-len, max_position_embeddings, can ask
+// for far more than a machine has).
+void CheckKvCache(const llama::Config& c, int ranks, size_t max_batch, int64_t max_len) {
+  const double bytes = 2.0 * 4 * static_cast<double>(c.num_hidden_layers) *
+                       static_cast<double>(max_batch) * static_cast<double>(max_len) *
+                       static_cast<double>(c.num_key_value_heads * c.head_dim) / ranks;
+  const double available = static_cast<double>(AvailableBytes());
+  DISCO_CHECK(available == 0 || bytes <= 0.8 * available, ValueError)
+      << "--max-batch " << max_batch << " x --max-len " << max_len << " positions need "
+      << bytes / (1 << 30) << " GiB of KV cache on each of the " << ranks
+      << " rank(s), more than the " << available / (1 << 30)
+      << " GiB free here: give a smaller --max-len or --max-batch";
+}
 
 Tensor Int64Tensor(const std::vector<int64_t>& v) {
   // Tensors, not Shapes: a Shape crosses the wire with at most 64 entries.
@@ -24,79 +51,169 @@ Tensor Int64Tensor(const std::vector<int64_t>& v) {
 }  // namespace
 
 Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-               std::vector<int64_t> eos)
-    : s_(s), model_(std::move(model)), c_(c), tok_(std::move(tok)), eos_(std::move(eos)) {
+               std::vector<int64_t> eos, size_t max_batch, int64_t max_len)
+    : s_(s),
+      model_(std::move(model)),
+      c_(c),
+      tok_(std::move(tok)),
+      eos_(std::move(eos)),
+      max_len_(max_len) {
   for (const char* name :
-       {"llama.new_state", "llama.begin_prefill", "llama.begin_decode", "llama.embed",
-        "llama.attention", "llama.mlp", "llama.head", "llama.tokens"}) {
+       {"llama.new_state", "llama.begin_step", "llama.set_sampling", "llama.embed",
+        "llama.attention", "llama.mlp", "llama.head", "llama.next_tokens"}) {
     f_[name] = s.GetGlobalFunc(name);
   }
-}
-
-void Engine::Forward(const DRef& state) {
-  s_.CallPacked(f_["llama.embed"], state);
-  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
-    s_.CallPacked(f_["llama.attention"], state, l);
-    s_.CallPacked(f_["llama.mlp"], state, l);
-  }
-  s_.CallPacked(f_["llama.head"], state);
-}
-
-std::vector<int64_t> Engine::Tokens(const DRef& state) {
-  Tensor t = s_.CallPacked(f_["llama.tokens"], state).DebugGetFromRemote(0).cast<Tensor>();
-  return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-}
-
-void Engine::RunBatch(const std::vector<std::shared_ptr<Job>>& jobs) {
-  const int64_t b = static_cast<int64_t>(jobs.size());
-  int64_t steps = 0, longest = 0;
-  std::vector<int64_t> tokens, lengths;
-  std::vector<Output> out;
-  for (const auto& job : jobs) {
-    const CompletionRequest& r = job->request();
-    steps = std::max(steps, r.max_tokens);
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(job->prompt().size()));
-    tokens.insert(tokens.end(), job->prompt().begin(), job->prompt().end());
-    lengths.push_back(static_cast<int64_t>(job->prompt().size()));
-    out.emplace_back(tok_, r.stop, r.max_tokens, eos_);
-  }
-  DRef state = s_.CallPacked(f_["llama.new_state"], model_, b, longest + steps - 1,
-                             static_cast<int64_t>(tokens.size()), steps, false);
-  s_.CallPacked(f_["llama.begin_prefill"], state, Int64Tensor(tokens), Int64Tensor(lengths));
-  Forward(state);
-  // A decode step as one graph: its input is the step number.
-  disco::Graph step = s_.Capture(1, [&](const std::vector<Any>& in) {
-    s_.CallPacked(f_["llama.begin_decode"], state, in[0]);
-    Forward(state);
+  CheckKvCache(c_, s.num_workers(), max_batch, max_len);
+  slots_.assign(max_batch, Slot());
+  state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
+                         kPassRows, int64_t{1}, false);
+  // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length), and
+  // the slots' temperatures and seeds.
+  pass_ = s_.Capture(6, [&](const std::vector<Any>& in) {
+    s_.CallPacked(f_["llama.begin_step"], state_, in[0], in[1], in[2], in[3]);
+    s_.CallPacked(f_["llama.set_sampling"], state_, in[4], in[5]);
+    Forward();
+    next_ = s_.CallPacked(f_["llama.next_tokens"], state_);
   });
-  for (int64_t k = 0; k < steps; ++k) {
-    if (k > 0) step.Replay({Any(k)});
-    const std::vector<int64_t> t = Tokens(state);  // waits for the step
-    bool running = false;
-    for (int64_t i = 0; i < b; ++i) {
-      if (out[i].done()) continue;
-      if (jobs[i]->cancelled()) {
-        jobs[i]->Fail(499, "the client went away");
-        continue;
-      }
-      jobs[i]->Push(out[i].Add(t[i * steps + k]));
-      running = running || !out[i].done();
+  s_.SyncAll();  // a state the workers cannot make (memory, --max-len) fails here, at start
+}
+
+void Engine::Forward() {
+  s_.CallPacked(f_["llama.embed"], state_);
+  for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    s_.CallPacked(f_["llama.attention"], state_, l);
+    s_.CallPacked(f_["llama.mlp"], state_, l);
+  }
+  s_.CallPacked(f_["llama.head"], state_);
+}
+
+bool Engine::Running() const {
+  return std::any_of(slots_.begin(), slots_.end(), [](const Slot& x) { return x.job != nullptr; });
+}
+
+void Engine::Free(size_t slot) { slots_[slot] = Slot(); }
+
+void Engine::Admit(JobQueue* queue, bool wait) {
+  const size_t free = static_cast<size_t>(
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& x) { return x.job == nullptr; }));
+  if (free == 0) return;
+  std::vector<std::shared_ptr<Job>> jobs = wait ? queue->Take(free) : queue->TakeNow(free);
+  size_t i = 0;
+  for (Slot& slot : slots_) {
+    if (i == jobs.size()) break;
+    if (slot.job != nullptr) continue;
+    const CompletionRequest& r = jobs[i]->request();
+    if (jobs[i]->prompt().empty()) {
+      jobs[i++]->Fail(400, "the prompt has no tokens");
+      continue;
     }
-    if (!running) break;
+    slot.job = jobs[i++];
+    slot.out.emplace(tok_, r.stop, r.max_tokens, eos_);
+    slot.order = admitted_++;
+    slot.temperature = static_cast<float>(r.temperature);
+    slot.seed = r.seed_given ? r.seed : static_cast<int64_t>(random_());
   }
 }
 
-void Engine::Serve(JobQueue* queue, size_t max_batch, const std::atomic<bool>& stop,
+void Engine::DropCancelled() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].job != nullptr && slots_[i].job->cancelled()) {
+      slots_[i].job->Fail(499, "the client went away");
+      Free(i);
+    }
+  }
+}
+
+// Decoding slots first, a row each, kPassRows to a pass; then prompts' chunks, oldest job first,
+// in the last pass's room (a pass of their own when it has less than half a pass).
+std::vector<std::vector<Engine::Entry>> Engine::Plan() {
+  std::vector<std::vector<Entry>> passes(1);
+  int64_t room = kPassRows;
+  std::vector<size_t> filling;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& x = slots_[i];
+    if (x.job == nullptr) continue;
+    if (x.fed < static_cast<int64_t>(x.job->prompt().size())) {
+      filling.push_back(i);
+      continue;
+    }
+    if (room == 0) passes.emplace_back(), room = kPassRows;
+    passes.back().push_back({i, x.pos, 1, {x.last}, true});
+    --room;
+  }
+  if (filling.empty()) return passes;
+  std::sort(filling.begin(), filling.end(),
+            [&](size_t a, size_t b) { return slots_[a].order < slots_[b].order; });
+  int64_t budget = room >= kPassRows / 2 ? room : room + kPassRows;
+  for (size_t i : filling) {
+    const Slot& x = slots_[i];
+    const std::vector<int64_t>& prompt = x.job->prompt();
+    int64_t fed = x.fed;
+    while (budget > 0 && fed < static_cast<int64_t>(prompt.size())) {
+      if (room == 0) passes.emplace_back(), room = kPassRows;
+      const int64_t n = std::min({room, budget, static_cast<int64_t>(prompt.size()) - fed});
+      const bool last = fed + n == static_cast<int64_t>(prompt.size());
+      passes.back().push_back({i, fed, n, {prompt.begin() + fed, prompt.begin() + fed + n}, last});
+      fed += n, room -= n, budget -= n;
+    }
+  }
+  return passes;
+}
+
+void Engine::RunPass(const std::vector<Entry>& pass) {
+  std::vector<int64_t> slots, positions, counts, tokens, seeds;
+  Tensor temperatures =
+      Tensor::Empty(Shape{static_cast<int64_t>(pass.size())}, disco::DataType("float32"));
+  for (const Entry& e : pass) {
+    temperatures.data_as<float>()[slots.size()] = slots_[e.slot].temperature;
+    seeds.push_back(slots_[e.slot].seed);
+    slots.push_back(static_cast<int64_t>(e.slot));
+    positions.push_back(e.pos);
+    counts.push_back(e.count);
+    tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+  }
+  pass_.Replay({Any(Int64Tensor(slots)), Any(Int64Tensor(positions)), Any(Int64Tensor(counts)),
+                Any(Int64Tensor(tokens)), Any(temperatures), Any(Int64Tensor(seeds))});
+  Tensor next = next_.DebugGetFromRemote(0).cast<Tensor>();  // waits for the pass
+  for (size_t j = 0; j < pass.size(); ++j) {
+    const Entry& e = pass[j];
+    Slot& x = slots_[e.slot];
+    x.pos += e.count;
+    if (x.fed < static_cast<int64_t>(x.job->prompt().size())) x.fed += e.count;
+    if (!e.emits) continue;
+    x.last = next.data_as<int64_t>()[j];
+    x.job->Push(x.out->Add(x.last));
+    // A next row past --max-len: the front refuses such requests before they are queued.
+    if (!x.out->done() && x.pos >= max_len_) {
+      x.job->Fail(400, "the request passes --max-len " + std::to_string(max_len_));
+    }
+    if (x.out->done() || x.pos >= max_len_) Free(e.slot);
+  }
+}
+
+void Engine::Step() {
+  DropCancelled();
+  if (!Running()) return;
+  for (const std::vector<Entry>& pass : Plan()) RunPass(pass);
+}
+
+void Engine::Serve(JobQueue* queue, const std::atomic<bool>& stop,
                    const std::function<void()>& idle) {
-  while (!stop.load()) {
-    if (idle && queue->empty()) idle();
-    std::vector<std::shared_ptr<Job>> jobs = queue->Take(max_batch);
-    if (jobs.empty()) continue;
+  while (!stop.load() || Running()) {
+    if (!stop.load()) {
+      const bool running = Running();
+      if (!running && idle && queue->empty()) idle();
+      Admit(queue, !running);
+    }
     try {
-      RunBatch(jobs);
+      Step();
     } catch (const disco::Error& e) {
-      // A failed batch fails its jobs; the session goes on (an error poisons only its registers).
-      for (const auto& job : jobs) job->Fail(500, std::string("the decoder failed: ") + e.what());
+      // A failed step fails its jobs; the session goes on (an error poisons only its registers).
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].job == nullptr) continue;
+        slots_[i].job->Fail(500, std::string("the decoder failed: ") + e.what());
+        Free(i);
+      }
     }
   }
   for (const auto& job : queue->Close()) job->Fail(503, "the server is shutting down");

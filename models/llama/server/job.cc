@@ -70,6 +70,15 @@ std::vector<std::shared_ptr<Job>> JobQueue::Take(size_t max) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !jobs_.empty() || woken_; });
   woken_ = false;
+  return TakeLocked(max);
+}
+
+std::vector<std::shared_ptr<Job>> JobQueue::TakeNow(size_t max) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TakeLocked(max);
+}
+
+std::vector<std::shared_ptr<Job>> JobQueue::TakeLocked(size_t max) {
   std::vector<std::shared_ptr<Job>> out;
   while (!jobs_.empty() && out.size() < max) {
     std::shared_ptr<Job> job = std::move(jobs_.front());

@@ -62,6 +62,8 @@ class JobQueue {
   /// Waits until a job waits or Wake is called; takes up to `max` jobs (cancelled ones are
   /// dropped). Returns an empty list when woken without jobs.
   std::vector<std::shared_ptr<Job>> Take(size_t max);
+  /// Take without waiting: the jobs waiting now, up to `max` (maybe none).
+  std::vector<std::shared_ptr<Job>> TakeNow(size_t max);
   bool empty();
   /// Makes a waiting Take return.
   void Wake();
@@ -69,6 +71,8 @@ class JobQueue {
   std::vector<std::shared_ptr<Job>> Close();
 
  private:
+  std::vector<std::shared_ptr<Job>> TakeLocked(size_t max);  // with mu_ held
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> jobs_;

@@ -105,7 +105,8 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   s.InitCCL("mpi");
   disco::DRef model = s.CallPacked(s.GetGlobalFunc("llama.open"), o.model, o.dtype);
   s.SyncAll();
-  Engine engine(s, model, c, tok, EosIdsOf(ck, o.model));
+  Engine engine(s, model, c, tok, EosIdsOf(ck, o.model), static_cast<size_t>(o.max_batch),
+                h.max_len);
   JobQueue queue;
   ChatRenderer chat(o.model);
   HttpFront front(h, tok, &queue, &chat);
@@ -131,7 +132,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   std::fflush(stdout);
   std::function<void()> idle;
   if (o.idle) idle = [&] { o.idle(s); };
-  engine.Serve(&queue, static_cast<size_t>(o.max_batch), stop, idle);
+  engine.Serve(&queue, stop, idle);
   front.Stop();
   std::printf("disco-llm-server: stopped\n");
   std::fflush(stdout);
