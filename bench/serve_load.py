@@ -4,7 +4,7 @@
 Both servers run the benchmark's random checkpoint (bench/checkpoint.py; its GGUF, float32, for
 llama.cpp, with the stand-in vocabulary of bench/gguf_export.py, which a tokenizer.json of the same
 tokens mirrors for disco). Requests are drawn from a fixed seed: prompts of token ids and output
-lengths, greedy, streamed; every request runs to its max_tokens (llama.cpp: ignore_eos). At each
+lengths, greedy, streamed; every request runs to its max_tokens (ignore_eos, both servers). At each
 concurrency (clients sending back to back) the servers take turns, level by level and repeat by
 repeat (interleaved), and the table gives medians over repeats: output tokens/s, time to first
 token and inter-token latency p50/p99. disco's greedy tokens of every request are compared with
@@ -106,7 +106,7 @@ class Server:
         if self.kind == "disco":
             path, body = "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens,
                                               "temperature": 0, "stream": True,
-                                              "return_token_ids": True}
+                                              "return_token_ids": True, "ignore_eos": True}
         else:  # llama-server's own endpoint returns the ids
             path, body = "/completion", {"prompt": prompt, "n_predict": max_tokens,
                                          "temperature": 0, "top_k": 1, "stream": True,

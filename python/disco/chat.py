@@ -220,6 +220,28 @@ def eos_token_ids(model_dir: str) -> List[int]:
     return []
 
 
+RENDERER_MEMORY = 4 << 30  # bytes of address space a render server may use
+
+
+def _limit_self() -> None:
+    """A render server ends with the server that started it (Linux's parent-death signal: a
+    template still rendering when the server is killed does not run on), and a template that
+    grows without bound meets MemoryError (an error answered for that request), not the node's
+    memory."""
+    try:
+        import ctypes
+        import resource
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+        if os.getppid() == 1:  # the server was gone before the line above
+            sys.exit(0)
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = RENDERER_MEMORY if hard == resource.RLIM_INFINITY else min(hard, RENDERER_MEMORY)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def serve(model_dir: str, stdin=None, stdout=None) -> int:
     """The render loop of disco-llm-server, which runs ``python3 chat.py --serve DIR`` as a child
     (the chat template is Jinja2, so it is rendered by Jinja2 itself, in the sandbox above).
@@ -235,6 +257,7 @@ def serve(model_dir: str, stdin=None, stdout=None) -> int:
         stdout.write(json.dumps(obj, ensure_ascii=True) + "\n")
         stdout.flush()
 
+    _limit_self()
     try:
         import jinja2  # noqa: F401  (render needs it: say so once, at start)
     except ImportError:

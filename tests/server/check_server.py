@@ -178,7 +178,8 @@ def check_errors(client):
     # neutral values clients send by default pass.
     for field, value in [("logprobs", 1), ("echo", True), ("suffix", "x"), ("best_of", 2),
                          ("presence_penalty", 0.5), ("frequency_penalty", -1),
-                         ("logit_bias", {"5": 100})]:
+                         ("logit_bias", {"5": 100}), ("repetition_penalty", 1.2),
+                         ("min_tokens", 3)]:
         expect_error(client, 400, "POST", "/v1/completions",
                      {"prompt": [1], "max_tokens": 1, field: value}, words=field)
     client.complete({"prompt": [1], "max_tokens": 1, "echo": False, "suffix": "", "best_of": 1,

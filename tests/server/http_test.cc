@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -256,6 +257,10 @@ TEST(HttpFront, ANonStreamedClientThatLeavesCancelsItsJob) {
       std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
   std::shared_ptr<Job> job = queue.Take(1).at(0);
+  Piece first;  // it leaves after its first token: the answer is still being gathered
+  first.text = "x";
+  first.ids = {1};
+  job->Push(std::move(first));
   ::close(fd);
   for (int i = 0; i < 600 && !job->cancelled(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -315,6 +320,105 @@ TEST(ChatRenderer, ACheckpointWithoutATemplateIsA400) {
   EXPECT_NE(chat.unavailable().find("no chat template"), std::string::npos) << chat.unavailable();
   std::string msg;
   EXPECT_EQ(ApiStatus([&] { chat.Render("[]"); }, &msg), 400);
+}
+
+// Writes `raw` on a new connection and reads until the server closes it.
+std::string Exchange(int port, const std::string& raw) {
+  const int fd = Connect(port);
+  EXPECT_EQ(::write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  std::string got = ReadAll(fd);
+  ::close(fd);
+  return got;
+}
+
+// A front with a scheduler of the test's own that answers every job with one piece.
+class FrontWithScheduler {
+ public:
+  explicit FrontWithScheduler(size_t max_body = 1 << 20) {
+    HttpOptions o;
+    o.model_name = "m";
+    o.max_len = 1000;
+    o.vocab_size = 258;
+    o.max_body = max_body;
+    front_ = std::make_unique<HttpFront>(o, SmallTokenizer(), &queue_);
+    port_ = front_->Start();
+    scheduler_ = std::thread([this] {
+      for (;;) {
+        std::vector<std::shared_ptr<Job>> jobs = queue_.Take(1);
+        if (jobs.empty()) return;  // woken to end
+        Piece p;
+        p.text = "x";
+        p.ids = {1};
+        p.finish_reason = "length";
+        jobs[0]->Push(std::move(p));
+      }
+    });
+  }
+  ~FrontWithScheduler() {
+    queue_.Close();
+    queue_.Wake();
+    scheduler_.join();
+    front_->Stop();
+  }
+  int port() const { return port_; }
+
+ private:
+  JobQueue queue_;
+  std::unique_ptr<HttpFront> front_;
+  int port_ = -1;
+  std::thread scheduler_;
+};
+
+std::string Post(const std::string& body, const std::string& headers) {
+  return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n" +
+         body;
+}
+
+// curl -d sends JSON as application/x-www-form-urlencoded: the library would cap that at 8 KiB.
+TEST(HttpFront, AFormEncodedJsonBodyOver8KiBIsServed) {
+  FrontWithScheduler f;
+  const std::string body = R"({"prompt": [1], "max_tokens": 1})" + std::string(20000, ' ');
+  const std::string got =
+      Exchange(f.port(), Post(body,
+                              "Content-Type: application/x-www-form-urlencoded\r\n"
+                              "Content-Length: " +
+                                  std::to_string(body.size()) + "\r\n"));
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 300);
+}
+
+// A chunked body is held to the limit as a sized one is.
+TEST(HttpFront, AChunkedBodyPastTheLimitIs413) {
+  FrontWithScheduler f(1000);
+  std::string chunks;
+  for (int i = 0; i < 5; ++i) chunks += "200\r\n" + std::string(512, ' ') + "\r\n";
+  const std::string got =
+      Exchange(f.port(), Post(chunks + "0\r\n\r\n", "Transfer-Encoding: chunked\r\n"));
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 300);
+}
+
+// What could be read two ways is refused, and a request the library could not parse ends its
+// connection: bytes after it are never taken as a next request.
+TEST(HttpFront, AmbiguousOrMalformedFramingEndsTheConnection) {
+  FrontWithScheduler f;
+  const std::string hidden = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string both =
+      Exchange(f.port(),
+               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+                   hidden);
+  EXPECT_EQ(both.rfind("HTTP/1.1 400", 0), 0u) << both.substr(0, 300);
+  EXPECT_EQ(Count(both, "HTTP/1.1 "), 1u) << both;
+  const std::string two =
+      Exchange(f.port(),
+               "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+               "Content-Length: 40\r\n\r\n{}" +
+                   hidden);
+  EXPECT_EQ(two.rfind("HTTP/1.1 400", 0), 0u) << two.substr(0, 300);
+  EXPECT_EQ(Count(two, "HTTP/1.1 "), 1u) << two;
+  const std::string long_header = Exchange(
+      f.port(), "GET /health HTTP/1.1\r\nX-A: " + std::string(10000, 'a') + "\r\n\r\n" + hidden);
+  EXPECT_EQ(long_header.rfind("HTTP/1.1 400", 0), 0u) << long_header.substr(0, 300);
+  EXPECT_EQ(Count(long_header, "HTTP/1.1 "), 1u) << long_header;
 }
 
 }  // namespace

@@ -137,6 +137,26 @@ void CheckUnsupported(const json& j) {
   if (given("logit_bias") && !(j["logit_bias"].is_object() && j["logit_bias"].empty())) {
     Bad("logit_bias", std::string("must be empty: logit biases") + why);
   }
+  // Other servers' extensions that change the result (vLLM's, llama.cpp's), and chat's options.
+  if (given("repetition_penalty") &&
+      !(j["repetition_penalty"].is_number() && j["repetition_penalty"].get<double>() == 1.0)) {
+    Bad("repetition_penalty", std::string("must be 1: penalties") + why);
+  }
+  if (given("min_tokens") && !(j["min_tokens"].is_number_integer() && j["min_tokens"] == 0)) {
+    Bad("min_tokens", std::string("must be 0") + why);
+  }
+  if (given("add_generation_prompt") &&
+      !(j["add_generation_prompt"].is_boolean() && j["add_generation_prompt"].get<bool>())) {
+    Bad("add_generation_prompt", std::string("must be true") + why);
+  }
+  if (given("continue_final_message") &&
+      !(j["continue_final_message"].is_boolean() && !j["continue_final_message"].get<bool>())) {
+    Bad("continue_final_message", std::string("must be false") + why);
+  }
+  if (given("audio")) Bad("audio", std::string("(audio output)") + why);
+  if (given("modalities") && j["modalities"] != json::array({"text"})) {
+    Bad("modalities", std::string("other than [\"text\"]") + why);
+  }
 }
 
 json Usage(int64_t prompt_tokens, int64_t completion_tokens) {
@@ -245,6 +265,9 @@ void ReadCommon(const json& j, CompletionRequest* out) {
     }
   }
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = Bool(j["stream"], "stream");
+  if (j.contains("ignore_eos") && !j["ignore_eos"].is_null()) {
+    r.ignore_eos = Bool(j["ignore_eos"], "ignore_eos");
+  }
   if (j.contains("return_token_ids") && !j["return_token_ids"].is_null()) {
     r.return_token_ids = Bool(j["return_token_ids"], "return_token_ids");
   }

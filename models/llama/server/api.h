@@ -38,6 +38,7 @@ struct CompletionRequest {
   int64_t max_tokens = 16;          // chat: to the end of --max-len unless given
   bool max_tokens_given = false;
   bool stream = false;
+  bool ignore_eos = false;  // run to max_tokens past an end-of-sequence token (vLLM's option)
   bool return_token_ids = false;
   std::vector<std::string> stop;
   double temperature = 0;  // 0: greedy

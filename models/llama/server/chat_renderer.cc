@@ -108,7 +108,7 @@ bool ChatRenderer::Start() {
     return false;
   }
   std::string line;
-  if (!ReadLine(60, &line)) {  // python3 and Jinja2 start, on a loaded machine too
+  if (ReadLine(60, &line) != Read::kLine) {  // python3 and Jinja2 start, on a loaded machine
     Kill();
     return false;
   }
@@ -140,27 +140,27 @@ void ChatRenderer::Kill() {
   pid_ = -1;
 }
 
-bool ChatRenderer::ReadLine(int seconds, std::string* line) {
+ChatRenderer::Read ChatRenderer::ReadLine(int seconds, std::string* line) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   for (;;) {
     const size_t nl = pending_.find('\n');
     if (nl != std::string::npos) {
       *line = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
-      return true;
+      return Read::kLine;
     }
-    if (pending_.size() > kMaxReplyBytes) return false;
+    if (pending_.size() > kMaxReplyBytes) return Read::kTooLong;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     pollfd p{fd_, POLLIN, 0};
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) return Read::kTimeout;
     const int n = poll(&p, 1, static_cast<int>(left.count()));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return n == 0 ? Read::kTimeout : Read::kEnded;
     char buf[65536];
     const ssize_t got = recv(fd_, buf, sizeof buf, 0);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
+    if (got <= 0) return Read::kEnded;
     pending_.append(buf, static_cast<size_t>(got));
   }
 }
@@ -168,14 +168,32 @@ bool ChatRenderer::ReadLine(int seconds, std::string* line) {
 std::string ChatRenderer::Render(const std::string& messages) {
   if (!unavailable_.empty()) throw ApiError(unavailable_code_, unavailable_);
   std::lock_guard<std::mutex> lock(mu_);
+  // A child that has died since (killed, out of memory) is replaced before it is asked.
+  if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == pid_) {
+    pid_ = -1;
+    Kill();
+  }
   if (pid_ < 0 && !Start()) {
     throw ApiError(500, "the chat renderer did not start again: " + start_error_);
   }
   std::string line;
-  if (!SendAll(fd_, "{\"messages\": " + messages + "}\n") || !ReadLine(kRenderSeconds, &line)) {
-    Kill();
-    throw ApiError(500, "the chat template did not render within " +
-                            std::to_string(kRenderSeconds) + " s (or its renderer ended)");
+  const Read got = SendAll(fd_, "{\"messages\": " + messages + "}\n")
+                       ? ReadLine(kRenderSeconds, &line)
+                       : Read::kEnded;
+  if (got != Read::kLine) {
+    Kill();  // the next request starts another
+    switch (got) {
+      case Read::kTimeout:
+        throw ApiError(500, "the chat template did not render within " +
+                                std::to_string(kRenderSeconds) + " s");
+      case Read::kTooLong:
+        throw ApiError(
+            400,
+            "the chat template rendered more than " + std::to_string(kMaxReplyBytes >> 20) + " MiB",
+            "messages");
+      default:
+        throw ApiError(500, "the chat renderer ended while rendering (killed, or out of memory)");
+    }
   }
   const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {

@@ -41,8 +41,9 @@ class ChatRenderer {
  private:
   bool Start();
   void Kill();
-  // The next line from the child within `seconds`; false at its end, an error or the deadline.
-  bool ReadLine(int seconds, std::string* line);
+  enum class Read { kLine, kTimeout, kEnded, kTooLong };
+  // The next line from the child within `seconds`.
+  Read ReadLine(int seconds, std::string* line);
 
   const std::string model_dir_;
   std::string script_, status_, unavailable_, template_file_;

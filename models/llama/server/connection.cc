@@ -87,7 +87,9 @@ bool Connection::AwaitRequest() {
   over_limit_ = close_after_ = false;
   if (begin_ == end_) {
     // Nothing buffered: wait for the client (a stopping server waits no more than its grace).
-    if (!WaitFor(POLLIN, Clock::now() + std::chrono::seconds(limits_.idle_seconds))) return false;
+    const int wait = first_ ? limits_.first_seconds : limits_.idle_seconds;
+    first_ = false;
+    if (!WaitFor(POLLIN, Clock::now() + std::chrono::seconds(wait))) return false;
     char byte;
     const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK);
     if (n <= 0) return false;  // closed (or reset)

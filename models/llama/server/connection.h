@@ -6,7 +6,8 @@
 // with SO_REUSEPORT (a second server on the port would share it) and listens with a backlog of 5.
 //
 // Here a request must arrive whole (line, headers, body) within `request_seconds` of its first
-// byte and within `max_request_bytes`; a kept-alive connection waits `idle_seconds` for the next
+// byte and within `max_request_bytes`; a new connection waits `first_seconds` for its first byte,
+// a kept-alive one `idle_seconds` for the next
 // one; bytes read past one request stay for the next; when the server stops, a connection drops
 // unless a request is already arriving (it is read and answered, 503). Connections are served by
 // a pool that grows a thread per connection up to `max_threads`, so idle connections do not make
@@ -30,8 +31,9 @@
 namespace llm_server {
 
 struct ConnectionLimits {
+  int first_seconds = 3;       // for a new connection's first byte (clients send at once)
   int idle_seconds = 5;        // for the next request on a kept-alive connection
-  int request_seconds = 20;    // for a whole request, from its first byte
+  int request_seconds = 10;    // for a whole request, from its first byte
   int write_seconds = 5;       // for one write to a client that does not read
   int stop_grace_seconds = 1;  // for a request still arriving when the server stops
   size_t max_request_bytes = (1 << 20) + (64 << 10);  // head and body
@@ -76,7 +78,7 @@ class Connection : public httplib::Stream {
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0;  // unread bytes: buf_[begin_, end_)
   size_t request_bytes_ = 0;
-  bool over_limit_ = false, close_after_ = false;
+  bool over_limit_ = false, close_after_ = false, first_ = true;
   Clock::time_point deadline_;
   mutable Clock::time_point stop_seen_{};
 };

@@ -108,7 +108,7 @@ void Engine::Admit(JobQueue* queue, bool wait) {
       continue;
     }
     slot.job = jobs[i++];
-    slot.out.emplace(tok_, r.stop, r.max_tokens, eos_);
+    slot.out.emplace(tok_, r.stop, r.max_tokens, r.ignore_eos ? std::vector<int64_t>{} : eos_);
     slot.order = admitted_++;
     slot.temperature = static_cast<float>(r.temperature);
     slot.seed = r.seed_given ? r.seed : static_cast<int64_t>(random_());

@@ -132,9 +132,13 @@ void HttpFront::Routes() {
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                   httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const Connection* c = Connection::Current();
+    // The library's own answer (a request it could not parse or route): what follows on the
+    // connection cannot be trusted to be a next request, so it ends after the answer.
+    Connection* c = Connection::Current();
+    if (c != nullptr && res.status != 404) c->CloseAfterThisRequest();
     if (c != nullptr && c->over_limit()) res.status = 413;  // a chunked body cut at the limit
     std::string what = "HTTP " + std::to_string(res.status);
+    if (res.status == 414) what = "the request line is too long";
     if (res.status == 404) what = "no route " + req.method + " " + req.path;
     if (res.status == 413) {
       what = "the request is over the limit (" + std::to_string(o_.max_body) + " bytes of body)";
@@ -156,8 +160,25 @@ void HttpFront::Routes() {
       }
       return httplib::Server::HandlerResponse::Handled;
     };
+    // Framing that two parsers could read differently (a proxy in front and this one) is refused:
+    // a request smuggled behind another is the risk.
+    const std::string length = req.get_header_value("Content-Length");
+    if (req.get_header_value_count("Content-Length") > 1 ||
+        (req.has_header("Content-Length") &&
+         (length.empty() || length.find_first_not_of("0123456789") != std::string::npos))) {
+      return answer(ApiError(400, "Content-Length must be one number"));
+    }
+    if (req.has_header("Transfer-Encoding")) {
+      if (req.has_header("Content-Length")) {
+        return answer(ApiError(400, "a request with both Content-Length and Transfer-Encoding"));
+      }
+      if (strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0 ||
+          req.get_header_value_count("Transfer-Encoding") > 1) {
+        return answer(ApiError(501, "Transfer-Encoding other than chunked"));
+      }
+    }
     if (req.has_header("Content-Length") &&
-        std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > o_.max_body) {
+        (length.size() > 18 || std::stoull(length) > o_.max_body)) {
       return answer(ApiError(
           413, "the request body is over the limit (" + std::to_string(o_.max_body) + " bytes)"));
     }
@@ -178,11 +199,20 @@ void HttpFront::Routes() {
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsBody(o_.model_name, std::time(nullptr)), "application/json");
   });
+  // The body is read here, whatever its Content-Type (the library would cap a form-encoded one,
+  // curl -d's default, at 8 KiB), and never past max_body (a chunked one included).
   for (const bool chat : {false, true}) {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-           [this, chat](const httplib::Request& req, httplib::Response& res) {
+           [this, chat](const httplib::Request&, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
              try {
-               Complete(chat ? ParseChat(req.body) : ParseCompletion(req.body), res);
+               const std::string body = ReadBody(reader);
+               CompletionRequest r;
+               {
+                 ParseGate::Hold hold(&gate_);  // parsing takes ~20 bytes per byte of JSON
+                 r = chat ? ParseChat(body) : ParseCompletion(body);
+               }
+               Complete(std::move(r), res);
              } catch (const ApiError& e) {
                SendError(res, e);
              } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
@@ -208,12 +238,46 @@ void HttpFront::Routes() {
   }
 }
 
+std::string HttpFront::ReadBody(const httplib::ContentReader& reader) const {
+  std::string body;
+  bool over = false;
+  const bool whole = reader([&](const char* data, size_t n) {
+    over = body.size() + n > o_.max_body;
+    if (!over) body.append(data, n);
+    return !over;
+  });
+  if (whole) return body;
+  // The rest of the body is unread: the connection ends after the answer.
+  if (Connection* c = Connection::Current()) c->CloseAfterThisRequest();
+  if (over) {
+    throw ApiError(
+        413, "the request body is over the limit (" + std::to_string(o_.max_body) + " bytes)");
+  }
+  throw ApiError(400, "the request body did not arrive whole");
+}
+
+void ParseGate::Hold::Wait() {
+  std::unique_lock<std::mutex> lock(g_->mu);
+  g_->cv.wait(lock, [this] { return g_->free > 0; });
+  --g_->free;
+}
+
+ParseGate::Hold::~Hold() {
+  std::lock_guard<std::mutex> lock(g_->mu);
+  ++g_->free;
+  g_->cv.notify_one();
+}
+
 std::vector<int64_t> HttpFront::Prompt(CompletionRequest& r) {
   if (!r.chat) return r.prompt_is_text ? tok_.Encode(r.prompt_text, true) : r.prompt_ids;
   if (chat_ == nullptr) throw ApiError(501, "chat completions are not served by this server");
   // The template writes the special tokens (BOS, the turns' markers): none are added.
   r.prompt_text = chat_->Render(r.messages);
   std::vector<int64_t> prompt = tok_.Encode(r.prompt_text, false);
+  if (prompt.empty()) {
+    throw ApiError(400, "the chat template rendered the messages as no text: nothing to answer",
+                   "messages");
+  }
   const int64_t left = o_.max_len - static_cast<int64_t>(prompt.size());
   if (!r.max_tokens_given && left >= 1) r.max_tokens = left;
   return prompt;
@@ -256,14 +320,15 @@ void HttpFront::Complete(CompletionRequest r, httplib::Response& res) {
   // Not streamed: nothing is written until the end, so a client that has gone is seen by looking
   // at its socket while waiting (it frees the job's slot at the next step, as a stream's does).
   const Connection* conn = Connection::Current();
-  while (conn != nullptr && !st->job->Ready(std::chrono::milliseconds(200))) {
-    if (conn->PeerGone()) {
-      st->job->Cancel();
-      throw ApiError(499, "the client went away");
-    }
-  }
   Piece all, p;
-  while (st->job->Next(&p)) {
+  for (;;) {
+    while (conn != nullptr && !st->job->Ready(std::chrono::milliseconds(200))) {
+      if (conn->PeerGone()) {
+        st->job->Cancel();
+        throw ApiError(499, "the client went away");
+      }
+    }
+    if (!st->job->Next(&p)) break;
     all.text += p.text;
     all.ids.insert(all.ids.end(), p.ids.begin(), p.ids.end());
     all.finish_reason = p.finish_reason;

@@ -19,6 +19,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
+class ContentReader;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -37,6 +38,26 @@ struct HttpOptions {
   int64_t vocab_size = 0;
   size_t max_body = 1 << 20;  // bytes of a request body (413 beyond)
   size_t threads = 512;       // connections served at once (a request waiting holds one)
+};
+
+/// At most `free` requests parsed at once: a request's JSON takes about 20 bytes per byte of body
+/// while it is parsed (a 1 MiB list of token ids, 19 MB), so many large bodies at once would take
+/// gigabytes.
+struct ParseGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  int free = 4;
+  class Hold {
+   public:
+    explicit Hold(ParseGate* g) : g_(g) { Wait(); }
+    ~Hold();
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    void Wait();
+    ParseGate* g_;
+  };
 };
 
 class HttpFront {
@@ -64,6 +85,8 @@ class HttpFront {
   // The request's prompt as ids: its own, its text encoded, or its messages rendered and encoded
   // (then max_tokens, left out, runs to the end of --max-len).
   std::vector<int64_t> Prompt(CompletionRequest& r);
+  // The request's body, at most max_body bytes (413 beyond), whatever its Content-Type.
+  std::string ReadBody(const httplib::ContentReader& reader) const;
   void Complete(CompletionRequest r, httplib::Response& res);
   // A response in flight holds a ticket until it has been written (or its client has gone):
   // cpp-httplib's stop() cuts a chunked response short, so Stop waits for the tickets first.
@@ -73,6 +96,7 @@ class HttpFront {
   tokenizer::Tokenizer tok_;
   JobQueue* queue_;
   ChatRenderer* chat_;
+  ParseGate gate_;
   std::unique_ptr<HttpServer> svr_;
   std::thread thread_;
   std::atomic<bool> accepting_{true};

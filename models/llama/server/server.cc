@@ -63,7 +63,7 @@ std::vector<int64_t> EosIdsOf(const llama::Checkpoint& ck, const std::string& di
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     DISCO_CHECK(j.is_object(), ValueError) << file << ": not a JSON object";
     if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
-    const nlohmann::json e = j["eos_token_id"];
+    const nlohmann::json& e = j["eos_token_id"];
     for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e})) {
       DISCO_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
                       id.get<int64_t>() < ck.config().vocab_size,
