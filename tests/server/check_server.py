@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = 300  # against a hang only
@@ -293,7 +294,7 @@ def read_to_end(s, got):
         got += more
 
 
-def ranks_of(pid, server):
+def ranks_of(pid, server, strict=True):
     """The launcher's descendants that run the server: the ranks (under Open MPI its children,
     under MPICH's hydra a proxy's)."""
     ranks, todo = [], [pid]
@@ -307,7 +308,7 @@ def ranks_of(pid, server):
                 ranks.append(p)
         except FileNotFoundError:
             pass
-    if len(ranks) != 2:
+    if strict and len(ranks) != 2:
         fail(f"the launcher {pid} runs the server as {ranks}, not as 2 ranks")
     return ranks
 
@@ -335,6 +336,59 @@ def check_startup_errors(mpiexec, flags, server, tmp, model):
                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
         if r.returncode == 0 or words not in r.stderr:
             fail(f"{args}: exit {r.returncode}, expected a line with '{words}':\n{r.stderr}")
+
+
+def check_stop_during_start(mpiexec, flags, server, tmp, model):
+    """SIGTERM while the server starts (here: its chat renderer, a python3 that hangs, first on
+    PATH) ends it at the start-up's next step: exit 0, said, the hung child gone."""
+    fake = os.path.join(tmp, "fake-bin")
+    os.makedirs(fake)
+    with open(os.path.join(fake, "python3"), "w", encoding="ascii") as f:
+        f.write("#!/bin/sh\nexec sleep 300\n")
+    os.chmod(os.path.join(fake, "python3"), 0o755)
+    # mpiexec by name: Open MPI's, run by its absolute path, puts its own directory (/usr/bin)
+    # first on the ranks' PATH.
+    env = dict(os.environ, PATH=f"{fake}:{os.path.dirname(mpiexec)}:{os.environ['PATH']}")
+    proc = subprocess.Popen([os.path.basename(mpiexec), "-n", "2", *flags, server, "--model",
+                             model, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        sleeper = None
+        for _ in range(1200):  # until rank 0 runs the hung renderer (120 s against a hang)
+            ranks = ranks_of(proc.pid, server, strict=False)
+            kids = [p for p in os.listdir("/proc") if p.isdigit() and children_of(p, ranks)]
+            sleeper = next((p for p in kids if comm(p) == "sleep"), None)
+            if sleeper or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        if sleeper is None:
+            fail(f"no hung renderer seen: {proc.poll()}")
+        for pid in ranks:
+            os.kill(pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=TIMEOUT)
+        if proc.returncode != 0 or "stopped before listening" not in out:
+            fail(f"SIGTERM during the start: exit {proc.returncode}:\n{out}")
+        if os.path.exists(f"/proc/{sleeper}") and comm(sleeper) == "sleep":
+            fail("the hung renderer outlived the server")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def children_of(pid, parents):
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) in parents
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm", encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def start(mpiexec, flags, server, model, key_file):
@@ -375,6 +429,7 @@ def main():
         model, key_file = make_model(tmp)
         want = demo_tokens(mpiexec, flags, demo, model)
         check_startup_errors(mpiexec, flags, server, tmp, model)
+        check_stop_during_start(mpiexec, flags, server, tmp, model)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -58,7 +59,8 @@ std::string FindChatScript() {
   return "";
 }
 
-ChatRenderer::ChatRenderer(std::string model_dir) : model_dir_(std::move(model_dir)) {
+ChatRenderer::ChatRenderer(std::string model_dir, std::function<bool()> give_up)
+    : model_dir_(std::move(model_dir)), give_up_(std::move(give_up)) {
   script_ = FindChatScript();
   if (script_.empty()) {
     unavailable_ = "chat completions need disco's Python package (chat.py), not installed here";
@@ -69,6 +71,7 @@ ChatRenderer::ChatRenderer(std::string model_dir) : model_dir_(std::move(model_d
                        : start_error_;
     unavailable_code_ = no_template_ ? 400 : 501;
   }
+  give_up_ = nullptr;  // for the start only: a render in flight at a stop finishes
   status_ = unavailable_.empty() ? "chat template from " + template_file_
                                  : "chat not served: " + unavailable_;
 }
@@ -153,10 +156,12 @@ ChatRenderer::Read ChatRenderer::ReadLine(int seconds, std::string* line) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         until - std::chrono::steady_clock::now());
     pollfd p{fd_, POLLIN, 0};
-    if (left.count() <= 0) return Read::kTimeout;
-    const int n = poll(&p, 1, static_cast<int>(left.count()));
+    if (left.count() <= 0 || (give_up_ && give_up_())) return Read::kTimeout;
+    // Slices of 200 ms: a stop is seen soon.
+    const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n == 0 ? Read::kTimeout : Read::kEnded;
+    if (n == 0) continue;
+    if (n < 0) return Read::kEnded;
     char buf[65536];
     const ssize_t got = recv(fd_, buf, sizeof buf, 0);
     if (got < 0 && errno == EINTR) continue;

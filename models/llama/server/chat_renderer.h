@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -21,8 +22,9 @@ class ChatRenderer {
   static constexpr int kRenderSeconds = 10;
   static constexpr size_t kMaxReplyBytes = size_t{64} << 20;
 
-  /// Starts the renderer for `model_dir` and waits for its first line.
-  explicit ChatRenderer(std::string model_dir);
+  /// Starts the renderer for `model_dir` and waits for its first line (not once `give_up` says
+  /// so: the server is stopping).
+  explicit ChatRenderer(std::string model_dir, std::function<bool()> give_up = {});
   ~ChatRenderer();
   ChatRenderer(const ChatRenderer&) = delete;
   ChatRenderer& operator=(const ChatRenderer&) = delete;
@@ -46,6 +48,7 @@ class ChatRenderer {
   Read ReadLine(int seconds, std::string* line);
 
   const std::string model_dir_;
+  std::function<bool()> give_up_;
   std::string script_, status_, unavailable_, template_file_;
   int unavailable_code_ = 0;
   std::mutex mu_;  // one render at a time; guards what follows

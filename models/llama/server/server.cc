@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -80,7 +82,42 @@ std::vector<int64_t> EosIdsOf(const llama::Checkpoint& ck, const std::string& di
   return ids;
 }
 
+// What SIGTERM or SIGINT does, from the start: before the server listens, the start-up ends at
+// its next step (a model still loading, a chat renderer still starting, finish first); then the
+// action set once the server runs.
+class Stopper {
+ public:
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    if (action_) action_();
+  }
+  bool stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+  // Sets (or, empty, clears) the action; runs it at once when a signal came already.
+  void Set(std::function<void()> action) {
+    std::lock_guard<std::mutex> lock(mu_);
+    action_ = std::move(action);
+    if (stopped_ && action_) action_();
+  }
+
+ private:
+  std::mutex mu_;
+  bool stopped_ = false;
+  std::function<void()> action_;
+};
+
+int StoppedEarly() {
+  std::printf("disco-llm-server: stopped before listening\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 int Serve(disco::Session& s, const ServerOptions& o) {
+  Stopper stopper;
+  SignalWaiter waiter([&] { stopper.Stop(); });
   HttpOptions h;
   h.host = o.host;
   h.port = o.port;
@@ -105,17 +142,24 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   s.InitCCL("mpi");
   disco::DRef model = s.CallPacked(s.GetGlobalFunc("llama.open"), o.model, o.dtype);
   s.SyncAll();
+  if (stopper.stopped()) return StoppedEarly();
   Engine engine(s, model, c, tok, EosIdsOf(ck, o.model), static_cast<size_t>(o.max_batch),
                 h.max_len);
   JobQueue queue;
-  ChatRenderer chat(o.model);
+  ChatRenderer chat(o.model, [&] { return stopper.stopped(); });
+  if (stopper.stopped()) return StoppedEarly();
   HttpFront front(h, tok, &queue, &chat);
   std::atomic<bool> stop{false};
-  SignalWaiter waiter([&] {
+  stopper.Set([&] {
     front.StopAccepting();
     stop = true;
     queue.Wake();
   });
+  // Cleared before what it names goes (the waiter outlives them).
+  struct Clear {
+    Stopper* s;
+    ~Clear() { s->Set(nullptr); }
+  } clear{&stopper};
   const int port = front.Start();
   if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
     std::fprintf(stderr,
