@@ -38,6 +38,7 @@ import checkpoint  # noqa: E402
 import machine  # noqa: E402
 
 TIMEOUT = 600  # against a hang only
+STALL = 120  # a request with no byte for this long: the server is stalled (said, not waited on)
 
 
 def add_tokenizer(model_dir, vocab):
@@ -112,26 +113,33 @@ class Server:
                                          "temperature": 0, "top_k": 1, "stream": True,
                                          "ignore_eos": True, "return_tokens": True,
                                          "cache_prompt": False}
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=STALL)
         t0 = time.perf_counter()
         c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         r = c.getresponse()
         if r.status != 200:
             raise SystemExit(f"{self.kind}: HTTP {r.status}: {r.read()[:300]!r}")
-        ids, arrivals = [], []
+        ids, arrivals, counted = [], [], 0
         for line in r:
             line = line.strip()
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             j = json.loads(line[6:])
-            got = (j["choices"][0].get("token_ids", []) if self.kind == "disco"
-                   else j.get("tokens", []))
             now = time.perf_counter()
-            arrivals += [now] * len(got)
-            ids += got
+            if self.kind == "disco":
+                got = j["choices"][0].get("token_ids", [])
+                ids += got
+                arrivals += [now] * len(got)
+            else:
+                # llama-server's chunks can leave a token out of "tokens" (one it held back as
+                # part of a character); tokens_predicted counts them all.
+                n = j.get("tokens_predicted", counted) - counted
+                counted += n
+                ids += j.get("tokens", [])
+                arrivals += [now] * n
         c.close()
-        if len(ids) != max_tokens:
-            raise SystemExit(f"{self.kind}: {len(ids)} tokens, asked for {max_tokens}")
+        if len(arrivals) != max_tokens:
+            raise SystemExit(f"{self.kind}: {len(arrivals)} tokens, asked for {max_tokens}")
         gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
         return arrivals[0] - t0, gaps, ids, arrivals[-1]
 
@@ -147,7 +155,7 @@ def run_level(server, reqs, conc):
     def q(xs, p):
         return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
 
-    return {"tok_s": sum(len(o[2]) for o in out) / wall, "ttft_p50": q(ttft, .5),
+    return {"tok_s": sum(len(o[1]) + 1 for o in out) / wall, "ttft_p50": q(ttft, .5),
             "ttft_p99": q(ttft, .99), "itl_p50": q(gaps, .5), "itl_p99": q(gaps, .99),
             "ids": [o[2] for o in out]}
 
@@ -168,7 +176,7 @@ def start_servers(a, model, gguf, max_len, with_llama=True):
         servers.append(Server("llama.cpp", [a.llama_server, "-m", gguf, "--host", "127.0.0.1",
                                             "--port", str(port), "-t", str(a.np), "-tb",
                                             str(a.np), "-np", str(a.max_batch), "-c",
-                                            str(a.max_batch * max_len), "--cont-batching",
+                                            str(a.max_batch * (max_len + 16)), "--cont-batching",
                                             "--no-webui"], port))
     else:
         print(f"llama.cpp: left out (no llama-server at {a.llama_server!r}; "
@@ -182,6 +190,9 @@ def table(rows, levels, kinds, same):
     for c in levels:
         for k in kinds:
             rs = [r for r in rows if r["conc"] == c and r["server"] == k]
+            if not rs:
+                print(f"{k:10} {c:>4}  stalled (no answer in {STALL} s)")
+                continue
             m = {f: statistics.median(r[f] for r in rs)
                  for f in ("tok_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
             s = f"{same[c][0]}/{same[c][1]}" if k == "disco" else "-"
@@ -221,7 +232,7 @@ def main(argv=None):
     print("machine: " + ("BUSY: " + "; ".join(busy) + " (figures are not the servers')"
                          if busy else "quiet"))
     servers = start_servers(a, model, gguf, max_len)
-    rows, ids = [], {}
+    rows, ids, stalled = [], {}, set()
     try:
         for s in servers:  # warm up: one request each
             s.request([300, 301, 302], 4)
@@ -229,7 +240,15 @@ def main(argv=None):
             for c in levels:
                 reqs = workload(a.requests or max(2 * c, 8), a.seed + c, sizes["vocab"], pr, orng)
                 for s in servers:
-                    r = run_level(s, reqs, c)
+                    if s.kind in stalled:
+                        continue
+                    try:
+                        r = run_level(s, reqs, c)
+                    except OSError as e:  # socket.timeout included
+                        print(f"  {s.kind} stalled at concurrency {c} ({e}): left out from here",
+                              flush=True)
+                        stalled.add(s.kind)
+                        continue
                     if s.kind == "disco":
                         ids.setdefault(c, []).append(r["ids"])
                     rows.append(dict({k: v for k, v in r.items() if k != "ids"}, server=s.kind,
