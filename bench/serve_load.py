@@ -29,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,7 +39,7 @@ import checkpoint  # noqa: E402
 import machine  # noqa: E402
 
 TIMEOUT = 600  # against a hang only
-STALL = 120  # a request with no byte for this long: the server is stalled (said, not waited on)
+STALL = 30  # a request with no byte for this long: the server is stalled (said, not waited on)
 
 
 def add_tokenizer(model_dir, vocab):
@@ -76,15 +77,18 @@ class Server:
 
     def __init__(self, kind, cmd, port):
         self.kind, self.port = kind, port
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        # Its output to a file, not a pipe nobody reads: llama-server logs every request, and a
+        # full pipe would stop it.
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True)
         self.wait_ready()
 
     def wait_ready(self):
         for _ in range(TIMEOUT * 10):
             if self.proc.poll() is not None:
+                self.log.seek(0)
                 raise SystemExit(f"{self.kind} ended (exit {self.proc.returncode}):\n"
-                                 f"{self.proc.stdout.read()}")
+                                 f"{self.log.read()[-4000:]}")
             try:
                 c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 c.request("GET", "/health")
