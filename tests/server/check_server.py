@@ -40,15 +40,16 @@ def fail(msg):
     sys.exit(f"FAIL: {msg}")
 
 
-def demo_tokens(mpiexec, flags, demo, model):
-    cmd = [mpiexec, "-n", "2", *flags, demo, "--model", model, "--warmup", "0",
-           "--max-new-tokens", str(NEW)]
-    for p in PROMPTS:
+def demo_tokens(mpiexec, flags, demo, model, prompts=PROMPTS, new=NEW, ranks="2"):
+    """disco-demo --prompt's greedy tokens of each prompt (its `generated:` lines)."""
+    cmd = [mpiexec, "-n", ranks, *flags, demo, "--model", model, "--warmup", "0",
+           "--max-new-tokens", str(new)]
+    for p in prompts:
         cmd += ["--prompt", ",".join(map(str, p))]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     got = [list(map(int, line.split()[1:])) for line in r.stdout.splitlines()
            if line.startswith("generated:")]
-    if r.returncode != 0 or len(got) != len(PROMPTS):
+    if r.returncode != 0 or len(got) != len(prompts):
         fail(f"disco-demo exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
     return got
 

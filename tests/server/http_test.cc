@@ -56,6 +56,16 @@ tokenizer::Tokenizer SmallTokenizer() {
   return t;
 }
 
+// The front's options for the tests: a model "m" of 258 tokens, 1000 positions.
+HttpOptions TestOptions(size_t max_body = 1 << 20) {
+  HttpOptions o;
+  o.model_name = "m";
+  o.max_len = 1000;
+  o.vocab_size = 258;
+  o.max_body = max_body;
+  return o;
+}
+
 // A client socket with a small receive buffer (set before connecting, so the window stays small):
 // the server's writes block until the client reads.
 int Connect(int port) {
@@ -89,12 +99,8 @@ size_t Count(const std::string& s, const std::string& what) {
 // stream short (cpp-httplib's own stop() ends a chunked response at its next piece).
 TEST(HttpFront, StopWritesTheStreamsInFlightToTheEnd) {
   constexpr int kPieces = 100;
-  HttpOptions o;
-  o.model_name = "m";
-  o.max_len = 1000;
-  o.vocab_size = 258;
   JobQueue queue;
-  HttpFront front(o, SmallTokenizer(), &queue);
+  HttpFront front(TestOptions(), SmallTokenizer(), &queue);
   const int port = front.Start();
 
   const int fd = Connect(port);
@@ -242,12 +248,8 @@ TEST(HttpServer, ASecondServerOnThePortIsRefused) {
 // A client that waits for a whole (not streamed) response and goes away cancels its job, so the
 // scheduler frees its place at the next step.
 TEST(HttpFront, ANonStreamedClientThatLeavesCancelsItsJob) {
-  HttpOptions o;
-  o.model_name = "m";
-  o.max_len = 1000;
-  o.vocab_size = 258;
   JobQueue queue;
-  HttpFront front(o, SmallTokenizer(), &queue);
+  HttpFront front(TestOptions(), SmallTokenizer(), &queue);
   const int port = front.Start();
   const int fd = Connect(port);
   const std::string body = R"({"prompt": [1], "max_tokens": 10})";
@@ -335,12 +337,7 @@ std::string Exchange(int port, const std::string& raw) {
 class FrontWithScheduler {
  public:
   explicit FrontWithScheduler(size_t max_body = 1 << 20) {
-    HttpOptions o;
-    o.model_name = "m";
-    o.max_len = 1000;
-    o.vocab_size = 258;
-    o.max_body = max_body;
-    front_ = std::make_unique<HttpFront>(o, SmallTokenizer(), &queue_);
+    front_ = std::make_unique<HttpFront>(TestOptions(max_body), SmallTokenizer(), &queue_);
     port_ = front_->Start();
     scheduler_ = std::thread([this] {
       for (;;) {
