@@ -16,7 +16,6 @@ import http.client
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -248,20 +247,12 @@ def sample_once(port, prompt, max_tokens, temperature, seed):
 
 
 def start(mpiexec, ranks, flags, server, model, max_batch):
-    cmd = [mpiexec, "-n", ranks, *flags, server, "--model", model, "--port", "0", "--max-len",
-           str(MAX_LEN), "--max-batch", str(max_batch)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
-        if m:
-            break
-    else:
-        fail(f"the server ended (exit {proc.wait()}) before listening:\n{''.join(lines)}")
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    return proc, int(m.group(1)), lines, reader
+    lines = []  # its whole output, read as it comes
+    proc, port, head, _, reader = check_server.launch(
+        [mpiexec, "-n", ranks, *flags, server, "--model", model, "--port", "0", "--max-len",
+         str(MAX_LEN), "--max-batch", str(max_batch)], rest=lines)
+    lines[:0] = head
+    return proc, port, lines, reader
 
 
 def stop(proc, lines, reader):

@@ -392,9 +392,9 @@ def comm(pid):
         return ""
 
 
-def start(mpiexec, flags, server, model, key_file):
-    cmd = [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--max-len",
-           str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file]
+def launch(cmd, rest=None):
+    """Runs a server command until it prints `listening on`: (proc, port, lines so far, the rest
+    of its output as it comes into `rest` (a new list unless given), the thread reading it)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
@@ -405,10 +405,15 @@ def start(mpiexec, flags, server, model, key_file):
     else:
         fail(f"the server ended (exit {proc.wait()}) before listening:\n{''.join(lines)}")
     # The rest of its output, read as it comes (the pipe never fills).
-    rest = []
+    rest = [] if rest is None else rest
     reader = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)
     reader.start()
     return proc, int(m.group(1)), lines, rest, reader
+
+
+def start(mpiexec, flags, server, model, key_file):
+    return launch([mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0",
+                   "--max-len", str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file])
 
 
 def make_model(tmp):
