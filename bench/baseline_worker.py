@@ -3,7 +3,13 @@ the thread settings go into the environment before torch, numpy or llama.cpp loa
 thread count gets one pool of its own size and no second pool spins beside it.
 
     python bench/baseline_worker.py torch|llamacpp --model DIR --threads N --dtype D
-        --max-batch B --max-len T [--gguf FILE]
+        --max-batch B --max-len T [--gguf FILE] [--pages 4k|2m]
+
+--pages 2m (decode_bench.py's default) puts the weights in 2 MiB pages, as disco's are: glibc's
+malloc asks for transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, read when a
+process starts: the worker starts itself again with it), and llama.cpp reads the GGUF into
+memory rather than mapping the file (the page cache has 4 KiB pages). On this project's Zen 4
+both baselines decode faster so (docs/performance.md).
 
 Prints one JSON line when ready ({"ready": true, "info": ...}); then reads one JSON request a
 line ({"prompts": [[ids]...], "new_tokens": N}) and answers each with one JSON line
@@ -44,10 +50,23 @@ def open_torch(a):
     return m, info
 
 
+def huge_mib():
+    """MiB of this process's anonymous memory in huge pages (0 when unknown)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def open_llamacpp(a):
     import llama_cpp
     import llamacpp_llama
-    m = llamacpp_llama.LlamaCpp(a.gguf, a.threads, a.max_batch, a.max_len)
+    m = llamacpp_llama.LlamaCpp(a.gguf, a.threads, a.max_batch, a.max_len,
+                                use_mmap=a.pages == "4k")
     info = (f"llama-cpp-python {llama_cpp.__version__}, {a.threads} threads, "
             f"{os.path.basename(a.gguf)}; "
             + llama_cpp.llama_print_system_info().decode(errors="replace").strip())
@@ -63,13 +82,20 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32")
     p.add_argument("--max-batch", type=int, required=True)
     p.add_argument("--max-len", type=int, required=True)
+    p.add_argument("--pages", choices=["4k", "2m"], default="4k")
     a = p.parse_args(argv)
+    tunable = "glibc.malloc.hugetlb=1"
+    if a.pages == "2m" and tunable not in os.environ.get("GLIBC_TUNABLES", ""):
+        env = dict(os.environ, GLIBC_TUNABLES=":".join(
+            t for t in (os.environ.get("GLIBC_TUNABLES"), tunable) if t))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     set_thread_env(a.kind, a.threads)
     # The answers go to the original stdout; anything a library prints there goes to stderr.
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     model, info = (open_torch if a.kind == "torch" else open_llamacpp)(a)
+    info += f"; pages {a.pages} ({huge_mib():.0f} MiB in huge pages)"
     print(json.dumps({"ready": True, "info": info}), file=answers, flush=True)
     for line in sys.stdin:
         req = json.loads(line)

@@ -64,6 +64,9 @@ def parse_args(argv):
                    help="DISCO_CPU_KERNELS values, one disco row each (auto: the row 'disco', "
                         "the ratios' own; e.g. auto,avx2 for before/after)")
     p.add_argument("--no-q8", action="store_true", help="no llama.cpp q8_0 row")
+    p.add_argument("--baseline-pages", choices=["4k", "2m"], default="2m",
+                   help="the baselines' weights in 4 KiB or 2 MiB pages (disco's are in 2 MiB "
+                        "pages where the kernel gives them; baseline_worker.py)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--python", default=VENV_PY if os.path.exists(VENV_PY) else sys.executable,
@@ -119,7 +122,7 @@ class Worker:
         kind = "torch" if who == "torch" else "llamacpp"
         cmd = [a.python, os.path.join(HERE, "baseline_worker.py"), kind, "--model", model_dir,
                "--threads", str(n), "--dtype", dtype, "--max-batch", str(max_batch),
-               "--max-len", str(max_len)]
+               "--max-len", str(max_len), "--pages", a.baseline_pages]
         if kind == "llamacpp":
             qtype = "q8_0" if who.endswith("q8_0") else {"float32": "f32", "bfloat16": "bf16",
                                                           "int8": "q8_0"}[dtype]

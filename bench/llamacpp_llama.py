@@ -31,10 +31,11 @@ def _quiet_log():
 
 
 class LlamaCpp:
-    def __init__(self, gguf_path, threads, max_batch, max_len):
+    def __init__(self, gguf_path, threads, max_batch, max_len, use_mmap=True):
         self._log = _quiet_log()  # kept alive: llama.cpp calls it
         L.llama_backend_init()
         mp = L.llama_model_default_params()
+        mp.use_mmap = use_mmap  # False: read into memory (where huge pages can back it)
         self.model = L.llama_model_load_from_file(gguf_path.encode(), mp)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {gguf_path}")

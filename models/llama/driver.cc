@@ -163,8 +163,9 @@ class Generator {
   struct Run {
     double prefill_s = 0;
     std::vector<double> step_s;
-    std::vector<double> busy_s;   // per worker: time in compute and allreduce during the steps
-    std::vector<int64_t> tokens;  // [batch][max_new_tokens]
+    std::vector<double> busy_s;       // per worker: time in compute and allreduce during the steps
+    std::vector<double> allreduce_s;  // per worker: of busy_s, in allreduce (its waits included)
+    std::vector<int64_t> tokens;      // [batch][max_new_tokens]
   };
 
   // Called after each step with the tokens so far ([batch][max_new_tokens], up to the step).
@@ -194,6 +195,7 @@ class Generator {
     for (int w = 0; w < s_.num_workers(); ++w) {
       Shape st = stats.DebugGetFromRemote(w).cast<Shape>();
       r.busy_s.push_back((st[0] + st[1]) * 1e-6);
+      r.allreduce_s.push_back(st[1] * 1e-6);
     }
     r.tokens = Tokens();
     return r;
@@ -205,7 +207,8 @@ class Generator {
     return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
   }
 
-  // Every worker's stats: compute us, allreduce us, calls, peak RSS KiB, weight bytes, KV bytes.
+  // Every worker's stats: compute us, allreduce us, calls, peak RSS KiB, weight bytes, KV bytes,
+  // weight bytes in huge pages.
   std::vector<Shape> Stats() {
     DRef stats = s_.CallPacked(f_["llama.stats"], state_);
     std::vector<Shape> out;
@@ -426,6 +429,7 @@ void CheckPrompts(const Options& o, const Config& c) {
 // The timed runs' sums: `repeat` generations one way.
 struct Totals {
   double prefill_s = 0, decode_s = 0, busy_s = 0;
+  double allreduce_s = 0;  // of busy_s (the busiest worker's), in allreduce
   std::vector<int64_t> tokens;
 };
 
@@ -437,7 +441,9 @@ Totals Timed(Generator& gen, const Options& o, bool replay, bool main, std::vect
     Generator::Run r = gen.Generate(replay);
     t.prefill_s += r.prefill_s;
     for (double d : r.step_s) t.decode_s += d;
-    t.busy_s += *std::max_element(r.busy_s.begin(), r.busy_s.end());
+    const auto busiest = std::max_element(r.busy_s.begin(), r.busy_s.end());
+    t.busy_s += *busiest;
+    t.allreduce_s += r.allreduce_s[busiest - r.busy_s.begin()];
     DISCO_CHECK(t.tokens.empty() || t.tokens == r.tokens, RuntimeError)
         << "two generations of the same prompts gave different tokens";
     t.tokens = r.tokens;
@@ -471,6 +477,13 @@ void PrintRates(const Generator& gen, const Options& o, const Totals& main_run,
                 " run(s) each)\n",
                 replayed.decode_s / (reps * (t - 1)) * 1e3,
                 called.decode_s / (reps * (t - 1)) * 1e3, o.repeat);
+    // Where a replayed step goes, on the busiest worker: the rest of the step is the runtime's.
+    const double per = 1e3 / (reps * static_cast<double>(t - 1));
+    std::printf(
+        "decode step by replay: compute %.3f ms, allreduce %.3f ms (its waits included), "
+        "runtime %.3f ms\n",
+        (replayed.busy_s - replayed.allreduce_s) * per, replayed.allreduce_s * per,
+        std::max(0.0, replayed.decode_s - replayed.busy_s) * per);
   } else {
     // --max-new-tokens 1: no decode step; the lines keep their form.
     std::printf("decode: 0.0 tokens/s\n");
@@ -531,6 +544,10 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
   std::printf("kv cache per rank: %s MiB\n", Mib(static_cast<double>(stats[0][5])).c_str());
   std::printf("peak rss per rank (MiB): %s\n", peaks.c_str());
   std::printf("weights per rank: %s MiB\n", Mib(static_cast<double>(stats[0][4])).c_str());
+  if (o.device == "cpu") {  // weight_arena.h: 0 where the kernel gives no huge pages
+    std::printf("weights in 2 MiB pages per rank: %s MiB\n",
+                Mib(static_cast<double>(stats[0][6])).c_str());
+  }
 }
 
 int RunChecked(Session& s, Options& o) {

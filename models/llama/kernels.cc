@@ -211,10 +211,10 @@ std::string CpuKernels() {
       return std::string("float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA), int8: ") +
              (q8_avx2 ? "avx2 (widened, FMA)" : "base (this build has no AVX2 int8 kernel)");
     case Isa::kAvx512:
-      return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512 (widened by shifts, "
+      return "float32: avx512 (FMA), bfloat16: avx512 (widened by shifts, "
              "FMA), int8: avx512 (widened, FMA)";
     case Isa::kAvx512Bf16:
-      return "float32: avx512 (FMA at batch 1, avx2 above), bfloat16: avx512bf16 (vdpbf16ps, x "
+      return "float32: avx512 (FMA), bfloat16: avx512bf16 (vdpbf16ps, x "
              "rounded to bfloat16), int8: avx512 (widened, FMA)";
   }
   return "";
@@ -239,10 +239,7 @@ void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFor
           return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
         return avx512::StreamingBf16Widen(x, m, k, wb, n, y, ldy);
       case WeightFormat::kF32:
-        // float32 above one row of x keeps the AVX2 blocks: 12-28% faster than AVX-512's in
-        // disco-demo's decode at batch 4 (docs/performance.md).
-        if (m == 1) return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
-        return StreamingF32(x, m, k, wf, n, y, ldy);
+        return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
     }
   }
 #endif

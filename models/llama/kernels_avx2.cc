@@ -74,17 +74,13 @@ LLAMA_INLINE void Block(const float* x, int64_t k, const uint8_t* w, int64_t str
       const auto* q = reinterpret_cast<const int8_t*>(row + p);
       __m256 wv[4];
       for (int u = 0; u < 4; ++u) wv[u] = Widen8(q + 8 * u);
-      if (MB == 1) {  // the block's dot product, then scaled once
-        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + p), wv[0]);
-        for (int u = 1; u < 4; ++u) s = _mm256_fmadd_ps(_mm256_loadu_ps(x + p + 8 * u), wv[u], s);
-        acc[0][r] = _mm256_fmadd_ps(d, s, acc[0][r]);
-        continue;
-      }
-      for (int u = 0; u < 4; ++u) wv[u] = _mm256_mul_ps(wv[u], d);
+      // Each row of x: the block's dot product, then scaled once (the same order for any MB: a
+      // row's result does not depend on the batch).
       for (int i = 0; i < MB; ++i) {
-        for (int u = 0; u < 4; ++u) {
-          acc[i][r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * k + p + 8 * u), wv[u], acc[i][r]);
-        }
+        const float* xi = x + i * k + p;
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xi), wv[0]);
+        for (int u = 1; u < 4; ++u) s = _mm256_fmadd_ps(_mm256_loadu_ps(xi + 8 * u), wv[u], s);
+        acc[i][r] = _mm256_fmadd_ps(d, s, acc[i][r]);
       }
     }
   }

@@ -78,6 +78,7 @@
 #include "llama/kernels.h"
 #include "llama/q8.h"
 #include "llama/safetensors.h"
+#include "llama/weight_arena.h"
 
 namespace llama {
 namespace {
@@ -265,11 +266,13 @@ class Model {
   }
 
   void LoadFrom(const Checkpoint& ck) {
+    if (!gpu) arena = WeightArena::Make(StreamedBytes());
     for (const WeightSpec& w : WeightSpecs(config)) {
       const TensorInfo* info = ck.Find(w.name);
       DISCO_CHECK(info != nullptr, ValueError) << "tensor '" << w.name << "' is missing";
       const std::vector<int64_t> shard = ShardShape(w, ranks);
-      Tensor t = Tensor::Empty(Shape(shard), ToDL(dtype));
+      Tensor t = arena && !q8 && Streamed(w.name) ? arena->Take(Shape(shard), ToDL(dtype))
+                                                  : Tensor::Empty(Shape(shard), ToDL(dtype));
       int64_t r0, r1, c0, c1;
       Range(w, &r0, &r1, &c0, &c1);
       ck.ReadSlice(*info, r0, r1, c0, c1, dtype, t.data());
@@ -282,7 +285,9 @@ class Model {
   void Quantize() {
     auto quantize = [&](const std::string& name, const Tensor& f) {
       const int64_t rows = f.shape()[0], cols = f.shape()[1];
-      Tensor t = Tensor::Empty(Shape{rows, q8::RowBytes(cols)}, disco::DataType("uint8"));
+      const Shape shape{rows, q8::RowBytes(cols)};
+      Tensor t = arena ? arena->Take(shape, disco::DataType("uint8"))
+                       : Tensor::Empty(shape, disco::DataType("uint8"));
       q8::Quantize(f.data_as<float>(), rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
       return t;
     };
@@ -299,6 +304,47 @@ class Model {
     }
   }
 
+  // Whether a decode step streams the weight `name` through Linear (weight_arena.h): the linear
+  // layers' matrices, and the embedding when it is the LM head too (not with int8, whose head is a
+  // quantized copy).
+  bool Streamed(const std::string& name) const {
+    if (name == "model.embed_tokens.weight") return config.tie_word_embeddings && !q8;
+    return Spec(name).shape.size() == 2;
+  }
+  // The bytes of this rank's streamed weights in their final format (with int8, Q8_0 rows).
+  size_t StreamedBytes() const {
+    std::vector<size_t> bytes;
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      const bool head_q8 =
+          q8 && config.tie_word_embeddings && w.name == "model.embed_tokens.weight";
+      if (!Streamed(w.name) && !head_q8) continue;
+      const std::vector<int64_t> shard = ShardShape(w, ranks);
+      bytes.push_back(q8 ? static_cast<size_t>(shard[0] * q8::RowBytes(shard[1]))
+                         : static_cast<size_t>(Shape(shard).Numel() * DTypeSize(dtype)));
+    }
+    return ArenaBytes(bytes);
+  }
+  // The streamed weights given by llama.set_weight (LoadFrom put the others there already),
+  // copied into an arena in the order LoadFrom would have.
+  void PackStreamed() {
+    std::vector<Tensor*> outside;
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      auto it = weights.find(w.name);
+      if (it == weights.end() || !Streamed(w.name)) continue;
+      if (!(arena && arena->Contains(it->second))) outside.push_back(&it->second);
+    }
+    if (tied_head_q8.defined() && !(arena && arena->Contains(tied_head_q8))) {
+      outside.push_back(&tied_head_q8);
+    }
+    if (outside.empty()) return;
+    std::vector<size_t> bytes;
+    for (const Tensor* t : outside) bytes.push_back(t->nbytes());
+    auto more = WeightArena::Make(ArenaBytes(bytes));
+    for (Tensor* t : outside) *t = more->Copy(*t);
+    arena = arena ? arena : more;  // the first holds the rest alive; HugeBytes counts this one
+    extra_arena = more == arena ? nullptr : more;
+  }
+
   WeightFormat Format() const {
     return q8                      ? WeightFormat::kQ8
            : dtype == DType::kBF16 ? WeightFormat::kBf16
@@ -309,6 +355,7 @@ class Model {
   // needs must be there.
   void Finalize() {
     if (q8) Quantize();
+    if (!gpu) PackStreamed();
     auto get = [&](const std::string& name) -> const void* {
       auto it = weights.find(name);
       DISCO_CHECK(it != weights.end(), ValueError)
@@ -361,6 +408,11 @@ class Model {
     finalized = true;
   }
 
+  int64_t HugeBytes() const {
+    return static_cast<int64_t>((arena ? arena->HugeBytes() : 0) +
+                                (extra_arena ? extra_arena->HugeBytes() : 0));
+  }
+
   int64_t WeightBytes() const {
     int64_t n = 0;
     for (const auto& [name, t] : weights) n += static_cast<int64_t>(t.nbytes());
@@ -377,6 +429,8 @@ class Model {
   std::map<std::string, WeightSpec> specs;
   std::map<std::string, Tensor> weights;  // this rank's shards, by Hugging Face name
   Tensor tied_head_q8;                    // q8 with tied embeddings: the LM head's int8 copy
+  // On a CPU: the streamed matrices (LoadFrom, Quantize), and those llama.set_weight gave.
+  std::shared_ptr<WeightArena> arena, extra_arena;
   std::vector<LayerWeights> layers;
   const void* embed = nullptr;
   const void* lm_head = nullptr;
@@ -1480,7 +1534,8 @@ DISCO_REGISTER_GLOBAL("llama.stats")
                        s.calls,
                        PeakRssKib(),
                        s.m->WeightBytes(),
-                       s.KvBytes()};
+                       s.KvBytes(),
+                       s.m->HugeBytes()};
         },
         {"state"});
 

@@ -30,7 +30,8 @@
 //   llama.logits(state) -> Tensor float32 (max_new_tokens, batch, vocab/N)  with keep_logits
 //                                               (slot mode: [0, j] the last step's j-th slot's)
 //   llama.reset_stats(state), llama.stats(state) -> (compute us, allreduce us, calls,
-//                                                    peak RSS KiB, weight bytes, KV cache bytes)
+//                                                    peak RSS KiB, weight bytes, KV cache bytes,
+//                                                    bytes of weights in huge pages)
 //
 // Model and State are opaque worker-local objects (disco::Object) in registers. dtype is
 // "float32", "bfloat16" (weights stored as bfloat16, computed in float32) or "int8" (on the CPU:

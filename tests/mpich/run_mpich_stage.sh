@@ -37,7 +37,7 @@ in_root() { "$here/in-root.sh" "$root" "$src" -- "$@"; }
 targets=(disco disco_unit_tests disco_mpi_tests disco_test_plugin_dup disco_remote_tests
   disco_fault_program disco_h5_save_program disco_liveness_attacker disco-serve disco-remote
   disco_remote_call disco_refusal_flood disco-demo disco-bench _core disco_stall_io disco-example
-  disco-llm-server disco_llama_q8_tests)
+  disco-llm-server disco_llama_cpu_tests)
 # The suites at 1-2 ranks, and the tests of what differs between MPIs (the silent rank and the
 # hang verdicts that read MPI's symbols or its launcher's rank variable: 3).
 tests='^(mpi\.session\.(np[12]|small_frames\.np2)|mpi\.ccl\.(sync_send\.np2|np2\.noshm)'

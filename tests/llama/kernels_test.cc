@@ -1,0 +1,86 @@
+// kernels.h's streaming products form each row of y the same, bit for bit, whatever the other
+// rows of x are: disco-llm-server's passes put a request's rows beside others', and its greedy
+// tokens must be those of the request alone. Every row count up to kStreamingRows against each
+// row alone, for float32, bfloat16 and int8 weights, row lengths that reach every tail of the
+// kernels, under the set DISCO_CPU_KERNELS chooses (CTest runs this binary once per set).
+#include <disco/error.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llama/kernels.h"
+#include "llama/q8.h"
+
+namespace {
+
+using llama::WeightFormat;
+
+struct Weights {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> q8;
+  const void* Of(WeightFormat f) const {
+    return f == WeightFormat::kF32    ? static_cast<const void*>(f32.data())
+           : f == WeightFormat::kBf16 ? static_cast<const void*>(bf16.data())
+                                      : static_cast<const void*>(q8.data());
+  }
+};
+
+Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Weights w;
+  w.f32.resize(static_cast<size_t>(n * k));
+  for (float& v : w.f32) v = u(*rng);
+  for (float v : w.f32) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    w.bf16.push_back(static_cast<uint16_t>(bits >> 16));
+  }
+  w.q8.resize(static_cast<size_t>(n * llama::q8::RowBytes(k)));
+  llama::q8::Quantize(w.f32.data(), n, k, w.q8.data(), "test");
+  return w;
+}
+
+TEST(Kernels, EachRowIsTheSameWhateverTheBatch) {
+  std::string kernels;
+  try {
+    kernels = llama::CpuKernels();
+  } catch (const disco::ValueError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::printf("kernels: %s\n", kernels.c_str());
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> scratch;
+  const int64_t n = 11, rows = llama::kStreamingRows;
+  for (const int64_t k : {16, 40, 96, 200, 768, 1000, 2096, 4160}) {
+    const Weights w = Random(n, k, &rng);
+    std::vector<float> x(static_cast<size_t>(rows * k));
+    for (float& v : x) v = u(rng);
+    for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
+      std::vector<float> alone(static_cast<size_t>(rows * n));
+      for (int64_t i = 0; i < rows; ++i) {
+        llama::Linear(x.data() + i * k, 1, k, w.Of(f), f, n, alone.data() + i * n, n, &scratch);
+      }
+      for (int64_t m = 2; m <= rows; ++m) {
+        std::vector<float> y(static_cast<size_t>(m * n));
+        llama::Linear(x.data(), m, k, w.Of(f), f, n, y.data(), n, &scratch);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            ASSERT_EQ(std::memcmp(&y[i * n + j], &alone[i * n + j], sizeof(float)), 0)
+                << "format " << static_cast<int>(f) << ", k " << k << ": row " << i << " of " << m
+                << ", column " << j << ": " << y[i * n + j] << " in the batch, " << alone[i * n + j]
+                << " alone";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
