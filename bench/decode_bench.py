@@ -298,10 +298,12 @@ def main(argv=None):
     refusals = report.scaling_refusals(rows)
     rs = report.ratios(rows, refusals)
     print("\n" + "\n".join(report.table(rows)) + "\n\n" + "\n".join(report.ratio_table(rs)))
-    m["loadavg_end"] = os.getloadavg()[0]
-    loaded = machine.busy_reasons(dict(m, loadavg=max(m["loadavg"], m["loadavg_end"])))
+    m["loadavg_end"] = os.getloadavg()[0]  # counts this run's own processes: not judged
+    m["spinners_end"] = machine.spinners()
+    loaded = machine.busy_reasons(dict(m, spinners=m["spinners"] + m["spinners_end"]))
     print("\nthe machine was LOADED (" + "; ".join(loaded) + "): these figures are not reliable"
-          if loaded else "\nthe machine was quiet (load average and the spinner check)")
+          if loaded else "\nthe machine was quiet (the load average before the run, the spinner "
+          "check before and after it: " + " ".join(f"{x:.2f}" for x in m["spinners_end"]) + ")")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": m, "llama_cpp_build": build, "skipped": why_not,

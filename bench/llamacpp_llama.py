@@ -35,7 +35,11 @@ class LlamaCpp:
         self._log = _quiet_log()  # kept alive: llama.cpp calls it
         L.llama_backend_init()
         mp = L.llama_model_default_params()
-        mp.use_mmap = use_mmap  # False: read into memory (where huge pages can back it)
+        if not use_mmap:  # read into memory (where huge pages can back it), not mapped
+            if hasattr(L, "LLAMA_LOAD_MODE_NONE"):  # llama-cpp-python 0.3.3x
+                mp.load_mode = L.LLAMA_LOAD_MODE_NONE
+            else:
+                mp.use_mmap = False
         self.model = L.llama_model_load_from_file(gguf_path.encode(), mp)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {gguf_path}")

@@ -41,10 +41,13 @@ def bandwidth(exe, threads, mib):
                OMP_WAIT_POLICY="PASSIVE")
     runs = {}
     for pages, arg in (("4k", "small"), ("2m", "huge")):
-        out = subprocess.run([exe, str(mib), arg], env=env, check=True, stdout=subprocess.PIPE,
-                             text=True).stdout
-        runs[pages] = {k: float(v) for k, v in (line.split() for line in out.splitlines()
-                                               if line.strip())}
+        for _ in range(3):  # the best of 3: the host's other tenants make single runs vary
+            out = subprocess.run([exe, str(mib), arg], env=env, check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+            r = {k: float(v) for k, v in (line.split() for line in out.splitlines()
+                                          if line.strip())}
+            if pages not in runs or r["read"] > runs[pages]["read"]:
+                runs[pages] = r
     best = max(runs.values(), key=lambda r: r["read"])
     return {"read": best["read"], "triad": best["triad"], "read_4k": runs["4k"]["read"],
             "read_2m": runs["2m"]["read"], "huge_mib": runs["2m"].get("huge_mib", 0.0)}
@@ -115,9 +118,10 @@ def busy_reasons(m):
     if min(m["spinners"]) < 0.85:
         why.append("two busy threads did not each get a core (%s)"
                    % ", ".join(f"{x:.2f}" for x in m["spinners"]))
-    load = max(m.get("loadavg_before", 0.0), m.get("loadavg", 0.0))
+    # The load average before this program started anything: later ones count its own runs.
+    load = m.get("loadavg_before", 0.0)
     if load > 0.5 * (m["cpus"] or 1):
-        why.append(f"load average {load:.2f} on {m['cpus']} CPUs")
+        why.append(f"load average {load:.2f} on {m['cpus']} CPUs before the run")
     return why
 
 

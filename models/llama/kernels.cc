@@ -212,10 +212,10 @@ std::string CpuKernels() {
              (q8_avx2 ? "avx2 (widened, FMA)" : "base (this build has no AVX2 int8 kernel)");
     case Isa::kAvx512:
       return "float32: avx512 (FMA), bfloat16: avx512 (widened by shifts, "
-             "FMA), int8: avx512 (widened, FMA)";
+             "FMA), int8: avx512 (vpmaddwd, x rounded to int16 per block)";
     case Isa::kAvx512Bf16:
       return "float32: avx512 (FMA), bfloat16: avx512bf16 (vdpbf16ps, x "
-             "rounded to bfloat16), int8: avx512 (widened, FMA)";
+             "rounded to bfloat16), int8: avx512 (vpmaddwd, x rounded to int16 per block)";
   }
   return "";
 }
