@@ -75,12 +75,13 @@ def free_port():
 class Server:
     """One server process: disco's (kind "disco") or llama.cpp's ("llama.cpp")."""
 
-    def __init__(self, kind, cmd, port):
+    def __init__(self, kind, cmd, port, env=None):
         self.kind, self.port = kind, port
         # Its output to a file, not a pipe nobody reads: llama-server logs every request, and a
         # full pipe would stop it.
         self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+                                     env=env)
         self.wait_ready()
 
     def wait_ready(self):
@@ -181,7 +182,11 @@ def start_servers(a, model, gguf, max_len, with_llama=True):
                                             "--port", str(port), "-t", str(a.np), "-tb",
                                             str(a.np), "-np", str(a.max_batch), "-c",
                                             str(a.max_batch * (max_len + 16)), "--cont-batching",
-                                            "--no-webui"], port))
+                                            "--no-webui", "--load-mode", "none"], port,
+                                  # Its weights in 2 MiB pages, as disco's (docs/performance.md):
+                                  # read into memory, not mapped, and glibc's malloc asking for
+                                  # transparent huge pages.
+                                  env=dict(os.environ, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")))
     else:
         print(f"llama.cpp: left out (no llama-server at {a.llama_server!r}; "
               "bench/venv.sh's disco_bench_llama_server builds it)")

@@ -175,6 +175,38 @@ if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
   case_ sbatch.multinode-cpu.2x2 300 bash -c "$(declare -f sbatch_wait); $(declare -p on1); sbatch_wait \"\$@\"" _ \
     "$out/multinode-cpu.out" "$root/jobs/multinode-cpu.sbatch" "$tests" \
     --gtest_filter='CclTest.AllReduce*:CclTest.Pipeline*:H5Test.Saves*'
+  # disco-llm-server as a batch job over both nodes (a task each, jobs/llm-server.sbatch): the
+  # official openai client on node1 (where rank 0 listens on the loopback) streams from the port
+  # the job wrote down, then scancel ends the job, which must say it ended with exit code 0.
+  llm_server_job() {
+    local venv=${DISCO_HF_VENV:-$root/.venv-hf}
+    if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+      echo "SKIP: no openai package in $venv (./launch/test installs it)"
+      return 0
+    fi
+    local py=$venv/bin/python dir=$out/shared/llm info=$out/shared/llm.addr o=$out/llm-server.out
+    local job model port i rc=0
+    rm -rf "$dir" "$info" && mkdir -p "$dir"
+    model=$("$py" "$root/tests/server/openai_transcript.py" --make-model "$dir") || return 1
+    job=$("${on1[@]}" sbatch --parsable -N 2 --ntasks-per-node=1 -t 10 -o "$o" \
+      --export=ALL,DISCO_LLM_SERVER_INFO="$info" "$root/jobs/llm-server.sbatch" --model "$model") ||
+      return 1
+    for ((i = 0; i < 900; i++)); do [[ -s $info ]] && break; sleep 0.2; done
+    [[ -s $info ]] || { cat "$o"; echo "no address from the job"; "${on1[@]}" scancel "$job"; return 1; }
+    cat "$o"
+    port=$(sed 's|.*:||' "$info")
+    "${on1[@]}" "$py" "$root/tests/server/openai_transcript.py" "http://127.0.0.1:$port" || rc=1
+    "${on1[@]}" scancel "$job"
+    for ((i = 0; i < 300; i++)); do
+      [[ -z $("${on1[@]}" squeue -h -j "$job" 2>/dev/null) ]] && break
+      sleep 0.2
+    done
+    echo "--- the job's output after scancel:"
+    cat "$o"
+    grep -q '^llm-server: job ended with exit code 0' "$o" || { echo "not ended with 0"; rc=1; }
+    return $rc
+  }
+  case_ sbatch.llm-server.2x1 300 bash -c "$(declare -f llm_server_job); $(declare -p on1 out root); llm_server_job"
   # Faults under plain srun (no -K): a rank that dies, and a watchdog timeout, end the job within
   # DISCO_TIMEOUT + 10 s.
   expect srun.rank-killed 40 nonzero "stopped answering liveness pings|signal 9|Killed|killed" \

@@ -2,6 +2,7 @@
 
 #include <disco/disco.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -32,30 +33,58 @@ sigset_t StopSignals() {
   return set;
 }
 
-// Waits for SIGTERM or SIGINT (blocked in every thread) and then runs `on_stop`; the destructor
-// ends the wait if none came.
+// SIGTERM and SIGINT on rank 0: the handler posts a semaphore (async-signal-safe), whichever
+// thread the signal reaches; a thread of the waiter's, which alone unblocks them, waits for it and
+// runs `on_stop`. (Blocking them in every thread and a sigwait did not hold under srun --mpi=pmix:
+// a thread of the MPI library's took SIGTERM and the runtime's handler ended the rank.) The
+// destructor ends the wait if no signal came.
+sem_t g_stop_signal;
+void PostStop(int) { sem_post(&g_stop_signal); }
+
 class SignalWaiter {
  public:
-  explicit SignalWaiter(std::function<void()> on_stop)
-      : thread_([this, on_stop = std::move(on_stop)] {
-          const sigset_t set = StopSignals();
-          int sig = 0;
-          while (sigwait(&set, &sig) != 0) {
-          }
-          if (!quitting_.load()) on_stop();
-        }) {}
+  explicit SignalWaiter(std::function<void()> on_stop) {
+    sem_init(&g_stop_signal, 0, 0);
+    struct sigaction sa {};
+    sa.sa_handler = PostStop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+    thread_ = std::thread([this, on_stop = std::move(on_stop)] {
+      const sigset_t set = StopSignals();
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      while (sem_wait(&g_stop_signal) != 0) {
+      }
+      if (!quitting_.load()) on_stop();
+    });
+  }
   ~SignalWaiter() {
     quitting_ = true;
-    pthread_kill(thread_.native_handle(), SIGTERM);  // taken by its sigwait
+    sem_post(&g_stop_signal);
     thread_.join();
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
   }
   SignalWaiter(const SignalWaiter&) = delete;
   SignalWaiter& operator=(const SignalWaiter&) = delete;
 
  private:
   std::atomic<bool> quitting_{false};
+  struct sigaction old_term_ {
+  }, old_int_{};
   std::thread thread_;
 };
+
+// On every rank but 0, first thing: SIGTERM and SIGINT ignored. Rank 0 takes them
+// (SignalWaiter; one that came before stays pending until then), and the other ranks' loops end
+// when its controller ends the session: a launcher's SIGTERM to every rank (scancel, srun,
+// mpirun) stops the server as a whole, cleanly.
+DISCO_REGISTER_GLOBAL("llm_server.ignore_stop_signals").set_body_typed([]() {
+  if (disco::ThisWorker().worker_id == 0) return;
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+});
 
 // The ids that end an answer, as transformers' generate takes them: generation_config.json's
 // eos_token_id and config.json's (each a number or a list), all of them.
@@ -116,6 +145,8 @@ int StoppedEarly() {
 }
 
 int Serve(disco::Session& s, const ServerOptions& o) {
+  s.CallPacked(s.GetGlobalFunc("llm_server.ignore_stop_signals"));
+  s.SyncAll();
   Stopper stopper;
   SignalWaiter waiter([&] { stopper.Stop(); });
   HttpOptions h;
@@ -186,8 +217,8 @@ int Serve(disco::Session& s, const ServerOptions& o) {
 }  // namespace
 
 int ServerMain(int argc, char** argv, const ServerOptions& o) {
-  // Blocked in every thread (the ones MPI and disco start inherit the mask): rank 0's waiter takes
-  // them; on the other ranks they stay pending, and the controller ends those ranks' loops.
+  // Blocked in the threads MPI and disco start (they inherit the mask), until Serve has every rank
+  // ignore them and rank 0's waiter take them.
   const sigset_t set = StopSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return disco::Main(argc, argv, [&](disco::Session& s) {
