@@ -3,16 +3,15 @@
 // tokens must be those of the request alone. Every row count up to kStreamingRows against each
 // row alone, for float32, bfloat16 and int8 weights, row lengths that reach every tail of the
 // kernels, under the set DISCO_CPU_KERNELS chooses (CTest runs this binary once per set).
-#include <disco/error.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cpu_kernels_test.h"
 #include "llama/kernels.h"
 #include "llama/q8.h"
 
@@ -31,6 +30,12 @@ struct Weights {
   }
 };
 
+uint32_t Bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
 Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Weights w;
@@ -46,14 +51,7 @@ Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
   return w;
 }
 
-TEST(Kernels, EachRowIsTheSameWhateverTheBatch) {
-  std::string kernels;
-  try {
-    kernels = llama::CpuKernels();
-  } catch (const disco::ValueError& e) {
-    GTEST_SKIP() << e.what();
-  }
-  std::printf("kernels: %s\n", kernels.c_str());
+TEST_F(CpuKernels, EachRowIsTheSameWhateverTheBatch) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
@@ -72,7 +70,7 @@ TEST(Kernels, EachRowIsTheSameWhateverTheBatch) {
         llama::Linear(x.data(), m, k, w.Of(f), f, n, y.data(), n, &scratch);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
-            ASSERT_EQ(std::memcmp(&y[i * n + j], &alone[i * n + j], sizeof(float)), 0)
+            ASSERT_EQ(Bits(y[i * n + j]), Bits(alone[i * n + j]))
                 << "format " << static_cast<int>(f) << ", k " << k << ": row " << i << " of " << m
                 << ", column " << j << ": " << y[i * n + j] << " in the batch, " << alone[i * n + j]
                 << " alone";

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernels_test.h"
 #include "llama/kernels.h"
 #include "llama/q8.h"
 
@@ -115,15 +116,8 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
 // Linear on int8 weights by the kernel set chosen, against the reference (within float32's
 // rounding and, on AVX-512, x's int16 rounding): m rows of x from 1 to 5
 // and 17 (sgemm on dequantized blocks), k with and without a short last block, rows under and
-// over 4 KiB (AVX-512 streams them one by one or four side by side), n with tails.
-TEST(Q8, KernelsMatchReference) {
-  std::string kernels;
-  try {
-    kernels = llama::CpuKernels();
-  } catch (const disco::ValueError& e) {
-    GTEST_SKIP() << e.what();
-  }
-  std::printf("kernels: %s\n", kernels.c_str());
+// over 4 KiB, n with tails.
+TEST_F(CpuKernels, Q8MatchesTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
