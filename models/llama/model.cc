@@ -66,8 +66,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -592,6 +594,7 @@ class State {
     last_row.assign(static_cast<size_t>(batch), 0);
     next.assign(static_cast<size_t>(batch), -1);
     temperature.assign(static_cast<size_t>(batch), 0.0f);
+    top_p.assign(static_cast<size_t>(batch), 1.0f);
     seed.assign(static_cast<size_t>(batch), 0);
     heads = batch;
     row_seq.assign(static_cast<size_t>(max_rows), 0);
@@ -732,6 +735,7 @@ class State {
   int64_t heads = 0, outs = 0;
   std::vector<int64_t> next;
   std::vector<float> temperature;  // each listed slot's (0: greedy), llama.set_sampling's
+  std::vector<float> top_p;        // each listed slot's nucleus (1: the whole vocabulary)
   std::vector<uint64_t> seed;
   // Time spent in the worker functions since the last llama.reset_stats.
   double compute_s = 0, allreduce_s = 0;
@@ -1055,15 +1059,72 @@ double Uniform(uint64_t seed, int64_t pos, int64_t id) {
   return (static_cast<double>(z >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
 }
 int64_t SampleBest(const float* row, int64_t start, int64_t n, float temperature, uint64_t seed,
-                   int64_t pos) {
-  int64_t arg = 0;
-  float top = 0;
+                   int64_t pos, float floor) {
+  int64_t arg = -1;
+  float top = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) {
+    if (row[j] < floor) continue;  // outside the nucleus
     const double g = -std::log(-std::log(Uniform(seed, pos, start + j)));
     const auto score = static_cast<float>(row[j] / temperature + g);
-    if (j == 0 || score > top) top = score, arg = j;
+    if (arg < 0 || score > top) top = score, arg = j;
   }
-  return PackBest(top, start + arg);
+  return PackBest(top, start + std::max<int64_t>(arg, 0));  // none here: -inf, another rank's
+}
+
+// Nucleus sampling (top_p < 1), as transformers' TopPLogitsWarper: the fewest most likely tokens
+// whose probabilities (softmax of logits / temperature) sum to top_p or more. Their least logit,
+// over the whole vocabulary `v` (`logits`): tokens at or above it are drawn from. The most likely
+// are sorted first (64, then twice as many, while their sum falls short).
+float NucleusFloor(const float* logits, int64_t v, float temperature, float top_p) {
+  std::vector<int32_t> idx(static_cast<size_t>(v));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const float top = *std::max_element(logits, logits + v);
+  double z = 0;
+  for (int64_t j = 0; j < v; ++j)
+    z += std::exp((static_cast<double>(logits[j]) - top) / temperature);
+  for (int64_t k = std::min<int64_t>(64, v);; k = std::min(2 * k, v)) {
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
+    double sum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      sum += std::exp((static_cast<double>(logits[idx[i]]) - top) / temperature) / z;
+      if (sum >= top_p) return logits[idx[i]];
+    }
+    if (k == v) return logits[idx[v - 1]];
+  }
+}
+
+// The nucleus floors of the step's listed slots with top_p < 1 (else -inf): every rank's slice of
+// their logits, in zeros elsewhere, summed by an allreduce, so that every rank finds the same
+// floor from the whole vocabulary. Every rank takes this path or none: llama.set_sampling's
+// inputs are the same on all.
+std::vector<float> NucleusFloors(State& s, Timer* timer) {
+  const Model& m = *s.m;
+  const int64_t vl = m.vocab, v = m.config.vocab_size;
+  std::vector<float> floors(static_cast<size_t>(s.heads), -std::numeric_limits<float>::infinity());
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; s.stepping && i < s.outs; ++i) {
+    if (s.temperature[i] > 0 && s.top_p[i] < 1) rows.push_back(i);
+  }
+  if (rows.empty()) return floors;
+  Tensor all =
+      Tensor::Empty(Shape{static_cast<int64_t>(rows.size()), v}, disco::DataType("float32"));
+  float* a = all.data_as<float>();
+  std::fill(a, a + all.numel(), 0.0f);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(a + static_cast<int64_t>(r) * v + m.vocab_start, s.logits.data() + rows[r] * vl,
+                static_cast<size_t>(vl) * sizeof(float));
+  }
+  timer->StartAllReduce();
+  disco::AllReduceInFunction(all, disco::ReduceOp::kSum);
+  timer->EndAllReduce();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    floors[rows[r]] =
+        NucleusFloor(a + static_cast<int64_t>(r) * v, v, s.temperature[rows[r]], s.top_p[rows[r]]);
+  }
+  return floors;
 }
 
 void Head(State& s) {
@@ -1082,11 +1143,12 @@ void Head(State& s) {
   }
   Linear(s.hsel.data(), b, h, m.lm_head, m.Format(), vl, s.logits.data(), vl, &s.scratch);
   auto* best = s.best.data_as<int64_t>();
+  const std::vector<float> floors = NucleusFloors(s, &timer);
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
     if (s.stepping && i < s.outs && s.temperature[i] > 0) {
-      best[i] =
-          SampleBest(row, m.vocab_start, vl, s.temperature[i], s.seed[i], s.row_pos[s.last_row[i]]);
+      best[i] = SampleBest(row, m.vocab_start, vl, s.temperature[i], s.seed[i],
+                           s.row_pos[s.last_row[i]], floors[i]);
       continue;
     }
     int64_t arg = 0;
@@ -1274,6 +1336,7 @@ void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<in
   s.outs = n;
   s.heads = n;
   std::fill(s.temperature.begin(), s.temperature.end(), 0.0f);
+  std::fill(s.top_p.begin(), s.top_p.end(), 1.0f);
   if (n == 1 && s.batch >= 2) s.last_row[1] = s.last_row[0], s.heads = 2;
   s.stepping = true;
   s.next_ready = false;
@@ -1292,26 +1355,34 @@ void BeginStep(State& s, const std::vector<int64_t>& slots, const std::vector<in
   }
 }
 
-// Sampling for the step begun last: each listed slot's temperature (0: greedy) and seed.
-void SetSampling(State& s, const Tensor& temperatures, const std::vector<int64_t>& seeds) {
+// Sampling for the step begun last: each listed slot's temperature (0: greedy), seed and top_p.
+void SetSampling(State& s, const Tensor& temperatures, const std::vector<int64_t>& seeds,
+                 const Tensor& top_ps) {
   const char* fn = "llama.set_sampling: ";
   DISCO_CHECK(s.stepping && !s.next_ready, ValueError)
       << fn << "no step begun (llama.begin_step first)";
-  DISCO_CHECK(temperatures.device().device_type == kDLCPU &&
-                  temperatures.dtype().code == kDLFloat && temperatures.dtype().bits == 32 &&
-                  temperatures.numel() == s.outs && static_cast<int64_t>(seeds.size()) == s.outs,
-              ValueError)
-      << fn << "a float32 host tensor of temperatures and one of seeds, one each per slot of the "
-      << "step (" << s.outs << "), not " << temperatures.ToString() << " and " << seeds.size();
+  auto floats = [&](const Tensor& t) {
+    return t.device().device_type == kDLCPU && t.dtype().code == kDLFloat && t.dtype().bits == 32 &&
+           t.numel() == s.outs;
+  };
+  DISCO_CHECK(
+      floats(temperatures) && floats(top_ps) && static_cast<int64_t>(seeds.size()) == s.outs,
+      ValueError)
+      << fn << "float32 host tensors of temperatures and top_ps and one of seeds, one each per "
+      << "slot of the step (" << s.outs << "), not " << temperatures.ToString() << ", "
+      << top_ps.ToString() << " and " << seeds.size();
   for (int64_t j = 0; j < s.outs; ++j) {
-    const float t = temperatures.data_as<float>()[j];
+    const float t = temperatures.data_as<float>()[j], p = top_ps.data_as<float>()[j];
     DISCO_CHECK(std::isfinite(t) && t >= 0, ValueError)
         << fn << "temperature " << t << " of slot " << s.row_seq[s.last_row[j]]
         << " is not a finite number >= 0";
+    DISCO_CHECK(p > 0 && p <= 1, ValueError)
+        << fn << "top_p " << p << " of slot " << s.row_seq[s.last_row[j]] << " is not in (0, 1]";
     DISCO_CHECK(t == 0 || s.g == nullptr, ValueError)
         << fn << "sampling runs on the host decoder only (this model is on "
         << disco::DeviceToString(s.m->device) << ")";
     s.temperature[j] = t;
+    s.top_p[j] = p;
     s.seed[j] = static_cast<uint64_t>(seeds[j]);
   }
 }
@@ -1462,11 +1533,11 @@ DISCO_REGISTER_GLOBAL("llama.begin_step")
 
 DISCO_REGISTER_GLOBAL("llama.set_sampling")
     .set_body_typed(
-        [](Object state, Tensor temperatures, disco::Any seeds) {
+        [](Object state, Tensor temperatures, disco::Any seeds, Tensor top_ps) {
           const char* fn = "llama.set_sampling";
-          SetSampling(StateOf(state, fn), temperatures, IntList(seeds, fn, "seeds"));
+          SetSampling(StateOf(state, fn), temperatures, IntList(seeds, fn, "seeds"), top_ps);
         },
-        {"state", "temperatures", "seeds"});
+        {"state", "temperatures", "seeds", "top_ps"});
 
 DISCO_REGISTER_GLOBAL("llama.next_tokens")
     .set_body_typed([](Object state) { return NextTokens(StateOf(state, "llama.next_tokens")); },

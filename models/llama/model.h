@@ -16,10 +16,13 @@
 //                                               (a sequence of the KV cache) advances by counts[j]
 //                                               tokens from positions[j] (int64 tensors; at most
 //                                               max_rows tokens); then embed..head as usual
-//   llama.set_sampling(state, temperatures, seeds)  after llama.begin_step: each listed slot's
-//                                               temperature (float32; 0: greedy) and seed (int64);
-//                                               the head draws by Gumbel-max, noise a hash of
-//                                               (seed, position, token): the same draw at any batch
+//   llama.set_sampling(state, temperatures, seeds, top_ps)  after llama.begin_step: each listed
+//                                               slot's temperature (float32; 0: greedy), seed
+//                                               (int64) and top_p (float32, (0, 1]; 1: all); the
+//                                               head draws by Gumbel-max, noise a hash of (seed,
+//                                               position, token), from the nucleus (found on the
+//                                               whole vocabulary, an allreduce): the same draw at
+//                                               any batch
 //   llama.next_tokens(state) -> Tensor int64 (slots)  the token llama.head picked for each listed
 //                                               slot (after its last row), in the step's order
 //   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)

@@ -233,11 +233,35 @@ def sampled(port, demo):
     if greedy != demo[len(REQUESTS) + 2][:len(greedy)]:
         fail(f"temperature 0 with a seed: {greedy}, greedy {demo[len(REQUESTS) + 2]}")
     sample_once(port, PROMPTS_SAMPLED, 4, 1.0, None)
+    nucleus(port, demo, alone_ids)
 
 
-def sample_once(port, prompt, max_tokens, temperature, seed):
+def nucleus(port, demo, full_ids):
+    """top_p: a nucleus of the single likeliest token is greedy at any temperature; a seed's
+    tokens under top_p 0.5 alone equal its tokens beside greedy requests, and differ from the
+    whole vocabulary's draws at some step (the test model's distributions are flat)."""
+    tiny = sample_once(port, PROMPTS_SAMPLED, 24, 2.0, 7, top_p=1e-6)
+    if tiny != demo[len(REQUESTS) + 2][:len(tiny)]:
+        fail(f"top_p 1e-6: {tiny}, greedy {demo[len(REQUESTS) + 2]}")
+    alone = sample_once(port, PROMPTS_SAMPLED, 24, 0.9, 42, top_p=0.5)
+    log = Log()
+    streams = [Stream(port, f"n{i}", p, n, log) for i, (p, n) in enumerate(REQUESTS[:3])]
+    streams.append(Stream(port, "nucleus", PROMPTS_SAMPLED, 24, log))
+    streams[-1].body.update(temperature=0.9, seed=42, top_p=0.5)
+    for s in streams:
+        s.start()
+    finish_all(streams)
+    if streams[-1].ids != alone:
+        fail(f"top_p 0.5, seed 42: alone {alone}, beside others {streams[-1].ids}")
+    if alone == full_ids:
+        fail(f"top_p 0.5 drew what the whole vocabulary drew: {alone}")
+
+
+def sample_once(port, prompt, max_tokens, temperature, seed, top_p=None):
     s = Stream(port, "sampled", prompt, max_tokens, Log())
     s.body["temperature"] = temperature
+    if top_p is not None:
+        s.body["top_p"] = top_p
     if seed is not None:
         s.body["seed"] = seed
     s.run()

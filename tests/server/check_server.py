@@ -168,8 +168,9 @@ def check_errors(client):
                  words="temperature")
     expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "temperature": "hot"},
                  words="temperature")
-    expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "top_p": 0.9},
-                 words="top_p")
+    for top_p in (0, 1.5, "most", -0.1):
+        expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "top_p": top_p},
+                     words="top_p")
     expect_error(client, 400, "POST", "/v1/completions", {"prompt": [1], "seed": 1.5},
                  words="seed")
     expect_error(client, 401, "POST", "/v1/completions", {"prompt": [1]}, key="wrong")

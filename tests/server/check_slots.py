@@ -104,10 +104,15 @@ def refusals(s):
         return f"{args}: accepted"
     arr = lambda v, t=np.int64: np.array(v, dtype=t)  # noqa: E731
     s.fn("llama.begin_step")(s.state, arr([1]), arr([0]), arr([1]), arr([7]))
-    for temps, seeds, words in [([-1.0], [1], "not a finite number >= 0"),
-                                ([float("nan")], [1], "not a finite number >= 0"),
-                                ([1.0, 1.0], [1, 2], "one each per slot of the step (1)")]:
-        s.fn("llama.set_sampling")(s.state, arr(temps, np.float32), arr(seeds))
+    for temps, seeds, tops, words in [([-1.0], [1], [1.0], "not a finite number >= 0"),
+                                      ([float("nan")], [1], [1.0], "not a finite number >= 0"),
+                                      ([1.0, 1.0], [1, 2], [1.0, 1.0],
+                                       "one each per slot of the step (1)"),
+                                      ([1.0], [1], [0.0], "top_p 0 of slot 1 is not in (0, 1]"),
+                                      ([1.0], [1], [1.5], "is not in (0, 1]"),
+                                      ([1.0], [1], [float("nan")], "is not in (0, 1]")]:
+        s.fn("llama.set_sampling")(s.state, arr(temps, np.float32), arr(seeds),
+                                   arr(tops, np.float32))
         try:
             s.sess.sync_all()
             return f"llama.set_sampling {temps}: accepted"

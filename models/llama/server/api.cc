@@ -90,7 +90,8 @@ void ReadStop(const json& s, CompletionRequest* r) {
   }
 }
 
-// Sampling: temperature (left out or 0: greedy) and seed (left out: a random one); top_p 1 only.
+// Sampling: temperature (left out or 0: greedy), top_p (left out: 1) and seed (left out: a
+// random one).
 void ReadSampling(const json& j, CompletionRequest* r) {
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     const json& t = j["temperature"];
@@ -100,9 +101,11 @@ void ReadSampling(const json& j, CompletionRequest* r) {
     r->temperature = t.get<double>();
   }
   if (j.contains("top_p") && !j["top_p"].is_null()) {
-    if (!j["top_p"].is_number() || j["top_p"].get<double>() != 1.0) {
-      Bad("top_p", "must be 1: nucleus sampling is not implemented (temperature is)");
+    const json& p = j["top_p"];
+    if (!p.is_number() || !(p.get<double>() > 0.0 && p.get<double>() <= 1.0)) {
+      Bad("top_p", "must be a number in (0, 1]");
     }
+    r->top_p = p.get<double>();
   }
   if (j.contains("seed") && !j["seed"].is_null()) {
     r->seed = Int(j["seed"], "seed", std::numeric_limits<int64_t>::min(),

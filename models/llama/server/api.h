@@ -42,13 +42,13 @@ struct CompletionRequest {
   bool return_token_ids = false;
   std::vector<std::string> stop;
   double temperature = 0;  // 0: greedy
+  double top_p = 1;        // with temperature: the nucleus, (0, 1] (1: the whole vocabulary)
   int64_t seed = 0;        // with temperature: the draws' seed (seed_given), else a random one
   bool seed_given = false;
 };
 
 /// Reads a completion request; throws ApiError (400) naming the field for malformed JSON, a wrong
-/// type, a value out of range or an option this server does not implement (top_p other than 1,
-/// n other than 1).
+/// type, a value out of range or an option this server does not implement (n other than 1).
 CompletionRequest ParseCompletion(const std::string& body);
 /// Reads a chat completion request: `messages` (roles and text content; tool calls and parts
 /// other than text refused), `max_tokens` or `max_completion_tokens`, and the options above.

@@ -68,10 +68,10 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
   state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
                          kPassRows, int64_t{1}, false);
   // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length), and
-  // the slots' temperatures and seeds.
-  pass_ = s_.Capture(6, [&](const std::vector<Any>& in) {
+  // the slots' temperatures, seeds and top_ps.
+  pass_ = s_.Capture(7, [&](const std::vector<Any>& in) {
     s_.CallPacked(f_["llama.begin_step"], state_, in[0], in[1], in[2], in[3]);
-    s_.CallPacked(f_["llama.set_sampling"], state_, in[4], in[5]);
+    s_.CallPacked(f_["llama.set_sampling"], state_, in[4], in[5], in[6]);
     Forward();
     next_ = s_.CallPacked(f_["llama.next_tokens"], state_);
   });
@@ -111,6 +111,7 @@ void Engine::Admit(JobQueue* queue, bool wait) {
     slot.out.emplace(tok_, r.stop, r.max_tokens, r.ignore_eos ? std::vector<int64_t>{} : eos_);
     slot.order = admitted_++;
     slot.temperature = static_cast<float>(r.temperature);
+    slot.top_p = static_cast<float>(r.top_p);
     slot.seed = r.seed_given ? r.seed : static_cast<int64_t>(random_());
   }
 }
@@ -162,10 +163,12 @@ std::vector<std::vector<Engine::Entry>> Engine::Plan() {
 
 void Engine::RunPass(const std::vector<Entry>& pass) {
   std::vector<int64_t> slots, positions, counts, tokens, seeds;
-  Tensor temperatures =
-      Tensor::Empty(Shape{static_cast<int64_t>(pass.size())}, disco::DataType("float32"));
+  const Shape shape{static_cast<int64_t>(pass.size())};
+  Tensor temperatures = Tensor::Empty(shape, disco::DataType("float32"));
+  Tensor top_ps = Tensor::Empty(shape, disco::DataType("float32"));
   for (const Entry& e : pass) {
     temperatures.data_as<float>()[slots.size()] = slots_[e.slot].temperature;
+    top_ps.data_as<float>()[slots.size()] = slots_[e.slot].top_p;
     seeds.push_back(slots_[e.slot].seed);
     slots.push_back(static_cast<int64_t>(e.slot));
     positions.push_back(e.pos);
@@ -173,7 +176,7 @@ void Engine::RunPass(const std::vector<Entry>& pass) {
     tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
   }
   pass_.Replay({Any(Int64Tensor(slots)), Any(Int64Tensor(positions)), Any(Int64Tensor(counts)),
-                Any(Int64Tensor(tokens)), Any(temperatures), Any(Int64Tensor(seeds))});
+                Any(Int64Tensor(tokens)), Any(temperatures), Any(Int64Tensor(seeds)), Any(top_ps)});
   Tensor next = next_.DebugGetFromRemote(0).cast<Tensor>();  // waits for the pass
   for (size_t j = 0; j < pass.size(); ++j) {
     const Entry& e = pass[j];

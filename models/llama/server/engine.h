@@ -52,6 +52,7 @@ class Engine {
     std::optional<Output> out;
     int64_t pos = 0, fed = 0, last = -1, order = 0;
     float temperature = 0;  // 0: greedy
+    float top_p = 1;
     int64_t seed = 0;
   };
   // One slot's rows in a pass; `emits`: its last row's token is the job's next.
