@@ -2,7 +2,8 @@
 //
 //   noop:       a graph of N no-op calls, replayed pipelined (R replays, then a sync): per replay
 //               against one pipelined CallPacked (N = 16), and recorded calls per second against
-//               calls per second sent one by one (N = 1024)
+//               calls per second sent one by one (N = 1024), and N = 1024 calls of a function
+//               that returns an int64, each result the next call's argument
 //   allreduce:  a 16-call graph with 2 allreduces of 4 KiB on tensors a recorded function made,
 //               against the same two raw MPI_Allreduces (on a communicator of their own) plus one
 //               pipelined call
@@ -16,6 +17,9 @@
 namespace disco {
 namespace bench {
 namespace {
+
+// A function that returns a value: its argument plus one.
+DISCO_REGISTER_GLOBAL("bench.graph.next").set_body_typed([](int64_t v) { return v + 1; });
 
 // 4 KiB of float32 made (or reused) by a function, as a model's layer makes its activations.
 DISCO_REGISTER_GLOBAL("bench.graph.activation").set_body_typed([](Tensor buffer) {
@@ -71,6 +75,15 @@ Graph NoopGraph(Session& s, const DRef& noop, int calls) {
   });
 }
 
+// `calls` calls of a function that returns a value, each result the next call's argument: every
+// call writes a register the next one reads.
+Graph ValueGraph(Session& s, const DRef& next, int calls) {
+  return s.Capture(0, [&](const std::vector<Any>&) {
+    DRef v = s.CallPacked(next, int64_t{0});
+    for (int i = 1; i < calls; ++i) v = s.CallPacked(next, v);
+  });
+}
+
 }  // namespace
 
 int RunGraphBench(Session& s, const GraphOptions& opts) {
@@ -86,11 +99,13 @@ int RunGraphBench(Session& s, const GraphOptions& opts) {
 
   Graph g16 = NoopGraph(s, noop, 16);
   Graph g1024 = NoopGraph(s, noop, 1024);
-  std::vector<double> call, r16, r1024;
+  Graph v1024 = ValueGraph(s, s.GetGlobalFunc("bench.graph.next"), 1024);
+  std::vector<double> call, r16, r1024, rv1024;
   for (int r = 0; r < repeats; ++r) {
     call.push_back(TimeCalls(s, noop, iters));
     r16.push_back(TimeReplays(s, g16, iters / 4));
     r1024.push_back(TimeReplays(s, g1024, std::max<int64_t>(iters / 256, 20)));
+    rv1024.push_back(TimeReplays(s, v1024, std::max<int64_t>(iters / 256, 20)));
   }
   const double mcall = Median(call), m16 = Median(r16), m1024 = Median(r1024);
   Table noops({"what", "baseline", "baseline_value", "graph_value", "ratio"});
@@ -100,6 +115,10 @@ int RunGraphBench(Session& s, const GraphOptions& opts) {
   noops.AddRow({"1024 no-op calls: M calls/s", "CallPacked one by one (M calls/s)",
                 Fmt(calls_per_s / 1e6), Fmt(graph_calls_per_s / 1e6),
                 Fmt(graph_calls_per_s / calls_per_s, 1)});
+  const double value_calls_per_s = 1024 * 1e6 / Median(rv1024);
+  noops.AddRow({"1024 calls returning an int64: M calls/s", "CallPacked one by one (M calls/s)",
+                Fmt(calls_per_s / 1e6), Fmt(value_calls_per_s / 1e6),
+                Fmt(value_calls_per_s / calls_per_s, 1)});
   Emit(noops, opts.out, meta);
 
   // 16 calls: 13 no-ops, the function that returns a 4 KiB tensor, and two allreduces of it.
