@@ -160,7 +160,7 @@ struct Dot {
   }
 };
 
-// Rows i0..i0+mb of x (m rows of k) copied into XRows's interleaved layout at out (mb * kpad).
+// The mb rows of k at x copied into XRows's interleaved layout at out (mb x k padded to S).
 template <typename T, int S>
 XRows<T, S> Interleave(const T* x, int64_t k, int64_t mb, T* out) {
   const int64_t steps = (k + S - 1) / S;
@@ -335,7 +335,7 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
   const int64_t nbp = (nb + 15) / 16 * 16, stride = q8::RowBytes(k);
   thread_local std::vector<int16_t> xq;
   thread_local std::vector<float> dx;
-  xq.assign(static_cast<size_t>(m * kp), 0);
+  xq.resize(static_cast<size_t>(m * kp));  // QuantizeX writes every block, padding included
   dx.assign(static_cast<size_t>(m * nbp), 0.0f);
   for (int64_t i = 0; i < m; ++i) QuantizeX(x + i * k, k, xq.data() + i * kp, dx.data() + i * nbp);
   if (m == 1) {  // decode at batch 1: the loop with the kernel inlined

@@ -327,25 +327,21 @@ class Model {
     }
     return ArenaBytes(bytes);
   }
-  // The streamed weights given by llama.set_weight (LoadFrom put the others there already),
-  // copied into an arena in the order LoadFrom would have.
+  // The streamed weights given by llama.set_weight, copied into an arena in the order LoadFrom
+  // would have loaded them (a model LoadFrom loaded has its arena: llama.open finalizes it at
+  // once).
   void PackStreamed() {
-    std::vector<Tensor*> outside;
+    if (arena) return;
+    std::vector<Tensor*> streamed;
     for (const WeightSpec& w : WeightSpecs(config)) {
       auto it = weights.find(w.name);
-      if (it == weights.end() || !Streamed(w.name)) continue;
-      if (!(arena && arena->Contains(it->second))) outside.push_back(&it->second);
+      if (it != weights.end() && Streamed(w.name)) streamed.push_back(&it->second);
     }
-    if (tied_head_q8.defined() && !(arena && arena->Contains(tied_head_q8))) {
-      outside.push_back(&tied_head_q8);
-    }
-    if (outside.empty()) return;
+    if (tied_head_q8.defined()) streamed.push_back(&tied_head_q8);
     std::vector<size_t> bytes;
-    for (const Tensor* t : outside) bytes.push_back(t->nbytes());
-    auto more = WeightArena::Make(ArenaBytes(bytes));
-    for (Tensor* t : outside) *t = more->Copy(*t);
-    arena = arena ? arena : more;  // the first holds the rest alive; HugeBytes counts this one
-    extra_arena = more == arena ? nullptr : more;
+    for (const Tensor* t : streamed) bytes.push_back(t->nbytes());
+    arena = WeightArena::Make(ArenaBytes(bytes));
+    for (Tensor* t : streamed) *t = arena->Copy(*t);
   }
 
   WeightFormat Format() const {
@@ -411,10 +407,7 @@ class Model {
     finalized = true;
   }
 
-  int64_t HugeBytes() const {
-    return static_cast<int64_t>((arena ? arena->HugeBytes() : 0) +
-                                (extra_arena ? extra_arena->HugeBytes() : 0));
-  }
+  int64_t HugeBytes() const { return static_cast<int64_t>(arena ? arena->HugeBytes() : 0); }
 
   int64_t WeightBytes() const {
     int64_t n = 0;
@@ -432,8 +425,8 @@ class Model {
   std::map<std::string, WeightSpec> specs;
   std::map<std::string, Tensor> weights;  // this rank's shards, by Hugging Face name
   Tensor tied_head_q8;                    // q8 with tied embeddings: the LM head's int8 copy
-  // On a CPU: the streamed matrices (LoadFrom, Quantize), and those llama.set_weight gave.
-  std::shared_ptr<WeightArena> arena, extra_arena;
+  // On a CPU: the streamed matrices (LoadFrom and Quantize, or PackStreamed).
+  std::shared_ptr<WeightArena> arena;
   std::vector<LayerWeights> layers;
   const void* embed = nullptr;
   const void* lm_head = nullptr;

@@ -83,11 +83,6 @@ disco::Tensor WeightArena::Copy(const disco::Tensor& t) {
   return out;
 }
 
-bool WeightArena::Contains(const disco::Tensor& t) const {
-  const auto* p = static_cast<const char*>(t.data());
-  return p >= base_ && p < base_ + size_;
-}
-
 size_t WeightArena::HugeBytes() const {
   std::ifstream smaps("/proc/self/smaps");
   const auto lo = reinterpret_cast<uintptr_t>(base_), hi = lo + size_;

@@ -31,8 +31,6 @@ class WeightArena : public std::enable_shared_from_this<WeightArena> {
   disco::Tensor Take(const disco::Shape& shape, DLDataType dtype);
   /// The same holding a copy of the host tensor `t`.
   disco::Tensor Copy(const disco::Tensor& t);
-  /// Whether `t`'s data lies in the arena.
-  bool Contains(const disco::Tensor& t) const;
 
   /// Bytes of the arena the kernel backs with huge pages now (/proc/self/smaps), 0 when unknown.
   size_t HugeBytes() const;

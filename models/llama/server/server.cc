@@ -65,6 +65,7 @@ class SignalWaiter {
     thread_.join();
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGINT, &old_int_, nullptr);
+    sem_destroy(&g_stop_signal);
   }
   SignalWaiter(const SignalWaiter&) = delete;
   SignalWaiter& operator=(const SignalWaiter&) = delete;
