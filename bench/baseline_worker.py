@@ -6,8 +6,8 @@ thread count gets one pool of its own size and no second pool spins beside it.
         --max-batch B --max-len T [--gguf FILE] [--pages 4k|2m]
 
 --pages 2m (decode_bench.py's default) puts the weights in 2 MiB pages, as disco's are: glibc's
-malloc asks for transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, read when a
-process starts: the worker starts itself again with it), and llama.cpp reads the GGUF into
+malloc asks for transparent huge pages (machine.with_huge_pages: GLIBC_TUNABLES, read when a
+process starts, so the worker starts itself again with it), and llama.cpp reads the GGUF into
 memory rather than mapping the file (the page cache has 4 KiB pages). On this project's Zen 4
 both baselines decode faster so (docs/performance.md).
 
@@ -84,16 +84,15 @@ def main(argv=None):
     p.add_argument("--max-len", type=int, required=True)
     p.add_argument("--pages", choices=["4k", "2m"], default="4k")
     a = p.parse_args(argv)
-    tunable = "glibc.malloc.hugetlb=1"
-    if a.pages == "2m" and tunable not in os.environ.get("GLIBC_TUNABLES", ""):
-        env = dict(os.environ, GLIBC_TUNABLES=":".join(
-            t for t in (os.environ.get("GLIBC_TUNABLES"), tunable) if t))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import machine
+    env = machine.with_huge_pages(os.environ)
+    if a.pages == "2m" and env.get("GLIBC_TUNABLES") != os.environ.get("GLIBC_TUNABLES"):
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
     set_thread_env(a.kind, a.threads)
     # The answers go to the original stdout; anything a library prints there goes to stderr.
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     model, info = (open_torch if a.kind == "torch" else open_llamacpp)(a)
     info += f"; pages {a.pages} ({huge_mib():.0f} MiB in huge pages)"
     print(json.dumps({"ready": True, "info": info}), file=answers, flush=True)

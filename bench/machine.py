@@ -1,7 +1,8 @@
 """What the machine can do, measured before the benchmark: memory bandwidth at 1 and 2 threads
 (a STREAM-like read and triad, a C program compiled here with -O3 -march=native: numpy's
-temporaries would measure numpy; in 4 KiB and in 2 MiB pages, the faster being the limit), sgemm peak at 1 and 2 threads (torch's BLAS where `python` has
-torch, else numpy's), a two-spinner check that 2 threads get 2 cores, and the load average.
+temporaries would measure numpy; in 4 KiB and in 2 MiB pages, the faster being the limit), sgemm
+peak at 1 and 2 threads (torch's BLAS where `python` has torch, else numpy's), a two-spinner
+check that 2 threads get 2 cores, and the load average.
 
     python3 bench/machine.py [--threads 1,2] [--json FILE]
 """
@@ -16,6 +17,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STREAM_C = os.path.join(HERE, "stream.c")
+
+
+# glibc's malloc asking for transparent huge pages (read when a process starts): the baselines'
+# weights in 2 MiB pages, as disco's are (docs/performance.md).
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+def with_huge_pages(env):
+    """`env` (a dict) with HUGE_PAGES_TUNABLE added to its GLIBC_TUNABLES."""
+    have = env.get("GLIBC_TUNABLES")
+    if have and HUGE_PAGES_TUNABLE in have.split(":"):
+        return dict(env)
+    return dict(env, GLIBC_TUNABLES=":".join(t for t in (have, HUGE_PAGES_TUNABLE) if t))
 
 
 def compile_stream(build_dir):

@@ -184,9 +184,8 @@ def start_servers(a, model, gguf, max_len, with_llama=True):
                                             str(a.max_batch * (max_len + 16)), "--cont-batching",
                                             "--no-webui", "--load-mode", "none"], port,
                                   # Its weights in 2 MiB pages, as disco's (docs/performance.md):
-                                  # read into memory, not mapped, and glibc's malloc asking for
-                                  # transparent huge pages.
-                                  env=dict(os.environ, GLIBC_TUNABLES="glibc.malloc.hugetlb=1")))
+                                  # read into memory, not mapped, where malloc asks for them.
+                                  env=machine.with_huge_pages(os.environ)))
     else:
         print(f"llama.cpp: left out (no llama-server at {a.llama_server!r}; "
               "bench/venv.sh's disco_bench_llama_server builds it)")

@@ -164,3 +164,11 @@ def test_gguf_tensors_names_and_vocab_floor():
     assert len(names) == 3 + 2 * 9
     with pytest.raises(SystemExit, match="at least 259"):
         gguf_export.add_vocab(None, None, 256)
+
+
+def test_huge_pages_tunable_is_added_once():
+    t = machine.HUGE_PAGES_TUNABLE
+    assert machine.with_huge_pages({})["GLIBC_TUNABLES"] == t
+    assert machine.with_huge_pages({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})[
+        "GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + t
+    assert machine.with_huge_pages({"GLIBC_TUNABLES": t})["GLIBC_TUNABLES"] == t
