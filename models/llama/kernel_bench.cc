@@ -65,7 +65,8 @@ int Run(int argc, char** argv) {
   std::printf("kernels: %s\n", llama::CpuKernels().c_str());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(n * k)), x(static_cast<size_t>(4 * k));
+  std::vector<float> wf(static_cast<size_t>(n * k)),
+      x(static_cast<size_t>(llama::kStreamingRows * k));
   for (float& v : wf) v = u(rng);
   for (float& v : x) v = u(rng);
   std::vector<uint16_t> wb(wf.size());
@@ -78,7 +79,7 @@ int Run(int argc, char** argv) {
   llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
   using llama::WeightFormat;
   for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
-    for (const int64_t m : {int64_t{1}, int64_t{4}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{4}, llama::kStreamingRows}) {
       const void* w = f == WeightFormat::kF32    ? static_cast<const void*>(wf.data())
                       : f == WeightFormat::kBf16 ? static_cast<const void*>(wb.data())
                                                  : static_cast<const void*>(wq.data());
@@ -87,13 +88,14 @@ int Run(int argc, char** argv) {
                                ? static_cast<double>(wq.size())
                                : static_cast<double>(n * k) * (f == WeightFormat::kBf16 ? 2 : 4);
       std::printf(
-          "%s batch %lld: %.2f GB/s of weights, %.3f ms per product (%lld x %lld); by CPU time "
-          "%.2f GB/s\n",
+          "%s batch %lld: %.2f GB/s of weights, %.1f GFLOP/s, %.3f ms per product (%lld x %lld); "
+          "by CPU time %.2f GB/s\n",
           f == WeightFormat::kF32    ? "float32"
           : f == WeightFormat::kBf16 ? "bfloat16"
                                      : "int8",
-          static_cast<long long>(m), bytes / t.wall / 1e9, t.wall * 1e3, static_cast<long long>(n),
-          static_cast<long long>(k), bytes / t.cpu / 1e9);
+          static_cast<long long>(m), bytes / t.wall / 1e9,
+          2.0 * static_cast<double>(m * n * k) / t.wall / 1e9, t.wall * 1e3,
+          static_cast<long long>(n), static_cast<long long>(k), bytes / t.cpu / 1e9);
     }
   }
   return 0;
