@@ -10,6 +10,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -267,7 +269,11 @@ void QuantizeX(const float* x, int64_t k, int16_t* q, float* d) {
     const __m512 x0 = _mm512_maskz_loadu_ps(Mask16(std::min<int64_t>(16, n)), x + p);
     const __m512 x1 = _mm512_maskz_loadu_ps(Mask16(std::max<int64_t>(0, n - 16)), x + p + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    d[b] = amax / 32767.0f;
+    // max ignores a NaN: a block holding one (or an infinity) gets a NaN scale, so that the row's
+    // products are NaN as the float kernels' are, not quietly finite.
+    const bool finite = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) == 0 &&
+                        _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q) == 0 && amax <= FLT_MAX;
+    d[b] = finite ? amax / 32767.0f : NAN;
     const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv));  // to nearest even
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));

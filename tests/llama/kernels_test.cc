@@ -5,6 +5,7 @@
 // kernels, under the set DISCO_CPU_KERNELS chooses (CTest runs this binary once per set).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -74,6 +75,35 @@ TEST_F(CpuKernels, EachRowIsTheSameWhateverTheBatch) {
                 << "format " << static_cast<int>(f) << ", k " << k << ": row " << i << " of " << m
                 << ", column " << j << ": " << y[i * n + j] << " in the batch, " << alone[i * n + j]
                 << " alone";
+          }
+        }
+      }
+    }
+  }
+}
+
+// A NaN or an infinity in a row of x makes that row's outputs non-finite under every kernel set
+// and dtype (the AVX-512 int8 kernel rounds x to int16, where a NaN once became -32768 and the
+// row stayed finite), and leaves the other rows of the batch as they were.
+TEST_F(CpuKernels, ANonFiniteInputIsNotHidden) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> scratch;
+  const int64_t n = 5, k = 200;
+  const Weights w = Random(n, k, &rng);
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    for (const int64_t m : {int64_t{1}, int64_t{3}, llama::kStreamingRows, int64_t{17}}) {
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (float& v : x) v = u(rng);
+      x[static_cast<size_t>((m - 1) * k + 70)] = bad;  // in the last row, in its third block
+      for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
+        std::vector<float> y(static_cast<size_t>(m * n));
+        llama::Linear(x.data(), m, k, w.Of(f), f, n, y.data(), n, &scratch);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            EXPECT_EQ(std::isfinite(y[i * n + j]), i != m - 1)
+                << "format " << static_cast<int>(f) << ", " << bad << " in row " << m - 1 << " of "
+                << m << ": output (" << i << ", " << j << ") is " << y[i * n + j];
           }
         }
       }
