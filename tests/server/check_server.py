@@ -333,7 +333,9 @@ def check_startup_errors(mpiexec, flags, server, tmp, model):
                         (["--model", model, "--api-key-file", nul_key], "control byte (0x0)"),
                         (["--model", no_tok], "no tokenizer"),
                         (["--model", model, "--max-len", "100000"], "max_position_embeddings"),
-                        (["--model", model, "--max-batch", "0"], "--max-batch")]:
+                        (["--model", model, "--max-batch", "0"], "--max-batch"),
+                        (["--model", model, "--max-len", "1"], "--max-len 1"),
+                        (["--model", model, "--host", ""], "--host is empty")]:
         r = subprocess.run([mpiexec, "-n", "2", *flags, server, "--port", "0", *args],
                            capture_output=True, text=True, timeout=TIMEOUT, check=False)
         if r.returncode == 0 or words not in r.stderr:
@@ -393,14 +395,15 @@ def comm(pid):
         return ""
 
 
-def launch(cmd, rest=None):
-    """Runs a server command until it prints `listening on`: (proc, port, lines so far, the rest
-    of its output as it comes into `rest` (a new list unless given), the thread reading it)."""
+def launch(cmd, rest=None, host=r"127\.0\.0\.1"):
+    """Runs a server command until it prints `listening on http://HOST:PORT` (HOST: the regular
+    expression `host`): (proc, port, lines so far, the rest of its output as it comes into `rest`
+    (a new list unless given), the thread reading it)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        m = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+        m = re.match(rf"listening on http://{host}:(\d+)$", line.strip())
         if m:
             break
     else:
@@ -415,6 +418,35 @@ def launch(cmd, rest=None):
 def start(mpiexec, flags, server, model, key_file):
     return launch([mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0",
                    "--max-len", str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file])
+
+
+def check_ipv6(mpiexec, flags, server, model):
+    """--host ::1: the address printed as a URL has it ([::1]), and it answers there."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError as e:
+        print(f"check_server: no IPv6 loopback here ({e}): --host ::1 not tried")
+        return
+    proc, port, lines, rest, reader = launch(
+        [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--host", "::1"],
+        host=r"\[::1\]")
+    try:
+        with socket.create_connection(("::1", port), timeout=TIMEOUT) as c:
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := c.recv(4096):
+                answer += chunk
+        if not answer.startswith(b"HTTP/1.1 200") or b'"ok"' not in answer:
+            fail(f"GET /health over [::1]: {answer!r}")
+        for pid in ranks_of(proc.pid, server):
+            os.kill(pid, signal.SIGTERM)
+        if proc.wait(timeout=TIMEOUT) != 0:
+            fail(f"--host ::1 after SIGTERM: exit {proc.returncode}:\n{''.join(lines + rest)}")
+        reader.join(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def make_model(tmp):
@@ -437,6 +469,7 @@ def main():
         want = demo_tokens(mpiexec, flags, demo, model)
         check_startup_errors(mpiexec, flags, server, tmp, model)
         check_stop_during_start(mpiexec, flags, server, tmp, model)
+        check_ipv6(mpiexec, flags, server, model)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)

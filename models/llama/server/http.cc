@@ -208,11 +208,15 @@ void HttpFront::Routes() {
              try {
                const std::string body = ReadBody(reader);
                CompletionRequest r;
+               std::vector<int64_t> prompt;
                {
-                 ParseGate::Hold hold(&gate_);  // parsing takes ~20 bytes per byte of JSON
+                 // Parsing takes ~20 bytes per byte of JSON; rendering and encoding a long prompt
+                 // a core for a while: both under the gate.
+                 ParseGate::Hold hold(&gate_);
                  r = chat ? ParseChat(body) : ParseCompletion(body);
+                 prompt = Prompt(r);
                }
-               Complete(std::move(r), res);
+               Complete(std::move(r), std::move(prompt), res);
              } catch (const ApiError& e) {
                SendError(res, e);
              } catch (const disco::Error& e) {  // the tokenizer's, on text it cannot encode
@@ -283,8 +287,7 @@ std::vector<int64_t> HttpFront::Prompt(CompletionRequest& r) {
   return prompt;
 }
 
-void HttpFront::Complete(CompletionRequest r, httplib::Response& res) {
-  std::vector<int64_t> prompt = Prompt(r);
+void HttpFront::Complete(CompletionRequest r, std::vector<int64_t> prompt, httplib::Response& res) {
   for (int64_t id : prompt) {
     if (id >= o_.vocab_size) {
       throw ApiError(400,

@@ -40,9 +40,9 @@ struct HttpOptions {
   size_t threads = 512;       // connections served at once (a request waiting holds one)
 };
 
-/// At most `free` requests parsed at once: a request's JSON takes about 20 bytes per byte of body
-/// while it is parsed (a 1 MiB list of token ids, 19 MB), so many large bodies at once would take
-/// gigabytes.
+/// At most `free` requests parsed (and their prompts encoded) at once: a request's JSON takes about
+/// 20 bytes per byte of body while it is parsed (a 1 MiB list of token ids, 19 MB), so many large
+/// bodies at once would take gigabytes.
 struct ParseGate {
   std::mutex mu;
   std::condition_variable cv;
@@ -87,7 +87,8 @@ class HttpFront {
   std::vector<int64_t> Prompt(CompletionRequest& r);
   // The request's body, at most max_body bytes (413 beyond), whatever its Content-Type.
   std::string ReadBody(const httplib::ContentReader& reader) const;
-  void Complete(CompletionRequest r, httplib::Response& res);
+  // Queues the request with its prompt (Prompt's) and answers it, streamed or whole.
+  void Complete(CompletionRequest r, std::vector<int64_t> prompt, httplib::Response& res);
   // A response in flight holds a ticket until it has been written (or its client has gone):
   // cpp-httplib's stop() cuts a chunked response short, so Stop waits for the tickets first.
   std::shared_ptr<void> Ticket();

@@ -150,6 +150,13 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   s.SyncAll();
   Stopper stopper;
   SignalWaiter waiter([&] { stopper.Stop(); });
+  DISCO_CHECK(!o.host.empty(), ValueError)
+      << "--host is empty: give the address to listen on (127.0.0.1, ::1, or 0.0.0.0 for every "
+         "interface)";
+  DISCO_CHECK(o.max_len != 1, ValueError)
+      << "--max-len 1 leaves no position to generate in: a request needs one for each prompt "
+         "token and one for each token it generates (give 2 or more, or 0 for the checkpoint's "
+         "max_position_embeddings)";
   HttpOptions h;
   h.host = o.host;
   h.port = o.port;
@@ -204,7 +211,10 @@ int Serve(disco::Session& s, const ServerOptions& o) {
               o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
               static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
   std::printf("disco-llm-server: %s\n", chat.status().c_str());
-  std::printf("listening on http://%s:%d\n", o.host.c_str(), port);
+  // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:PORT.
+  const bool v6 = o.host.find(':') != std::string::npos;
+  std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host.c_str(), v6 ? "]" : "",
+              port);
   std::fflush(stdout);
   std::function<void()> idle;
   if (o.idle) idle = [&] { o.idle(s); };
