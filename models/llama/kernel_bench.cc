@@ -1,6 +1,7 @@
 // disco-llama-kernels: the decode's streaming product (kernels.h's Linear for a few rows of x)
 // alone, on a weight matrix larger than the caches, under the kernel set DISCO_CPU_KERNELS
-// chooses: weight bytes read per second, per dtype and batch, by the wall clock and by the
+// chooses: weight bytes read per second and GFLOP/s, per dtype and batch (1, 4 and 16 rows; 64,
+// past kStreamingRows, goes to sgemm as prefill does), by the wall clock and by the
 // thread's CPU time (less disturbed on a loaded machine) (docs/performance.md); int8 counts its
 // 1.0625 bytes a weight (q8.h). No MPI.
 //   disco-llama-kernels [ROWS [COLS [REPS]]]     (default 8192 4096 15: 128 MiB of float32)
@@ -65,8 +66,7 @@ int Run(int argc, char** argv) {
   std::printf("kernels: %s\n", llama::CpuKernels().c_str());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(n * k)),
-      x(static_cast<size_t>(llama::kStreamingRows * k));
+  std::vector<float> wf(static_cast<size_t>(n * k)), x(static_cast<size_t>(64 * k));
   for (float& v : wf) v = u(rng);
   for (float& v : x) v = u(rng);
   std::vector<uint16_t> wb(wf.size());
@@ -79,7 +79,7 @@ int Run(int argc, char** argv) {
   llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
   using llama::WeightFormat;
   for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
-    for (const int64_t m : {int64_t{1}, int64_t{4}, llama::kStreamingRows}) {
+    for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{64}}) {
       const void* w = f == WeightFormat::kF32    ? static_cast<const void*>(wf.data())
                       : f == WeightFormat::kBf16 ? static_cast<const void*>(wb.data())
                                                  : static_cast<const void*>(wq.data());
