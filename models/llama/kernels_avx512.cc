@@ -360,26 +360,31 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
       Q8Rows<1>(xq.data(), kp, dx.data(), nbp, k, w + j * stride, y + j, ldy);
     return;
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = w + j * stride;
-    int64_t i = 0;
-    auto rows = [&](auto mb) {
-      Q8Rows<decltype(mb)::value>(xq.data() + i * kp, kp, dx.data() + i * nbp, nbp, k, row,
-                                  y + i * ldy + j, ldy);
-    };
-    for (; i + 4 <= m; i += 4) rows(std::integral_constant<int, 4>());
-    switch (m - i) {
-      case 3:
-        rows(std::integral_constant<int, 3>());
-        break;
-      case 2:
-        rows(std::integral_constant<int, 2>());
-        break;
-      case 1:
-        rows(std::integral_constant<int, 1>());
-        break;
-      default:
-        break;
+  // As Streaming: above 4 rows, a panel of weight rows from L2 against each block of x in turn.
+  const int64_t panel = m <= 4 ? n : std::max<int64_t>(1, kPanelBytes / stride);
+  for (int64_t j0 = 0; j0 < n; j0 += panel) {
+    const int64_t j1 = std::min(n, j0 + panel);
+    for (int64_t i = 0; i < m; i += 4) {
+      for (int64_t j = j0; j < j1; ++j) {
+        auto rows = [&](auto mb) {
+          Q8Rows<decltype(mb)::value>(xq.data() + i * kp, kp, dx.data() + i * nbp, nbp, k,
+                                      w + j * stride, y + i * ldy + j, ldy);
+        };
+        switch (std::min<int64_t>(4, m - i)) {
+          case 4:
+            rows(std::integral_constant<int, 4>());
+            break;
+          case 3:
+            rows(std::integral_constant<int, 3>());
+            break;
+          case 2:
+            rows(std::integral_constant<int, 2>());
+            break;
+          default:
+            rows(std::integral_constant<int, 1>());
+            break;
+        }
+      }
     }
   }
 }

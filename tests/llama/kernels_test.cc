@@ -1,10 +1,12 @@
 // kernels.h's streaming products form each row of y the same, bit for bit, whatever the other
 // rows of x are: disco-llm-server's passes put a request's rows beside others', and its greedy
-// tokens must be those of the request alone. Every row count up to kStreamingRows against each
-// row alone, for float32, bfloat16 and int8 weights, row lengths that reach every tail of the
-// kernels, under the set DISCO_CPU_KERNELS chooses (CTest runs this binary once per set).
+// tokens must be those of the request alone. Every row count up to OneOrderRows (35 at most,
+// past two turns of kStreamingRows where it has no limit) against each row alone, for float32,
+// bfloat16 and int8 weights, row lengths that reach every tail of the kernels, under the set
+// DISCO_CPU_KERNELS chooses (CTest runs this binary once per set).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -56,12 +58,14 @@ TEST_F(CpuKernels, EachRowIsTheSameWhateverTheBatch) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
-  const int64_t n = 11, rows = llama::kStreamingRows;
+  const int64_t n = 11, most = 2 * llama::kStreamingRows + 3;
   for (const int64_t k : {16, 40, 96, 200, 768, 1000, 2096, 4160}) {
     const Weights w = Random(n, k, &rng);
-    std::vector<float> x(static_cast<size_t>(rows * k));
+    std::vector<float> x(static_cast<size_t>(most * k));
     for (float& v : x) v = u(rng);
     for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
+      // Past kStreamingRows where the streaming kernel serves every batch (in turns).
+      const int64_t rows = std::min(most, llama::OneOrderRows(f));
       std::vector<float> alone(static_cast<size_t>(rows * n));
       for (int64_t i = 0; i < rows; ++i) {
         llama::Linear(x.data() + i * k, 1, k, w.Of(f), f, n, alone.data() + i * n, n, &scratch);

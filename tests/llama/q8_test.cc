@@ -115,8 +115,8 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
 
 // Linear on int8 weights by the kernel set chosen, against the reference (within float32's
 // rounding and, on AVX-512, x's int16 rounding): m rows of x from 1 to 5
-// and 17 (sgemm on dequantized blocks), k with and without a short last block, rows under and
-// over 4 KiB, n with tails.
+// and 17 (sgemm on dequantized blocks, or on AVX-512 the streaming kernel in turns), k with and
+// without a short last block, rows under and over 4 KiB, n with tails.
 TEST_F(CpuKernels, Q8MatchesTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
