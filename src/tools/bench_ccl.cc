@@ -9,9 +9,13 @@
 // time of a plain memcpy of send into recv on every rank at once (the least memory traffic any
 // out-of-place allreduce needs) and ratio_bound = raw_time / floor_us, the highest busbw_ratio any
 // implementation could reach on this host.
+#include <disco/ccl.h>
 #include <mpi.h>
+#include <sched.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -119,6 +123,111 @@ DISCO_REGISTER_GLOBAL("bench.ccl_copy_floor")
       return worst;
     });
 
+inline void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Memory shared by the ranks of one node (MPI_Win_allocate_shared), freed with the window: two
+// areas of `bytes` (a flag line then the payload), 128-byte aligned.
+class SharedAreas {
+ public:
+  SharedAreas(MPI_Comm node, size_t bytes) : stride_((bytes + 128 + 127) / 128 * 128) {
+    int rank = 0;
+    MPI_Comm_rank(node, &rank);
+    const auto size = static_cast<MPI_Aint>(rank == 0 ? 2 * stride_ + 128 : 0);
+    void* mine = nullptr;
+    DISCO_MPI_CALL(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, node, &mine, &win_));
+    MPI_Aint got = 0;
+    int unit = 0;
+    DISCO_MPI_CALL(MPI_Win_shared_query(win_, 0, &got, &unit, &base_));
+  }
+  ~SharedAreas() { MPI_Win_free(&win_); }
+  SharedAreas(const SharedAreas&) = delete;
+  SharedAreas& operator=(const SharedAreas&) = delete;
+  // Area i's flag (its first 8 bytes) and payload (from byte 128).
+  std::atomic<uint64_t>* Flag(int i) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(At(i));
+  }
+  char* Payload(int i) const { return At(i) + 128; }
+
+ private:
+  char* At(int i) const {
+    const auto addr = (reinterpret_cast<uintptr_t>(base_) + 127) / 128 * 128;
+    return reinterpret_cast<char*>(addr) + static_cast<size_t>(i) * stride_;
+  }
+  size_t stride_;
+  MPI_Win win_ = MPI_WIN_NULL;
+  void* base_ = nullptr;
+};
+
+// A ping-pong between the two ranks of a 2-rank job on one node: rank 0 writes `bytes` of payload
+// (none: a bare cache line) and stores i in its flag; rank 1 spins until it sees i, reads the
+// payload, writes its own and stores i in its flag; rank 0 waits for that and reads. The mean
+// round trip in microseconds on rank 0 (-1 on a job of other than 2 ranks or across nodes): the
+// least an exchange between the two cores costs, which a 2-rank allreduce is measured against.
+DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int64_t bytes) {
+  mpi::Comm node;
+  {
+    MPI_Comm c = MPI_COMM_NULL;
+    DISCO_MPI_CALL(
+        MPI_Comm_split_type(RawComm().get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c));
+    node = mpi::Comm(c);
+  }
+  if (node.size() != 2 || RawComm().size() != 2) return -1.0;
+  const auto n = static_cast<size_t>(bytes);
+  SharedAreas areas(node.get(), n);
+  const int me = node.rank();
+  areas.Flag(me)->store(0, std::memory_order_relaxed);
+  std::vector<char> out(n, static_cast<char>(me + 1)), in(n);
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  auto send = [&](uint64_t i) {
+    std::memcpy(areas.Payload(me), out.data(), n);
+    areas.Flag(me)->store(i, std::memory_order_release);
+  };
+  auto receive = [&](uint64_t i) {
+    // Spins, then yields too: on a loaded or oversubscribed node the peer may need this core.
+    for (int spins = 0; areas.Flag(1 - me)->load(std::memory_order_acquire) != i; ++spins) {
+      if (spins < (1 << 14)) {
+        Pause();
+      } else {
+        sched_yield();
+      }
+    }
+    std::memcpy(in.data(), areas.Payload(1 - me), n);
+  };
+  auto run = [&](uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; ++i) {
+      if (me == 0) send(i), receive(i);
+      if (me == 1) receive(i), send(i);
+    }
+  };
+  const auto count = static_cast<uint64_t>(iters);
+  run(1, 1 + count / 10);  // warm-up
+  const double t0 = NowUs();
+  run(1 + count / 10, 1 + count / 10 + count);
+  double took = (NowUs() - t0) / static_cast<double>(count);
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
+  return took;
+});
+
+// `iters` allreduces of `t` by AllReduceInFunction, as a decode step's layers call it (no frame
+// per call): the max over ranks of the mean time per call in microseconds.
+DISCO_REGISTER_GLOBAL("bench.ccl_in_function").set_body_typed([](Tensor t, int64_t iters) {
+  MPI_Comm c = RawComm().get();
+  for (int64_t i = 0; i < std::max<int64_t>(2, iters / 10); ++i) {
+    AllReduceInFunction(t, ReduceOp::kSum);
+  }
+  DISCO_MPI_CALL(MPI_Barrier(c));
+  const double t0 = NowUs();
+  for (int64_t i = 0; i < iters; ++i) AllReduceInFunction(t, ReduceOp::kSum);
+  double mine = (NowUs() - t0) / static_cast<double>(iters), worst = 0;
+  DISCO_MPI_CALL(MPI_Reduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, c));
+  return worst;
+});
+
 // How fast this host faults in fresh pages (GB/s, median of 3 x 64 MiB): what decides how much a
 // full-size temporary per call (Open MPI's own allreduce under glibc's default malloc) costs.
 double FaultInGBps() {
@@ -141,6 +250,28 @@ DRef SessionCall(Session& s, const std::string& kind, const DRef& send, const DR
   if (kind == "allgather") return s.AllGather(send, false, recv);
   if (kind == "reduce_scatter") return s.ReduceScatter(send, "sum", false, recv);
   return s.Broadcast(send, false, recv);
+}
+
+// At 2 ranks on one node: a 4 KiB allreduce inside a function (as a decode step's) against a bare
+// cache-line ping-pong round trip between the two ranks and one carrying 4 KiB each way, medians
+// of `repeats`, in one line.
+std::string SmallAllReduceLine(Session& s, int repeats) {
+  const int64_t iters = 20000, bytes = 4096;
+  DRef t = s.Empty(Shape{bytes / 4}, DataType("float32"));
+  s.CallPacked(s.GetGlobalFunc("bench.ccl_fill"), t);
+  DRef pingpong = s.GetGlobalFunc("bench.ccl_pingpong");
+  DRef in_function = s.GetGlobalFunc("bench.ccl_in_function");
+  std::vector<double> line, data, ar;
+  for (int r = 0; r < repeats; ++r) {
+    line.push_back(s.CallPacked(pingpong, iters, int64_t{0}).DebugGetFromRemote(0).cast<double>());
+    data.push_back(s.CallPacked(pingpong, iters, bytes).DebugGetFromRemote(0).cast<double>());
+    ar.push_back(s.CallPacked(in_function, t, iters).DebugGetFromRemote(0).cast<double>());
+  }
+  if (Median(line) < 0) return "small_allreduce: the ranks are not on one node: no ping-pong";
+  const double a = Median(ar), l = Median(line), d = Median(data);
+  return "small_allreduce: 4096 B allreduce in a function " + Fmt(a, 3) +
+         " us; ping-pong round trip of a cache line " + Fmt(l, 3) + " us (ratio " + Fmt(a / l, 2) +
+         "), of 4096 B each way " + Fmt(d, 3) + " us (ratio " + Fmt(a / d, 2) + ")";
 }
 
 }  // namespace
@@ -232,6 +363,11 @@ int RunCclBench(Session& s, const CclOptions& opts) {
                      static_cast<long long>(size));
       }
     }
+  }
+  if (n == 2 && (only.empty() || only == "allreduce")) {
+    const std::string line = SmallAllReduceLine(s, repeats);
+    std::printf("# %s\n", line.c_str());
+    meta.push_back(line);
   }
   Emit(table, opts.out, meta);
   return 0;
