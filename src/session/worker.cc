@@ -487,8 +487,10 @@ void Worker::InstallGraph(uint64_t seq, const Any* ops, size_t n) {
                             ? std::get_if<Function>(&fr->value.storage())
                             : nullptr;
     if (f != nullptr && f->defined() && !call.collective && !f->get()->collective) call.func = *f;
-    call.has_refs = std::any_of(call.args.begin(), call.args.end(),
-                                [](const Any& a) { return a.type_code() == TypeCode::kDRef; });
+    for (uint32_t pos = 0; pos < call.args.size(); ++pos) {
+      if (call.args[pos].type_code() == TypeCode::kDRef) call.refs.push_back(pos);
+    }
+    if (call.func.defined()) call.bound = call.args;
     call.label = program.label + " call " + std::to_string(program.calls.size()) + " '" +
                  (f != nullptr ? f->name() : "<register " + std::to_string(call.func_reg) + ">") +
                  "'";
@@ -524,8 +526,8 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
       RunGraphCall(seq, call, inputs);
     } else {
       // CallPacked resolves registers itself (and lets a collective agree on a failed one).
-      CallPacked(seq, call.result_reg, call.func_reg, GraphArgs(call, inputs, /*resolve=*/false),
-                 call.args.size(), call.collective, &call.label);
+      CallPacked(seq, call.result_reg, call.func_reg, GraphArgs(call, inputs), call.args.size(),
+                 call.collective, &call.label);
     }
     if (trace_start >= 0) {  // each call of a replay, inside the replay's own span
       trace::Record(trace::Kind::kRun, call.label, trace_start, trace::NowNs(),
@@ -535,38 +537,56 @@ void Worker::ReplayGraph(uint64_t seq, int64_t id, const Any* inputs, size_t n) 
   graph_args_.clear();
 }
 
-const Any* Worker::GraphArgs(const GraphCall& call, const Any* inputs, bool resolve) {
-  if (call.inputs.empty() && !(resolve && call.has_refs)) return call.args.data();
+const Any* Worker::GraphArgs(const GraphCall& call, const Any* inputs) {
+  if (call.inputs.empty()) return call.args.data();
   graph_args_.assign(call.args.begin(), call.args.end());
   for (const auto& [pos, input] : call.inputs) graph_args_[pos] = inputs[input];
-  if (resolve) {
-    // Registers, the program's and those given as inputs, are their values here, as in any call.
-    for (size_t pos = 0; pos < graph_args_.size(); ++pos) {
-      if (graph_args_[pos].type_code() == TypeCode::kDRef) {
-        graph_args_[pos] = Resolve(graph_args_[pos], pos, call.label);
-      }
-    }
-  }
   return graph_args_.data();
 }
 
+namespace {
+
+// A bound argument that holds nothing but its value (a number, a flag, none) stays until the next
+// replay binds it again; anything else (a tensor, an object) is let go now, so that a replay does
+// not keep the last one alive.
+void Unbind(Any* a) {
+  const TypeCode c = a->type_code();
+  if (c != TypeCode::kNone && c != TypeCode::kBool && c != TypeCode::kInt &&
+      c != TypeCode::kFloat) {
+    *a = Any();
+  }
+}
+
+}  // namespace
+
 void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs) {
   // The result register was reserved at install, and a function cannot grow the register file:
-  // the slot is found once, and written in place (Store's work without its general checks).
-  Any rv;
+  // the slot is found once and the function writes its value there (Store's work without its
+  // general checks; a failure then replaces it). The arguments are bound in the call's own
+  // buffer: only the placeholders' and the registers' positions change between replays.
+  Register& slot = regs_[static_cast<size_t>(call.result_reg)];
+  Any* args = call.bound.data();
+  auto unbind = [&] {
+    for (const auto& [pos, input] : call.inputs) Unbind(&args[pos]);
+    for (uint32_t pos : call.refs) Unbind(&args[pos]);
+  };
   try {
-    const Any* args = GraphArgs(call, inputs, /*resolve=*/true);  // a failed register throws
-    call.func.get()->body(Args(args, call.args.size()), &rv);
+    for (const auto& [pos, input] : call.inputs) {
+      args[pos] = inputs[input];
+      // Registers given as inputs are their values here, as in any call (a failed one throws).
+      if (args[pos].type_code() == TypeCode::kDRef) {
+        args[pos] = Resolve(inputs[input], pos, call.label);
+      }
+    }
+    for (uint32_t pos : call.refs) args[pos] = Resolve(call.args[pos], pos, call.label);
+    call.func.get()->body(Args(args, call.args.size()), &slot.value);
   } catch (...) {
+    unbind();
     Fail(seq, call.result_reg, call.label, CurrentExceptionText());
     return;
   }
-  Register& slot = regs_[static_cast<size_t>(call.result_reg)];
+  unbind();
   slot.version = seq;
-  // Most recorded calls return nothing into a register that held nothing: no variant move.
-  if (rv.type_code() != TypeCode::kNone || slot.value.type_code() != TypeCode::kNone) {
-    slot.value = std::move(rv);
-  }
   if (slot.failure != nullptr) slot.failure.reset();
   slot.used = true;
   slot.uniform = false;

@@ -137,7 +137,10 @@ class Worker {
     bool collective = false;
     std::vector<Any> args;
     std::vector<std::pair<uint32_t, uint32_t>> inputs;  // (argument position, input index)
-    bool has_refs = false;                              // some arguments are registers
+    // The fast path's arguments, bound in place at each replay: `args` with the placeholders'
+    // and the registers' positions filled in (refs: the positions of registers in `args`).
+    mutable std::vector<Any> bound;
+    std::vector<uint32_t> refs;
     std::string label;
     // The function the register held at install, for the replay's fast path (calls that are not
     // collectives): no lookup, no per-call flight record; undefined: through CallPacked.
@@ -150,10 +153,9 @@ class Worker {
   };
   /// One call of a replay on the fast path.
   void RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs);
-  /// The arguments of `call` with `inputs` in place of its placeholders (and, with `resolve`,
-  /// every register replaced by its value here): in graph_args_, or the call's own when nothing
-  /// changes.
-  const Any* GraphArgs(const GraphCall& call, const Any* inputs, bool resolve);
+  /// The arguments of `call` with `inputs` in place of its placeholders: in graph_args_, or the
+  /// call's own when it has none (registers stay registers: CallPacked resolves them).
+  const Any* GraphArgs(const GraphCall& call, const Any* inputs);
 
   WorkerInfo info_;
   ErrorSink sink_;

@@ -4,6 +4,7 @@
 #include <disco/disco.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,59 @@ TEST_F(GraphTest, RegistersGivenAsInputsAreTheirValues) {
   g.Replay({Any(out), Any(out)});  // the graph's own result as both inputs
   EXPECT_EQ(out.DebugGetFromRemote(0).cast<int64_t>(), 30);
   Check("registers as inputs");
+}
+
+// A tensor whose memory, when its last holder lets it go, counts itself in `tracked_freed`.
+std::atomic<int64_t> tracked_freed{0};
+DISCO_REGISTER_GLOBAL("test.graph.tracked").set_body_typed([]() {
+  struct Ctx {
+    float data[4] = {};
+    int64_t shape[1] = {4};
+  };
+  auto* ctx = new Ctx;
+  auto* mt = new DLManagedTensor{};
+  mt->dl_tensor.data = ctx->data;
+  mt->dl_tensor.device = CPU();
+  mt->dl_tensor.ndim = 1;
+  mt->dl_tensor.dtype = DataType("float32");
+  mt->dl_tensor.shape = ctx->shape;
+  mt->manager_ctx = ctx;
+  mt->deleter = [](DLManagedTensor* self) {
+    delete static_cast<Ctx*>(self->manager_ctx);
+    delete self;
+    ++tracked_freed;
+  };
+  return Tensor::FromDLPack(mt);
+});
+DISCO_REGISTER_GLOBAL("test.graph.tracked_freed").set_body_typed([]() {
+  return tracked_freed.load();
+});
+DISCO_REGISTER_GLOBAL("test.graph.take").set_body_typed([](Tensor t) { return t.numel(); });
+
+// A replay binds its calls' arguments in buffers of their own; a tensor it was given (or read
+// from a register) is let go when the call returns, not kept until the next replay: the tensor of
+// a register the caller freed is freed.
+TEST_F(GraphTest, AReplayKeepsNoTensorItWasGivenAlive) {
+  DRef count;
+  Graph g = s().Capture(1, [&](const std::vector<Any>& in) {
+    count = s().CallPacked(F("test.graph.take"), in[0]);
+  });
+  DRef freed = F("test.graph.tracked_freed");
+  std::vector<int64_t> before;
+  for (int w = 0; w < n(); ++w) {
+    before.push_back(s().CallPacked(freed).DebugGetFromRemote(w).cast<int64_t>());
+  }
+  {
+    DRef t = s().CallPacked(F("test.graph.tracked"));
+    g.Replay({Any(t)});
+    EXPECT_EQ(count.DebugGetFromRemote(0).cast<int64_t>(), 4);
+  }  // the caller's register goes, and with it the last holder of the tensor
+  s().SyncAll();
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(s().CallPacked(freed).DebugGetFromRemote(w).cast<int64_t>(), before[w] + 1)
+        << "worker " << w << " still holds the tensor the replay was given";
+  }
+  Check("a replay's bound arguments");
 }
 
 TEST_F(GraphTest, TensorsEmptyAtInstallAndCollectivesInsideAGraph) {
