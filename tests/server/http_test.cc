@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "llama/server/api.h"
 #include "llama/server/chat_renderer.h"
@@ -222,6 +225,56 @@ TEST(HttpServer, HeldConnectionsNeitherBlockOthersNorTheStop) {
   EXPECT_TRUE(trickling.load()) << "the stop waited for the held connections";
   trickler.join();
   for (int fd : fds) ::close(fd);
+}
+
+// Whether the server has closed `fd` (EOF or reset), without waiting.
+bool ClosedByServer(int fd) {
+  char b;
+  const ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// 1000 connections that send nothing (more than the 512 threads that serve requests) hold no
+// thread: /health is answered, on a new connection and on a kept-alive one that idled between
+// two requests, while they are all still open; a stop then closes them at once.
+TEST(HttpServer, AThousandIdleConnectionsHoldNoThread) {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur < 2200 && files.rlim_max >= 2200) {
+    files.rlim_cur = 2200;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  if (files.rlim_cur < 2200) GTEST_SKIP() << "RLIMIT_NOFILE " << files.rlim_cur << " < 2200";
+  ConnectionLimits l;
+  l.first_seconds = 120;  // the idle connections outlive the test unless the server closes them
+  l.idle_seconds = 120;
+  TestServer srv(l);
+  std::vector<int> idle;
+  for (int i = 0; i < 1000; ++i) idle.push_back(Connect(srv.port()));
+  const int kept = Connect(srv.port());
+  const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(::write(kept, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    std::string got;
+    char buf[4096];
+    while (got.find("\r\n\r\nok") == std::string::npos) {
+      const ssize_t n = ::read(kept, buf, sizeof buf);
+      ASSERT_GT(n, 0) << "the kept-alive connection ended in round " << round << ": " << got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  }
+  EXPECT_NE(Get(srv.port(), "/health").find("HTTP/1.1 200"), std::string::npos);
+  size_t closed = 0;
+  for (int fd : idle) closed += ClosedByServer(fd) ? 1 : 0;
+  EXPECT_EQ(closed, 0u) << "idle connections were closed before /health was answered";
+  srv.Stop();
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 60000), 1) << "an idle connection outlived the stop";
+    ::close(fd);
+  }
+  ::close(kept);
 }
 
 // Requests written back to back on one connection are answered each, in order.

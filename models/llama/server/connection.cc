@@ -4,12 +4,15 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
+#include <utility>
 
 namespace llm_server {
 namespace {
@@ -63,6 +66,11 @@ void LingeringClose(int fd) {
 Connection::Connection(int fd, const ConnectionLimits& limits, const std::atomic<bool>& stopping)
     : fd_(fd), limits_(limits), stopping_(stopping), buf_(16 << 10) {}
 
+Connection::~Connection() {
+  shutdown(fd_, SHUT_RDWR);
+  close(fd_);
+}
+
 Connection* Connection::Current() { return current; }
 
 bool Connection::WaitFor(short events, Clock::time_point deadline) const {
@@ -86,7 +94,8 @@ bool Connection::AwaitRequest() {
   request_bytes_ = 0;
   over_limit_ = close_after_ = false;
   if (begin_ == end_) {
-    // Nothing buffered: wait for the client (a stopping server waits no more than its grace).
+    // Nothing buffered: wait for the client (a stopping server waits no more than its grace); a
+    // connection from the Waiter is readable already (its client sent something, or closed).
     const int wait = first_ ? limits_.first_seconds : limits_.idle_seconds;
     first_ = false;
     if (!WaitFor(POLLIN, Clock::now() + std::chrono::seconds(wait))) return false;
@@ -151,14 +160,104 @@ void Connection::get_local_ip_and_port(std::string& ip, int& port) const {
   AddressOf(fd_, false, ip, port);
 }
 
-HttpServer::HttpServer(ConnectionLimits limits) : limits_(limits) {
+Waiter::Waiter(Ready ready) : ready_(std::move(ready)), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (epoll_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Waiter::Park(std::unique_ptr<Connection> c, Connection::Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;  // c goes: closed
+  const int fd = c->socket();
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) return;  // cannot wait: closed
+  waiting_[fd] = Entry{std::move(c), deadline};
+}
+
+void Waiter::Run() {
+  std::vector<epoll_event> events(256);
+  for (;;) {
+    // Slices of 100 ms: deadlines and a stop are seen soon.
+    const int n = epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 100);
+    std::vector<std::unique_ptr<Connection>> ready, expired;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      for (int i = 0; i < n; ++i) {
+        auto it = waiting_.find(events[static_cast<size_t>(i)].data.fd);
+        if (it == waiting_.end()) continue;
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
+        ready.push_back(std::move(it->second.c));
+        waiting_.erase(it);
+      }
+      const auto now = Connection::Clock::now();
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if (it->second.deadline > now) {
+          ++it;
+          continue;
+        }
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
+        expired.push_back(std::move(it->second.c));
+        it = waiting_.erase(it);
+      }
+    }
+    for (auto& c : ready) ready_(std::move(c));
+  }  // expired connections close here
+}
+
+void Waiter::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  std::unordered_map<int, Entry> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(waiting_);
+  }
+  for (auto& [fd, e] : left) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) ready_(std::move(e.c));
+  }
+  left.clear();  // the others close
+  if (epoll_ >= 0) close(epoll_);
+  epoll_ = -1;
+}
+
+namespace {
+
+// The library's accept loop hands each new socket to its task queue: this one runs the task at
+// once (HttpServer::process_and_close_socket only parks the connection).
+class ParkAtOnce : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+}  // namespace
+
+HttpServer::HttpServer(ConnectionLimits limits)
+    : limits_(limits),
+      waiter_([this](std::unique_ptr<Connection> c) {
+        Connection* raw = c.release();  // a std::function task must be copyable
+        pool_.enqueue([this, raw] { Serve(std::unique_ptr<Connection>(raw)); });
+      }),
+      pool_(limits.max_threads) {
   // SO_REUSEADDR (a restarted server binds over connections in TIME_WAIT) but not the library's
   // SO_REUSEPORT: a second server on a port in use must fail, not share its clients.
   set_socket_options([](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  new_task_queue = [n = limits_.max_threads] { return new ConnectionPool(n); };
+  new_task_queue = [] { return new ParkAtOnce; };
+}
+
+HttpServer::~HttpServer() {
+  BeginStop();
+  pool_.shutdown();
 }
 
 int HttpServer::Bind(const std::string& host, int port) {
@@ -173,25 +272,44 @@ int HttpServer::Bind(const std::string& host, int port) {
   return port;
 }
 
+void HttpServer::BeginStop() {
+  stopping_ = true;
+  waiter_.Stop();
+}
+
 bool HttpServer::process_and_close_socket(int sock) {
-  Connection c(sock, limits_, stopping_);
-  CurrentScope scope(&c);
-  bool ok = false;
-  for (size_t n = 0; n < limits_.max_requests_per_connection && c.AwaitRequest(); ++n) {
+  waiter_.Park(std::make_unique<Connection>(sock, limits_, stopping_),
+               Connection::Clock::now() + std::chrono::seconds(limits_.first_seconds));
+  return true;
+}
+
+void HttpServer::Serve(std::unique_ptr<Connection> c) {
+  CurrentScope scope(c.get());
+  while (c->served() < limits_.max_requests_per_connection && c->AwaitRequest()) {
     bool closed = false;
-    const bool last = n + 1 == limits_.max_requests_per_connection || stopping_.load();
-    ok = process_request(c, last, closed, nullptr);
+    const bool last = c->served() + 1 == limits_.max_requests_per_connection || stopping_.load();
+    const bool ok = process_request(*c, last, closed, nullptr);
+    c->CountRequest();
     // A request cut at the byte limit leaves the rest of its body unread: no next request.
-    if (!ok || closed || last || c.close_after()) break;
+    if (!ok || closed || last || c->close_after()) {
+      if (c->close_after()) LingeringClose(c->socket());
+      return;  // c closes
+    }
+    if (!c->HasBuffered()) {  // the client's next request, if any, is waited for by the Waiter
+      waiter_.Park(std::move(c),
+                   Connection::Clock::now() + std::chrono::seconds(limits_.idle_seconds));
+      return;
+    }
   }
-  if (c.close_after()) LingeringClose(sock);
-  shutdown(sock, SHUT_RDWR);
-  close(sock);
-  return ok;
 }
 
 void ConnectionPool::enqueue(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutdown_) {  // no thread will take it
+    lock.unlock();
+    fn();
+    return;
+  }
   tasks_.push_back(std::move(fn));
   if (idle_ < tasks_.size() && threads_.size() < max_threads_) {
     threads_.emplace_back([this] { Work(); });

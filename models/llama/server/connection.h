@@ -7,11 +7,13 @@
 //
 // Here a request must arrive whole (line, headers, body) within `request_seconds` of its first
 // byte and within `max_request_bytes`; a new connection waits `first_seconds` for its first byte,
-// a kept-alive one `idle_seconds` for the next
-// one; bytes read past one request stay for the next; when the server stops, a connection drops
-// unless a request is already arriving (it is read and answered, 503). Connections are served by
-// a pool that grows a thread per connection up to `max_threads`, so idle connections do not make
-// the others wait behind them.
+// a kept-alive one `idle_seconds` for the next one; bytes read past one request stay for the
+// next; when the server stops, a connection drops unless a request is already arriving (it is
+// read and answered, 503). A connection waiting for its client's next request (a new one's
+// first, a kept-alive one's next) waits on one thread's epoll set (Waiter), not on a thread of its
+// own: thousands of idle connections cost a descriptor each, and a pool thread (up to
+// `max_threads`, started as needed) takes a connection only once its client has sent something,
+// for as long as a request arrives and is answered.
 #ifndef DISCO_MODELS_LLAMA_SERVER_CONNECTION_H_
 #define DISCO_MODELS_LLAMA_SERVER_CONNECTION_H_
 
@@ -23,9 +25,11 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace llm_server {
@@ -41,10 +45,15 @@ struct ConnectionLimits {
   size_t max_requests_per_connection = 100;
 };
 
-/// One client connection as cpp-httplib's parser and writer see it.
+/// One client connection as cpp-httplib's parser and writer see it; closes its socket when it
+/// goes.
 class Connection : public httplib::Stream {
  public:
+  using Clock = std::chrono::steady_clock;
   Connection(int fd, const ConnectionLimits& limits, const std::atomic<bool>& stopping);
+  ~Connection() override;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   /// Waits for the next request's first byte; false when the client closed or idled too long, or
   /// the server stops and no request is arriving.
@@ -56,6 +65,11 @@ class Connection : public httplib::Stream {
   bool close_after() const { return close_after_ || over_limit_; }
   /// Whether the client has closed its side (a client waiting for a reply has not).
   bool PeerGone() const;
+  /// Bytes of a next request already read (pipelined behind the last one).
+  bool HasBuffered() const { return begin_ < end_; }
+  /// Requests answered on this connection.
+  size_t served() const { return served_; }
+  void CountRequest() { ++served_; }
   /// The connection that the calling thread is serving, or null.
   static Connection* Current();
 
@@ -68,7 +82,6 @@ class Connection : public httplib::Stream {
   int socket() const override { return fd_; }
 
  private:
-  using Clock = std::chrono::steady_clock;
   // Polls for `events` until `deadline` (or, once the server stops, its grace); false at the end.
   bool WaitFor(short events, Clock::time_point deadline) const;
 
@@ -77,32 +90,45 @@ class Connection : public httplib::Stream {
   const std::atomic<bool>& stopping_;
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0;  // unread bytes: buf_[begin_, end_)
-  size_t request_bytes_ = 0;
+  size_t request_bytes_ = 0, served_ = 0;
   bool over_limit_ = false, close_after_ = false, first_ = true;
   Clock::time_point deadline_;
   mutable Clock::time_point stop_seen_{};
 };
 
-/// cpp-httplib's server with the connection loop above, an exclusive bind and a long backlog.
-class HttpServer : public httplib::Server {
+/// Connections waiting for their client's next bytes, on one thread's epoll set: when a client
+/// sends (or closes), `ready` gets its connection; one whose deadline passes is closed.
+class Waiter {
  public:
-  explicit HttpServer(ConnectionLimits limits);
-  /// Binds `host:port` (0: a free port) without SO_REUSEPORT; the port, or -1 (errno says why,
-  /// or is 0 when the host did not resolve).
-  int Bind(const std::string& host, int port);
-  /// Connections stop waiting for requests; call before stop().
-  void BeginStop() { stopping_ = true; }
-  const ConnectionLimits& limits() const { return limits_; }
+  using Ready = std::function<void(std::unique_ptr<Connection>)>;
+  explicit Waiter(Ready ready);
+  ~Waiter() { Stop(); }
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+  /// Waits for `c`'s client until `deadline`.
+  void Park(std::unique_ptr<Connection> c, Connection::Clock::time_point deadline);
+  /// Ends the waiting: a connection whose client has sent something goes to `ready` now, the
+  /// others are closed, and so is any connection parked later.
+  void Stop();
 
  private:
-  bool process_and_close_socket(int sock) override;
+  struct Entry {
+    std::unique_ptr<Connection> c;
+    Connection::Clock::time_point deadline;
+  };
+  void Run();
 
-  const ConnectionLimits limits_;
-  std::atomic<bool> stopping_{false};
+  const Ready ready_;
+  int epoll_ = -1;
+  std::mutex mu_;
+  std::unordered_map<int, Entry> waiting_;  // by socket
+  bool stopped_ = false;
+  std::thread thread_;
 };
 
 /// A thread per connection, started when none is idle, up to `max_threads`; then connections
-/// wait their turn. shutdown() serves what is queued and joins.
+/// wait their turn. shutdown() serves what is queued and joins; what comes after runs at once on
+/// the caller's thread.
 class ConnectionPool : public httplib::TaskQueue {
  public:
   explicit ConnectionPool(size_t max_threads) : max_threads_(max_threads) {}
@@ -120,6 +146,32 @@ class ConnectionPool : public httplib::TaskQueue {
   std::vector<std::thread> threads_;
   size_t idle_ = 0;
   bool shutdown_ = false;
+};
+
+/// cpp-httplib's server with the connection loop above, an exclusive bind and a long backlog.
+/// Its accept loop parks each new connection in the Waiter; the pool serves it from there.
+class HttpServer : public httplib::Server {
+ public:
+  explicit HttpServer(ConnectionLimits limits);
+  ~HttpServer() override;
+  /// Binds `host:port` (0: a free port) without SO_REUSEPORT; the port, or -1 (errno says why,
+  /// or is 0 when the host did not resolve).
+  int Bind(const std::string& host, int port);
+  /// Connections stop waiting for requests (idle ones are closed); call before stop().
+  void BeginStop();
+  /// Waits for the connections still served (after stop() and the end of the listening thread).
+  void FinishStop() { pool_.shutdown(); }
+  const ConnectionLimits& limits() const { return limits_; }
+
+ private:
+  bool process_and_close_socket(int sock) override;
+  // Serves `c`'s requests while its client sends them; then parks it again, or closes it.
+  void Serve(std::unique_ptr<Connection> c);
+
+  const ConnectionLimits limits_;
+  std::atomic<bool> stopping_{false};
+  Waiter waiter_;
+  ConnectionPool pool_;
 };
 
 }  // namespace llm_server

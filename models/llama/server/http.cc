@@ -123,6 +123,7 @@ void HttpFront::Stop() {
   svr_->BeginStop();
   svr_->stop();
   thread_.join();
+  svr_->FinishStop();
 }
 
 void HttpFront::Routes() {

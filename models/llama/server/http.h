@@ -37,7 +37,7 @@ struct HttpOptions {
   int64_t max_len = 0;     // positions a request may use: prompt + max_tokens
   int64_t vocab_size = 0;
   size_t max_body = 1 << 20;  // bytes of a request body (413 beyond)
-  size_t threads = 512;       // connections served at once (a request waiting holds one)
+  size_t threads = 512;       // requests served at once (an idle connection holds no thread)
 };
 
 /// At most `free` requests parsed (and their prompts encoded) at once: a request's JSON takes about
