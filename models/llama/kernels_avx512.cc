@@ -65,13 +65,17 @@ LLAMA_INLINE float Reduce(const __m512 (&a)[4]) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
-// Where element p of row i of x is: x + i * row + (p / S) * step + p % S. Rows as given: row = k,
-// step = S; interleaved (Interleave): row = S, step = MB * S, the last step padded with zeros.
+// Where element p (a multiple of S) of row i of MB rows of x is: one row as given, x + p;
+// interleaved (Interleave: the MB rows' step p / S side by side, the last step padded with
+// zeros), x + p * MB + i * S. Both are constant offsets from a pointer that advances with p (an
+// earlier form, x + i * row + (p / S) * step, cost a shift and a multiply per load).
 template <typename T, int S>
 struct XRows {
   const T* x;
-  int64_t row, step;
-  LLAMA_INLINE const T* At(int i, int64_t p) const { return x + i * row + (p / S) * step + p % S; }
+  template <int MB>
+  LLAMA_INLINE const T* At(int i, int64_t p) const {
+    return x + p * MB + i * S;
+  }
 };
 
 template <int MB, typename L>
@@ -86,19 +90,20 @@ LLAMA_INLINE void FmaRows(XRows<float, 16> x, int64_t k, const typename L::W* w,
     for (int u = 0; u < 4; ++u) {
       const __m512 wv = L::Load(w + p + 16 * u);
       for (int i = 0; i < MB; ++i) {
-        a[i][u] = _mm512_fmadd_ps(_mm512_loadu_ps(x.At(i, p + 16 * u)), wv, a[i][u]);
+        a[i][u] = _mm512_fmadd_ps(_mm512_loadu_ps(x.template At<MB>(i, p + 16 * u)), wv, a[i][u]);
       }
     }
   }
   for (; p + 16 <= k; p += 16) {
     const __m512 wv = L::Load(w + p);
     for (int i = 0; i < MB; ++i)
-      a[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x.At(i, p)), wv, a[i][0]);
+      a[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x.template At<MB>(i, p)), wv, a[i][0]);
   }
   if (p < k) {
     const __m512 wv = L::Tail(w + p, k - p);
     for (int i = 0; i < MB; ++i) {
-      a[i][1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(Mask16(k - p), x.At(i, p)), wv, a[i][1]);
+      a[i][1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(Mask16(k - p), x.template At<MB>(i, p)), wv,
+                                a[i][1]);
     }
   }
   for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
@@ -120,19 +125,21 @@ LLAMA_INLINE void DotRows(XRows<uint16_t, 32> x, int64_t k, const uint16_t* w, f
     for (int u = 0; u < 4; ++u) {
       const __m512bh wv = LoadBh(w + p + 32 * u);
       for (int i = 0; i < MB; ++i) {
-        a[i][u] = _mm512_dpbf16_ps(a[i][u], LoadBh(x.At(i, p + 32 * u)), wv);
+        a[i][u] = _mm512_dpbf16_ps(a[i][u], LoadBh(x.template At<MB>(i, p + 32 * u)), wv);
       }
     }
   }
   for (; p + 32 <= k; p += 32) {
     const __m512bh wv = LoadBh(w + p);
-    for (int i = 0; i < MB; ++i) a[i][0] = _mm512_dpbf16_ps(a[i][0], LoadBh(x.At(i, p)), wv);
+    for (int i = 0; i < MB; ++i)
+      a[i][0] = _mm512_dpbf16_ps(a[i][0], LoadBh(x.template At<MB>(i, p)), wv);
   }
   if (p < k) {  // zeros past the row's end: their products are 0
     const __mmask32 mask = Mask32(k - p);
     const auto wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + p);
     for (int i = 0; i < MB; ++i) {
-      a[i][1] = _mm512_dpbf16_ps(a[i][1], (__m512bh)_mm512_maskz_loadu_epi16(mask, x.At(i, p)), wv);
+      a[i][1] = _mm512_dpbf16_ps(
+          a[i][1], (__m512bh)_mm512_maskz_loadu_epi16(mask, x.template At<MB>(i, p)), wv);
     }
   }
   for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
@@ -174,7 +181,7 @@ XRows<T, S> Interleave(const T* x, int64_t k, int64_t mb, T* out) {
       std::fill(o + n, o + S, T{});
     }
   }
-  return {out, S, mb * S};
+  return {out};
 }
 
 template <typename K>
@@ -183,7 +190,7 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
   using X = typename K::X;
   constexpr int S = K::S;
   if (m == 1) {
-    const XRows<X, S> xr{x, k, S};
+    const XRows<X, S> xr{x};
     for (int64_t j = 0; j < n; ++j) K::template Rows<1>(xr, k, K::Row(w, k, j), y + j, ldy);
     return;
   }
