@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -420,17 +421,48 @@ def start(mpiexec, flags, server, model, key_file):
                    "--max-len", str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file])
 
 
-def check_ipv6(mpiexec, flags, server, model):
-    """--host ::1: the address printed as a URL has it ([::1]), and it answers there."""
+def open_files_limit(pid):
+    """(soft, hard) 'Max open files' of process `pid`, as strings."""
+    with open(f"/proc/{pid}/limits", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return tuple(line.split()[3:5])
+    return None
+
+
+def check_ipv6_and_open_files(mpiexec, flags, server, model):
+    """--host ::1: the address printed as a URL has it ([::1]), and it answers there. Started with
+    a soft open-file limit of 1024, the server raises it to the hard one (a connection is a
+    descriptor, idle ones included)."""
     try:
         with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
             probe.bind(("::1", 0))
+        host, want = ["--host", "::1"], r"\[::1\]"
     except OSError as e:
         print(f"check_server: no IPv6 loopback here ({e}): --host ::1 not tried")
-        return
-    proc, port, lines, rest, reader = launch(
-        [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--host", "::1"],
-        host=r"\[::1\]")
+        host, want = [], r"127\.0\.0\.1"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(soft, 1024)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        proc, port, lines, rest, reader = launch(
+            [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", *host],
+            host=want)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        # Rank 0, which serves HTTP, raised its own.
+        limits = [open_files_limit(pid) for pid in ranks_of(proc.pid, server)]
+        if low < hard and not any(lim is not None and lim[0] == lim[1] for lim in limits):
+            fail(f"the ranks' open-file limits stayed {limits} (started at soft {low})")
+        if not host:
+            for pid in ranks_of(proc.pid, server):
+                os.kill(pid, signal.SIGTERM)
+            proc.wait(timeout=TIMEOUT)
+            return
+    except BaseException:
+        proc.kill()
+        raise
     try:
         with socket.create_connection(("::1", port), timeout=TIMEOUT) as c:
             c.sendall(b"GET /health HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n")
@@ -469,7 +501,7 @@ def main():
         want = demo_tokens(mpiexec, flags, demo, model)
         check_startup_errors(mpiexec, flags, server, tmp, model)
         check_stop_during_start(mpiexec, flags, server, tmp, model)
-        check_ipv6(mpiexec, flags, server, model)
+        check_ipv6_and_open_files(mpiexec, flags, server, model)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -145,7 +146,24 @@ int StoppedEarly() {
   return 0;
 }
 
+// Every connection is a descriptor, idle ones included (connection.h): the soft limit on open
+// files (often 1024) goes up to the hard one, as web servers do, so that a thousand clients at
+// once are not refused. Says so when it cannot.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  const rlim_t was = files.rlim_cur;
+  files.rlim_cur = files.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &files) != 0) {
+    std::fprintf(stderr,
+                 "disco-llm-server: warning: cannot raise the open-file limit from %llu: at most "
+                 "about that many connections at once\n",
+                 static_cast<unsigned long long>(was));
+  }
+}
+
 int Serve(disco::Session& s, const ServerOptions& o) {
+  RaiseOpenFileLimit();
   s.CallPacked(s.GetGlobalFunc("llm_server.ignore_stop_signals"));
   s.SyncAll();
   Stopper stopper;
