@@ -83,6 +83,26 @@ TEST_F(GraphTest, RegistersGivenAsInputsAreTheirValues) {
   Check("registers as inputs");
 }
 
+// A packed function that writes its result only when told to.
+DISCO_REGISTER_GLOBAL("test.graph.maybe").set_body_packed([](const Args& args, Any* rv) {
+  if (args[0].cast<bool>()) *rv = Any(int64_t{7});
+});
+
+// A replayed call writes its result into its register: one that writes none leaves None there,
+// not the last replay's value.
+TEST_F(GraphTest, ACallThatReturnsNothingLeavesNone) {
+  DRef out;
+  Graph g = s().Capture(
+      1, [&](const std::vector<Any>& in) { out = s().CallPacked(F("test.graph.maybe"), in[0]); });
+  g.Replay({Any(true)});
+  EXPECT_EQ(out.DebugGetFromRemote(n() - 1).cast<int64_t>(), 7);
+  g.Replay({Any(false)});
+  for (int w = 0; w < n(); ++w) {
+    EXPECT_EQ(out.DebugGetFromRemote(w).type_code(), TypeCode::kNone) << "worker " << w;
+  }
+  Check("a call that returns nothing");
+}
+
 // A tensor whose memory, when its last holder lets it go, counts itself in `tracked_freed`.
 std::atomic<int64_t> tracked_freed{0};
 DISCO_REGISTER_GLOBAL("test.graph.tracked").set_body_typed([]() {
@@ -115,9 +135,8 @@ DISCO_REGISTER_GLOBAL("test.graph.take").set_body_typed([](Tensor t) { return t.
 // a register the caller freed is freed.
 TEST_F(GraphTest, AReplayKeepsNoTensorItWasGivenAlive) {
   DRef count;
-  Graph g = s().Capture(1, [&](const std::vector<Any>& in) {
-    count = s().CallPacked(F("test.graph.take"), in[0]);
-  });
+  Graph g = s().Capture(
+      1, [&](const std::vector<Any>& in) { count = s().CallPacked(F("test.graph.take"), in[0]); });
   DRef freed = F("test.graph.tracked_freed");
   std::vector<int64_t> before;
   for (int w = 0; w < n(); ++w) {
