@@ -194,7 +194,7 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
     for (int64_t j = 0; j < n; ++j) K::template Rows<1>(xr, k, K::Row(w, k, j), y + j, ldy);
     return;
   }
-  if (m > kStreamingRows) {  // Linear sends no more; in turns of kStreamingRows all the same
+  if (m > kStreamingRows) {  // prefill (kernels.h's OneOrderRows): in turns, each the same
     for (int64_t i = 0; i < m; i += kStreamingRows) {
       Streaming<K>(x + i * k, std::min(kStreamingRows, m - i), k, w, n, y + i * ldy, ldy);
     }
@@ -203,7 +203,7 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
   // Blocks of 4 rows of x. Above one block, a panel of weight rows (kPanelBytes, kept in L2)
   // goes against each block in turn, so that a block's x stays in L1 while the panel's rows pass
   // (all blocks went through L1 for every weight row: 48 KiB of float32 x at 16 rows of 768;
-  // float32 at 16 rows of 768 went from 49 to 69 GFLOP/s, bfloat16 of 3072 from 98 to 137).
+  // float32 at 16 rows of 768 went from 50 to 70 GFLOP/s, bfloat16 of 3072 from 98 to 137).
   // Blocks of 2 where 4 overflow L1 (float32 rows past 1536) were slower: a weight load for 2
   // FMAs. Each product is the same whatever the blocking.
   const int64_t kpad = (k + S - 1) / S * S, per = 4, blocks = (m + per - 1) / per;
