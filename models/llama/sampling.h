@@ -9,6 +9,10 @@
 
 namespace llama {
 
+/// Temperatures below this sample as greedy (vLLM's rule): logit / temperature would overflow to
+/// infinity, and ties between infinities would pick the token, not the logits.
+constexpr float kGreedyBelowTemperature = 1e-5f;
+
 /// An order-preserving 64-bit key of (value, index): a larger value wins, then a smaller index
 /// (numpy's argmax: the first maximum). Signed comparison of the keys orders them so.
 int64_t PackBest(float value, int64_t index);

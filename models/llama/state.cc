@@ -263,7 +263,7 @@ void SetSampling(State& s, const Tensor& temperatures, const std::vector<int64_t
     DISCO_CHECK(t == 0 || s.g == nullptr, ValueError)
         << fn << "sampling runs on the host decoder only (this model is on "
         << disco::DeviceToString(s.m->device) << ")";
-    s.temperature[j] = t;
+    s.temperature[j] = t < kGreedyBelowTemperature ? 0.0f : t;
     s.top_p[j] = p;
     s.seed[j] = static_cast<uint64_t>(seeds[j]);
   }

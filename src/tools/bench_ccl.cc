@@ -187,9 +187,10 @@ DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int
     areas.Flag(me)->store(i, std::memory_order_release);
   };
   auto receive = [&](uint64_t i) {
-    // Spins, then yields too: on a loaded or oversubscribed node the peer may need this core.
+    // Spins a few microseconds (a round trip takes well under one), then yields too: on a
+    // loaded node, or with both ranks on one core, the peer may need this core.
     for (int spins = 0; areas.Flag(1 - me)->load(std::memory_order_acquire) != i; ++spins) {
-      if (spins < (1 << 14)) {
+      if (spins < 256) {
         Pause();
       } else {
         sched_yield();

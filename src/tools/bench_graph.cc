@@ -103,7 +103,7 @@ int RunGraphBench(Session& s, const GraphOptions& opts) {
   std::vector<double> call, r16, r1024, rv1024;
   for (int r = 0; r < repeats; ++r) {
     call.push_back(TimeCalls(s, noop, iters));
-    r16.push_back(TimeReplays(s, g16, iters / 4));
+    r16.push_back(TimeReplays(s, g16, std::max<int64_t>(iters / 4, 1)));
     r1024.push_back(TimeReplays(s, g1024, std::max<int64_t>(iters / 256, 20)));
     rv1024.push_back(TimeReplays(s, v1024, std::max<int64_t>(iters / 256, 20)));
   }
@@ -138,7 +138,7 @@ int RunGraphBench(Session& s, const GraphOptions& opts) {
   std::vector<double> rraw, rstep, rcall;
   for (int r = 0; r < repeats; ++r) {
     rraw.push_back(s.CallPacked(raw, bytes, k).DebugGetFromRemote(0).cast<double>());
-    rcall.push_back(TimeCalls(s, noop, iters / 4));
+    rcall.push_back(TimeCalls(s, noop, std::max<int64_t>(iters / 4, 1)));
     rstep.push_back(TimeReplays(s, step, k));
   }
   const double base = Median(rraw) + Median(rcall);

@@ -237,12 +237,17 @@ def sampled(port, demo):
 
 
 def nucleus(port, demo, full_ids):
-    """top_p: a nucleus of the single likeliest token is greedy at any temperature; a seed's
-    tokens under top_p 0.5 alone equal its tokens beside greedy requests, and differ from the
-    whole vocabulary's draws at some step (the test model's distributions are flat)."""
-    tiny = sample_once(port, PROMPTS_SAMPLED, 24, 2.0, 7, top_p=1e-6)
-    if tiny != demo[len(REQUESTS) + 2][:len(tiny)]:
-        fail(f"top_p 1e-6: {tiny}, greedy {demo[len(REQUESTS) + 2]}")
+    """top_p: a nucleus of the single likeliest token is greedy at any temperature (and so are
+    temperatures below 1e-5); a seed's tokens under top_p 0.5 alone equal its tokens beside greedy
+    requests, and differ from the whole vocabulary's draws at some step (the test model's
+    distributions are flat)."""
+    # A nucleus below float's least normal (1e-300 as a double) or a temperature below 1e-5 is
+    # greedy too, never a failed step (a top_p that rounded to 0 once failed every request in it).
+    for temperature, top_p in ((2.0, 1e-6), (2.0, 1e-300), (1e-40, None), (1e-38, 1e-300)):
+        tiny = sample_once(port, PROMPTS_SAMPLED, 24, temperature, 7, top_p=top_p)
+        if tiny != demo[len(REQUESTS) + 2][:len(tiny)]:
+            fail(f"temperature {temperature}, top_p {top_p}: {tiny}, greedy "
+                 f"{demo[len(REQUESTS) + 2]}")
     alone = sample_once(port, PROMPTS_SAMPLED, 24, 0.9, 42, top_p=0.5)
     log = Log()
     streams = [Stream(port, f"n{i}", p, n, log) for i, (p, n) in enumerate(REQUESTS[:3])]

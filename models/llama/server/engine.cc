@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -111,7 +112,10 @@ void Engine::Admit(JobQueue* queue, bool wait) {
     slot.out.emplace(tok_, r.stop, r.max_tokens, r.ignore_eos ? std::vector<int64_t>{} : eos_);
     slot.order = admitted_++;
     slot.temperature = static_cast<float>(r.temperature);
-    slot.top_p = static_cast<float>(r.top_p);
+    // The request's top_p is a double in (0, 1]: one under float's least normal would round to
+    // 0, which the decoder refuses for the whole step (every slot in it). A nucleus that small
+    // is the likeliest token, as at float's least normal.
+    slot.top_p = std::max(static_cast<float>(r.top_p), std::numeric_limits<float>::min());
     slot.seed = r.seed_given ? r.seed : static_cast<int64_t>(random_());
   }
 }

@@ -1,6 +1,9 @@
 #include "llama/server/server.h"
 
+#include <arpa/inet.h>
 #include <disco/disco.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -146,6 +149,29 @@ int StoppedEarly() {
   return 0;
 }
 
+// Whether every address `host` names is a loopback one (127.0.0.0/8, ::1): 127.1 and localhost
+// are, 0.0.0.0 and :: (every interface) are not.
+bool OnlyLoopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool loopback = true;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopback = loopback && (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopback = loopback && IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+    } else {
+      loopback = false;
+    }
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
 // Every connection is a descriptor, idle ones included (connection.h): the soft limit on open
 // files (often 1024) goes up to the hard one, as web servers do, so that a thousand clients at
 // once are not refused. Says so when it cannot.
@@ -218,7 +244,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
     ~Clear() { s->Set(nullptr); }
   } clear{&stopper};
   const int port = front.Start();
-  if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+  if (!OnlyLoopback(o.host)) {
     std::fprintf(stderr,
                  "disco-llm-server: warning: --host %s: requests, their text and the API key "
                  "travel in clear text (no TLS); reach the server over a trusted network or an SSH "
