@@ -53,6 +53,10 @@ struct FunctionObj {
   /// Communicates with the other workers (a collective): worker 0 may run a call of it once the
   /// controller's next frame is out, so back-to-back collectives do not wait for frames.
   bool collective = false;
+  /// The body writes *rv on every return that does not throw (set_body_typed's, and the packed
+  /// form that returns an Any): a graph replay then writes its result into the register without
+  /// clearing it first.
+  bool writes_result = false;
 };
 
 /// Wraps a packed body into an (anonymous or named) Function.
@@ -139,7 +143,9 @@ class Registry {
                                              !std::is_invocable_v<F, const Args&, Any*>,
                                          int> = 0>
   Registry& set_body_packed(F f) {
-    return set_body_packed(PackedBody([f](const Args& args, Any* rv) { *rv = f(args); }));
+    set_body_packed(PackedBody([f](const Args& args, Any* rv) { *rv = f(args); }));
+    func_.get()->writes_result = true;
+    return *this;
   }
   /// `f` is any callable with a fixed signature; `param_names` (optional) name the parameters in
   /// conversion errors.
@@ -149,12 +155,14 @@ class Registry {
     using Tuple = typename Traits::ArgTuple;
     constexpr size_t kArity = Traits::kArity;
     std::string name = name_;
-    return set_body_packed(PackedBody(
+    set_body_packed(PackedBody(
         [f = std::move(f), name, names = std::move(param_names)](const Args& args, Any* rv) {
           if (args.size() != kArity) detail::ThrowArityError(name, kArity, args.size());
           detail::InvokeTyped<std::decay_t<F>, Tuple>(f, name, names, args, rv,
                                                       std::make_index_sequence<kArity>{});
         }));
+    func_.get()->writes_result = true;  // InvokeTyped writes None for a void function
+    return *this;
   }
   /// Marks the function as a collective (see FunctionObj::collective); call after set_body_*.
   Registry& mark_collective();

@@ -579,8 +579,11 @@ void Worker::RunGraphCall(uint64_t seq, const GraphCall& call, const Any* inputs
       }
     }
     for (uint32_t pos : call.refs) args[pos] = Resolve(call.args[pos], pos, call.label);
-    // A function that returns nothing leaves None (a packed one may not write its result at all).
-    if (slot.value.type_code() != TypeCode::kNone) slot.value = Any();
+    // A function that returns nothing leaves None: a packed body may not write its result at all
+    // (typed ones always do: FunctionObj::writes_result).
+    if (!call.func.get()->writes_result && slot.value.type_code() != TypeCode::kNone) {
+      slot.value = Any();
+    }
     call.func.get()->body(Args(args, call.args.size()), &slot.value);
   } catch (...) {
     unbind();
