@@ -173,6 +173,16 @@ bool CpuHas(Isa isa) {
 #endif
 }
 
+// The AVX-512 int8 kernel multiplies bytes by AVX512-VNNI (vpdpbusd): an AVX-512 CPU without it
+// (Skylake-SP) runs int8 on the AVX2 kernel.
+bool CpuHasVnni() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 Isa Resolve() {
   const char* env = std::getenv("DISCO_CPU_KERNELS");
   const std::string v = env != nullptr ? env : "auto";
@@ -201,22 +211,34 @@ Isa Kernels() {
   return isa;
 }
 
+// int8 on the AVX-512 kernel: an AVX-512 set chosen and VNNI there.
+bool Q8OnAvx512() {
+  static const bool yes =
+      (Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16) && CpuHasVnni();
+  return yes;
+}
+
 }  // namespace
 
 std::string CpuKernels() {
-  const bool q8_avx2 = DISCO_LLAMA_AVX2 != 0;
+  const std::string q8_avx2 =
+      DISCO_LLAMA_AVX2 != 0 ? "avx2 (widened, FMA)" : "base (this build has no AVX2 int8 kernel)";
+  const std::string q8 = Q8OnAvx512()
+                             ? "avx512 (vpdpbusd, x rounded to int16 per block)"
+                             : q8_avx2 + (Kernels() == Isa::kBase || Kernels() == Isa::kAvx2
+                                              ? ""
+                                              : ": this CPU has no AVX512-VNNI");
   switch (Kernels()) {
     case Isa::kBase:
       return "float32, bfloat16 and int8: x86-64 base (no AVX2)";
     case Isa::kAvx2:
-      return std::string("float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA), int8: ") +
-             (q8_avx2 ? "avx2 (widened, FMA)" : "base (this build has no AVX2 int8 kernel)");
+      return "float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA), int8: " + q8;
     case Isa::kAvx512:
-      return "float32: avx512 (FMA), bfloat16: avx512 (widened by shifts, "
-             "FMA), int8: avx512 (vpmaddwd, x rounded to int16 per block)";
+      return "float32: avx512 (FMA), bfloat16: avx512 (widened by shifts, FMA), int8: " + q8;
     case Isa::kAvx512Bf16:
-      return "float32: avx512 (FMA), bfloat16: avx512bf16 (vdpbf16ps, x "
-             "rounded to bfloat16), int8: avx512 (vpmaddwd, x rounded to int16 per block)";
+      return "float32: avx512 (FMA), bfloat16: avx512bf16 (vdpbf16ps, x rounded to bfloat16), "
+             "int8: " +
+             q8;
   }
   return "";
 }
@@ -234,7 +256,8 @@ void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFor
   if (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) {
     switch (format) {
       case WeightFormat::kQ8:
-        return avx512::StreamingQ8(x, m, k, wq, n, y, ldy);
+        if (Q8OnAvx512()) return avx512::StreamingQ8(x, m, k, wq, n, y, ldy);
+        break;
       case WeightFormat::kBf16:
         if (isa == Isa::kAvx512Bf16)
           return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
@@ -259,6 +282,14 @@ void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFor
 
 }  // namespace
 
+void PackQ8(uint8_t* w, int64_t n, int64_t k) {
+#if DISCO_LLAMA_AVX512
+  if (Q8OnAvx512()) avx512::PackQ8(w, n, k);
+#else
+  (void)w, (void)n, (void)k;
+#endif
+}
+
 // bfloat16 weights on AVX512-BF16 and int8 on AVX-512: the streaming kernels (in turns of
 // kStreamingRows) at any batch, as they outrun sgemm on float32 copies of the weights (64 rows of
 // 768 x 3072: bfloat16 99 against 63 GFLOP/s, int8 97 against 64; disco-llama-kernels), and
@@ -268,7 +299,7 @@ int64_t OneOrderRows(WeightFormat format) {
 #if DISCO_LLAMA_AVX512
   const Isa isa = Kernels();
   if ((format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
-      (format == WeightFormat::kQ8 && (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16))) {
+      (format == WeightFormat::kQ8 && Q8OnAvx512())) {
     return std::numeric_limits<int64_t>::max();
   }
 #else

@@ -32,8 +32,13 @@ std::string CpuKernels();
 constexpr int64_t kStreamingRows = 16;
 
 /// How a weight matrix is stored: float32, bfloat16 bits, or int8 in llama.cpp's Q8_0 blocks
-/// (q8.h: q8::RowBytes(k) bytes a row).
+/// (q8.h: q8::RowBytes(k) bytes a row, rearranged by PackQ8).
 enum class WeightFormat { kF32, kBf16, kQ8 };
+
+/// Rearranges n int8 rows of k weights (as q8::Quantize wrote them) in place into the order the
+/// int8 kernel DISCO_CPU_KERNELS chose reads (the AVX-512 kernel's groups of 8 blocks; nothing
+/// elsewhere): Linear takes int8 weights only after this, once.
+void PackQ8(uint8_t* w, int64_t n, int64_t k);
 
 /// The most rows of x for which Linear forms each row of y in one order whatever the other rows
 /// are (the streaming kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any

@@ -23,10 +23,15 @@ void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w,
 void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                       int64_t ldy, std::vector<float>* scratch);
 
-/// The same with int8 weights (q8.h: q8::RowBytes(k) bytes a row), widened in registers (int8 ->
-/// int32 -> float32, 16 at a time) and scaled by their block's d.
+/// The same with int8 weights (q8.h: q8::RowBytes(k) bytes a row, then PackQ8) by AVX512-VNNI
+/// byte products: x rounded to int16 per block of 32, the products exact in int32, each block's
+/// sum scaled by its d and x's.
 void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
                  int64_t ldy);
+
+/// Rearranges n rows of k int8 weights (q8.h's order) in place for StreamingQ8: each group of 8
+/// whole blocks so that its 4 loads of 64 bytes hold 8 weights of every block, as w + 128.
+void PackQ8(uint8_t* w, int64_t n, int64_t k);
 
 }  // namespace llama::avx512
 

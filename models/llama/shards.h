@@ -153,6 +153,7 @@ class Model {
       disco::Tensor t = arena ? arena->Take(shape, disco::DataType("uint8"))
                               : disco::Tensor::Empty(shape, disco::DataType("uint8"));
       q8::Quantize(f.data_as<float>(), rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
+      PackQ8(t.data_as<uint8_t>(), rows, cols);
       return t;
     };
     for (const WeightSpec& w : WeightSpecs(config)) {

@@ -51,6 +51,7 @@ Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
   }
   w.q8.resize(static_cast<size_t>(n * llama::q8::RowBytes(k)));
   llama::q8::Quantize(w.f32.data(), n, k, w.q8.data(), "test");
+  llama::PackQ8(w.q8.data(), n, k);
   return w;
 }
 

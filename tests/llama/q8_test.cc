@@ -113,31 +113,35 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
   }
 }
 
-// Linear on int8 weights by the kernel set chosen, against the reference (within float32's
-// rounding and, on AVX-512, x's int16 rounding): m rows of x from 1 to 5
-// and 17 (sgemm on dequantized blocks, or on AVX-512 the streaming kernel in turns), k with and
-// without a short last block, rows under and over 4 KiB, n with tails.
+// Linear on int8 weights (PackQ8's order) by the kernel set chosen, against the reference on
+// q8.h's order (within float32's rounding and, on AVX-512, x's int16 rounding): m rows of x from 1
+// to 5 and 17 (sgemm on dequantized blocks, or on AVX-512 the streaming kernel in turns), k with
+// and without a short last block, in whole groups of 8 blocks (768) and past them, rows under and
+// over 4 KiB, n with tails.
 TEST_F(CpuKernels, Q8MatchesTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
-  for (const int64_t k : {32, 64, 200, 1030, 4100}) {  // 4100: rows over 4 KiB
+  for (const int64_t k : {32, 64, 200, 768, 1030, 4100}) {  // 4100: rows over 4 KiB
     for (const int64_t n : {1, 5, 8, 13}) {
       std::vector<float> w(n * k);
       for (float& v : w) v = u(rng);
       std::vector<uint8_t> q(n * RowBytes(k));
       llama::q8::Quantize(w.data(), n, k, q.data(), "test");
+      std::vector<uint8_t> packed = q;
+      llama::PackQ8(packed.data(), n, k);
       std::vector<float> deq(n * k);
       llama::q8::Dequantize(q.data(), n, k, deq.data());
       for (const int64_t m : {1, 2, 3, 4, 5, 17}) {
         std::vector<float> x(m * k), y(m * n, NAN), ref(m * n);
         for (float& v : x) v = u(rng);
-        llama::Linear(x.data(), m, k, q.data(), llama::WeightFormat::kQ8, n, y.data(), n, &scratch);
+        llama::Linear(x.data(), m, k, packed.data(), llama::WeightFormat::kQ8, n, y.data(), n,
+                      &scratch);
         llama::q8::StreamingRef(x.data(), m, k, q.data(), n, ref.data(), n);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
-            // Float32 rounding, and the AVX-512 kernels' int16 x: each x off by at most half its
-            // block's max |x| / 32767.
+            // Float32 rounding, and the AVX-512 kernel's int16 x: each x off by at most half its
+            // block's max |x| / 32639.
             float mag = 0.0f, xq = 0.0f;
             for (int64_t p = 0; p < k; ++p) mag += std::fabs(x[i * k + p] * deq[j * k + p]);
             for (int64_t b = 0; b < k; b += 32) {
@@ -146,7 +150,7 @@ TEST_F(CpuKernels, Q8MatchesTheReference) {
                 amax = std::max(amax, std::fabs(x[i * k + p]));
                 wsum += std::fabs(deq[j * k + p]);
               }
-              xq += wsum * amax / 32767.0f / 2.0f;
+              xq += wsum * amax / 32639.0f / 2.0f;
             }
             ASSERT_NEAR(y[i * n + j], ref[i * n + j], 1e-5f * mag + xq)
                 << "m " << m << " k " << k << " n " << n << " at (" << i << ", " << j << ")";
