@@ -290,16 +290,15 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
 #endif
 }
 
-// On AVX-512 (bfloat16 on AVX512-BF16, int8 with VNNI): the streaming kernels (in turns of
-// kStreamingRows) at any batch, as they keep up with sgemm in float32 (64 rows of 3072 x 768: 88
-// against 89.5 GFLOP/s) and outrun it on float32 copies of bfloat16 or int8 weights (64 rows of
+// bfloat16 weights on AVX512-BF16 and int8 on AVX-512: the streaming kernels (in turns of
+// kStreamingRows) at any batch, as they outrun sgemm on float32 copies of the weights (64 rows of
 // 768 x 3072: bfloat16 99 against 63 GFLOP/s, int8 97 against 64; disco-llama-kernels), and
-// prefill then forms each row as decode does.
+// prefill then forms each row as decode does. float32 keeps sgemm above kStreamingRows (90
+// against 70).
 int64_t OneOrderRows(WeightFormat format) {
 #if DISCO_LLAMA_AVX512
   const Isa isa = Kernels();
-  if ((format == WeightFormat::kF32 && (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16)) ||
-      (format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
+  if ((format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
       (format == WeightFormat::kQ8 && Q8OnAvx512())) {
     return std::numeric_limits<int64_t>::max();
   }

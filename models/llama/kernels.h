@@ -6,9 +6,8 @@
 // every weight row once and forms its dot products with all rows of x while the row is in L1:
 // decode is bound by the memory traffic of the weights, and a GEMM would first pack them (copy
 // them again). Larger batches (prefill) go to OpenBLAS's cblas_sgemm, for bfloat16 weights through
-// a float32 copy of a block of rows at a time, except on AVX-512, where the streaming kernel keeps
-// up with it (float32) or outruns it at any batch (OneOrderRows: float32, bfloat16 on AVX512-BF16,
-// int8 with AVX512-VNNI). Hot loops are compiled for
+// a float32 copy of a block of rows at a time, except where the streaming kernel is faster at any
+// batch (OneOrderRows: bfloat16 on AVX512-BF16, int8 with AVX512-VNNI). Hot loops are compiled for
 // AVX2+FMA and for the base x86-64 ISA, chosen when the program starts (GCC's target_clones); the
 // streaming kernel also in AVX-512 (kernels_avx512.h), bfloat16 there either widened or by the
 // CPU's bf16 dot products; int8 weights (q8.h) in AVX2 (kernels_avx2.h), widened in registers,
@@ -43,8 +42,8 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k);
 
 /// The most rows of x for which Linear forms each row of y in one order whatever the other rows
 /// are (the streaming kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any
-/// number (int64_t's max) where the streaming kernel serves every batch (on AVX-512: float32,
-/// bfloat16 with AVX512-BF16, int8 with AVX512-VNNI).
+/// number (int64_t's max) where the streaming kernel serves every batch (bfloat16 weights on
+/// AVX512-BF16, int8 with AVX512-VNNI).
 int64_t OneOrderRows(WeightFormat format);
 
 /// y[m, n] = sum_k x[m, k] * w[n, k] (row-major, y's rows `ldy` apart), w in `format`. `scratch`

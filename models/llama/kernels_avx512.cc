@@ -50,20 +50,20 @@ struct Bf16 {  // bfloat16 bits are a float's top 16: widened exactly by a shift
   }
 };
 
-// Every product here forms each row of y in one order, whatever the other rows of x are: each
-// output has two accumulators, a[0] taking the even steps along k and a[1] the odd ones, a step
-// left over in a[0], the row's short tail in a[1], summed as a0 + a1 (the int8 kernel has its own
-// order, below). So a row's result is bit for bit the same alone (decode at batch 1) as in any
-// batch: the server's greedy tokens do not depend on what else runs, and prefill forms its rows
-// as decode does. At batch 1 weight rows go one after another, one sequential stream (8 rows side
-// by side, 8 streams, ran at half the speed on rows of 768 bfloat16). In batches, up to 4 rows of
-// x go against kR weight rows at a time (3 float32, 2 bfloat16), x's and the weights' vectors held
-// in registers (Pinned) for the kR x 4 FMAs they feed: float32 at 16 rows of 3072 x 768 went from
-// 53 to 86 GFLOP/s (4 accumulators against one weight row before), bfloat16 from 107 to 165.
+// Every product here forms each row of y in one order, whatever the other rows of x are: MB rows
+// of x (MB <= 4) against one weight row, four accumulators a row of x, a[u] taking the u-th of
+// every four steps, the steps left over in a[0], the row's short tail in a[1], summed as (a0 + a1)
+// + (a2 + a3). So a row's result is bit for bit the same alone (decode at batch 1) as in any
+// batch: the server's greedy tokens do not depend on what else runs. Weight rows go one after
+// another, one sequential stream (8 rows side by side, 8 streams, ran at half the speed on rows
+// of 768 bfloat16); a weight row is read once for up to 4 rows of x.
 //
 // Above one row, x is first copied into blocks of 4 rows whose steps interleave (step s of rows
 // 0..3, then step s + 1 of each: XRows), so that the loads of x are one sequential stream too:
 // 4 rows of 16 KiB read side by side from L2 halved the speed at batch 4 (rows of 4096 floats).
+LLAMA_INLINE float Reduce(const __m512 (&a)[4]) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
 
 // Where element p (a multiple of S) of row i of MB rows of x is: one row as given, x + p;
 // interleaved (Interleave: the MB rows' step p / S side by side, the last step padded with
@@ -78,90 +78,71 @@ struct XRows {
   }
 };
 
-// Keeps v in a register: GCC otherwise loads x again for each weight row (or the weights again
-// for each row of x) as FMA operands, 2 loads an FMA (R = 2: 34 against 84 GFLOP/s).
-template <typename V>
-LLAMA_INLINE V Pinned(V v) {
-  __asm__("" : "+v"(v));
-  return v;
-}
-
-// R weight rows (k apart) against MB rows of x, y[i * ldy + r]: two accumulators an output, a[0]
-// taking the even steps of 16 and a[1] the odd ones, a step left over in a[0], the row's short
-// tail in a[1], summed as a0 + a1: the same for every R and MB.
-template <int R, int MB, typename L>
+template <int MB, typename L>
 LLAMA_INLINE void FmaRows(XRows<float, 16> x, int64_t k, const typename L::W* w, float* y,
                           int64_t ldy) {
-  __m512 a[R][MB][2];
-  for (int r = 0; r < R; ++r) {
-    for (int i = 0; i < MB; ++i) a[r][i][0] = a[r][i][1] = _mm512_setzero_ps();
+  __m512 a[MB][4];
+  for (int i = 0; i < MB; ++i) {
+    for (int u = 0; u < 4; ++u) a[i][u] = _mm512_setzero_ps();
   }
-  auto step = [&](int64_t p, int u, auto load_w, auto load_x) {
-    __m512 xv[MB], wv[R];
-    for (int i = 0; i < MB; ++i) xv[i] = Pinned(load_x(i, p));
-    for (int r = 0; r < R; ++r) wv[r] = Pinned(load_w(w + r * k + p));
-    for (int r = 0; r < R; ++r) {
-      for (int i = 0; i < MB; ++i) a[r][i][u] = _mm512_fmadd_ps(xv[i], wv[r], a[r][i][u]);
-    }
-  };
-  auto full_w = [](const typename L::W* q) { return L::Load(q); };
-  auto full_x = [&](int i, int64_t p) { return _mm512_loadu_ps(x.template At<MB>(i, p)); };
   int64_t p = 0;
-  for (; p + 32 <= k; p += 32) {
-    step(p, 0, full_w, full_x);
-    step(p + 16, 1, full_w, full_x);
-  }
-  if (p + 16 <= k) step(p, 0, full_w, full_x), p += 16;
-  if (p < k) {
-    const int64_t left = k - p;
-    step(
-        p, 1, [&](const typename L::W* q) { return L::Tail(q, left); },
-        [&](int i, int64_t q) {
-          return _mm512_maskz_loadu_ps(Mask16(left), x.template At<MB>(i, q));
-        });
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int i = 0; i < MB; ++i) {
-      y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][i][0], a[r][i][1]));
+  for (; p + 64 <= k; p += 64) {
+    for (int u = 0; u < 4; ++u) {
+      const __m512 wv = L::Load(w + p + 16 * u);
+      for (int i = 0; i < MB; ++i) {
+        a[i][u] = _mm512_fmadd_ps(_mm512_loadu_ps(x.template At<MB>(i, p + 16 * u)), wv, a[i][u]);
+      }
     }
   }
+  for (; p + 16 <= k; p += 16) {
+    const __m512 wv = L::Load(w + p);
+    for (int i = 0; i < MB; ++i)
+      a[i][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x.template At<MB>(i, p)), wv, a[i][0]);
+  }
+  if (p < k) {
+    const __m512 wv = L::Tail(w + p, k - p);
+    for (int i = 0; i < MB; ++i) {
+      a[i][1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(Mask16(k - p), x.template At<MB>(i, p)), wv,
+                                a[i][1]);
+    }
+  }
+  for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
 }
 
 // The same by vdpbf16ps: x already bfloat16, 32 weights a step, each adding the products of 16
 // pairs into 16 float32 lanes.
 LLAMA_INLINE __m512bh LoadBh(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-template <int R, int MB>
+template <int MB>
 LLAMA_INLINE void DotRows(XRows<uint16_t, 32> x, int64_t k, const uint16_t* w, float* y,
                           int64_t ldy) {
-  __m512 a[R][MB][2];
-  for (int r = 0; r < R; ++r) {
-    for (int i = 0; i < MB; ++i) a[r][i][0] = a[r][i][1] = _mm512_setzero_ps();
+  __m512 a[MB][4];
+  for (int i = 0; i < MB; ++i) {
+    for (int u = 0; u < 4; ++u) a[i][u] = _mm512_setzero_ps();
   }
-  auto step = [&](int64_t p, int u, auto load) {
-    __m512bh xv[MB], wv[R];
-    for (int i = 0; i < MB; ++i) xv[i] = Pinned(load(x.template At<MB>(i, p)));
-    for (int r = 0; r < R; ++r) wv[r] = Pinned(load(w + r * k + p));
-    for (int r = 0; r < R; ++r) {
-      for (int i = 0; i < MB; ++i) a[r][i][u] = _mm512_dpbf16_ps(a[r][i][u], xv[i], wv[r]);
-    }
-  };
-  auto full = [](const uint16_t* q) { return LoadBh(q); };
   int64_t p = 0;
-  for (; p + 64 <= k; p += 64) {
-    step(p, 0, full);
-    step(p + 32, 1, full);
+  for (; p + 128 <= k; p += 128) {
+    for (int u = 0; u < 4; ++u) {
+      const __m512bh wv = LoadBh(w + p + 32 * u);
+      for (int i = 0; i < MB; ++i) {
+        a[i][u] = _mm512_dpbf16_ps(a[i][u], LoadBh(x.template At<MB>(i, p + 32 * u)), wv);
+      }
+    }
   }
-  if (p + 32 <= k) step(p, 0, full), p += 32;
+  for (; p + 32 <= k; p += 32) {
+    const __m512bh wv = LoadBh(w + p);
+    for (int i = 0; i < MB; ++i)
+      a[i][0] = _mm512_dpbf16_ps(a[i][0], LoadBh(x.template At<MB>(i, p)), wv);
+  }
   if (p < k) {  // zeros past the row's end: their products are 0
     const __mmask32 mask = Mask32(k - p);
-    step(p, 1, [&](const uint16_t* q) { return (__m512bh)_mm512_maskz_loadu_epi16(mask, q); });
-  }
-  for (int r = 0; r < R; ++r) {
+    const auto wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + p);
     for (int i = 0; i < MB; ++i) {
-      y[i * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][i][0], a[r][i][1]));
+      a[i][1] = _mm512_dpbf16_ps(
+          a[i][1], (__m512bh)_mm512_maskz_loadu_epi16(mask, x.template At<MB>(i, p)), wv);
     }
   }
+  for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
 }
 
 // One kernel's rows of x against one weight row (X: float for the FMA kernels, uint16_t bfloat16
@@ -171,22 +152,20 @@ struct Fma {
   using X = float;
   using W = typename L::W;
   static constexpr int S = 16;
-  static constexpr int kR = 3;  // weight rows a call in batches
   static const W* Row(const W* w, int64_t k, int64_t j) { return w + j * k; }
-  template <int MB, int R = 1>
+  template <int MB>
   static LLAMA_INLINE void Rows(XRows<X, S> x, int64_t k, const W* w, float* y, int64_t ldy) {
-    FmaRows<R, MB, L>(x, k, w, y, ldy);
+    FmaRows<MB, L>(x, k, w, y, ldy);
   }
 };
 struct Dot {
   using X = uint16_t;
   using W = uint16_t;
   static constexpr int S = 32;
-  static constexpr int kR = 2;
   static const W* Row(const W* w, int64_t k, int64_t j) { return w + j * k; }
-  template <int MB, int R = 1>
+  template <int MB>
   static LLAMA_INLINE void Rows(XRows<X, S> x, int64_t k, const W* w, float* y, int64_t ldy) {
-    DotRows<R, MB>(x, k, w, y, ldy);
+    DotRows<MB>(x, k, w, y, ldy);
   }
 };
 
@@ -240,28 +219,24 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
   for (int64_t j0 = 0; j0 < n; j0 += panel) {
     const int64_t j1 = std::min(n, j0 + panel);
     for (int64_t b = 0; b < blocks; ++b) {
-      auto rows = [&](int64_t j, auto r) {  // K::kR weight rows a call, then one
-        constexpr int R = decltype(r)::value;
+      for (int64_t j = j0; j < j1; ++j) {
         const typename K::W* row = K::Row(w, k, j);
         float* yb = y + b * per * ldy + j;
         switch (std::min(per, m - b * per)) {
           case 4:
-            K::template Rows<4, R>(xr[b], k, row, yb, ldy);
+            K::template Rows<4>(xr[b], k, row, yb, ldy);
             break;
           case 3:
-            K::template Rows<3, R>(xr[b], k, row, yb, ldy);
+            K::template Rows<3>(xr[b], k, row, yb, ldy);
             break;
           case 2:
-            K::template Rows<2, R>(xr[b], k, row, yb, ldy);
+            K::template Rows<2>(xr[b], k, row, yb, ldy);
             break;
           default:
-            K::template Rows<1, R>(xr[b], k, row, yb, ldy);
+            K::template Rows<1>(xr[b], k, row, yb, ldy);
             break;
         }
-      };
-      int64_t j = j0;
-      for (; j + K::kR <= j1; j += K::kR) rows(j, std::integral_constant<int, K::kR>());
-      for (; j < j1; ++j) rows(j, std::integral_constant<int, 1>());
+      }
     }
   }
 }
