@@ -66,13 +66,19 @@ void Quantize(const float* w, int64_t n, int64_t k, uint8_t* out, const std::str
         amax = std::max(amax, std::fabs(row[p]));
       }
       // As llama.cpp's quantize_row_q8_0: q by the float32 scale, the scale stored in float16.
-      const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-      const uint16_t h = FloatToHalf(d);
+      const float d = amax / 127.0f;
+      float id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint16_t h = FloatToHalf(d);
       DISCO_CHECK(std::isfinite(HalfToFloat(h)), ValueError)
           << what << ": row " << j << " has a block of max |w| " << amax
           << ", whose int8 scale (max/127) overflows float16 (at most 65504)";
+      if ((h & 0x7c00u) == 0 && amax > 0.0f) {  // a subnormal float16 scale (q8.h)
+        h = std::max<uint16_t>(h, 1);
+        id = 1.0f / HalfToFloat(h);
+      }
       for (int64_t p = p0; p < p1; ++p) {
-        o[p] = static_cast<uint8_t>(static_cast<int8_t>(std::round(row[p] * id)));
+        const float v = std::clamp(std::round(row[p] * id), -127.0f, 127.0f);
+        o[p] = static_cast<uint8_t>(static_cast<int8_t>(v));
       }
       std::memcpy(o + k + 2 * b, &h, 2);
     }

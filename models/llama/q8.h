@@ -4,7 +4,11 @@
 //   q = round(w / d) (int8 in [-127, 127]; a block of zeros has d = 0 and q = 0),
 // and w is read back as q * d. q is rounded with d in float32 and d then stored in float16, as
 // llama.cpp's quantize_row_q8_0 does, so a weight is off by at most d/2 plus 127 times d's
-// float16 rounding (2^-11 of d): 0.56 d. A row of k weights is k bytes of q, then ceil(k/32)
+// float16 rounding (2^-11 of d): 0.56 d. Where d is under float16's least normal (2^-14: a block
+// of max |w| under 127 x 2^-14, about 7.8e-3) its float16 has fewer bits (a step of 2^-24, and
+// none under 2^-25, where the least step is stored), so q is taken against the scale as stored
+// (clamped to [-127, 127]): a weight is off by at most half the stored scale (llama.cpp's way left
+// a block of max |w| 6e-6 off by 22%). A row of k weights is k bytes of q, then ceil(k/32)
 // float16 scales (little-endian); a last block of k % 32 weights has its own scale (llama.cpp
 // needs k a multiple of 32; here each rank quantizes its own shard, so a shard's blocks start at
 // its first column, and match one rank's blocks where k / ranks is a multiple of 32).

@@ -72,6 +72,36 @@ TEST(Q8, KnownBlocks) {
   for (int64_t p = 64; p < k; ++p) EXPECT_LE(std::fabs(back[p] - w[p]), 0.57f * d) << p;
 }
 
+// Blocks whose scale is a subnormal float16 (max |w| under 127 x 2^-14): q against the scale as
+// stored, so each weight is off by at most half of it; llama.cpp's way (q against the float32
+// scale) left the block of max 6.25e-6 off by 22%. Under 2^-25 x 127 the least step is stored.
+TEST(Q8, TinyBlocksAgainstTheStoredScale) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t k = 128;
+  const float maxes[4] = {5e-3f, 6.25e-6f, 4e-7f, 1e-9f};
+  std::vector<float> w(k);
+  for (int64_t b = 0; b < 4; ++b) {
+    for (int64_t p = 0; p < 32; ++p) w[b * 32 + p] = u(rng) * maxes[b];
+    w[b * 32] = maxes[b];
+  }
+  std::vector<uint8_t> q(RowBytes(k));
+  llama::q8::Quantize(w.data(), 1, k, q.data(), "test");
+  std::vector<float> back(k);
+  llama::q8::Dequantize(q.data(), 1, k, back.data());
+  for (int64_t b = 0; b < 4; ++b) {
+    const float d = HalfToFloat(ScaleBits(q, k, b));
+    EXPECT_GT(d, 0.0f) << "block " << b;
+    for (int64_t p = b * 32; p < b * 32 + 32; ++p) {
+      EXPECT_LE(std::fabs(back[p] - w[p]), 0.5f * d * (1.0f + 1e-6f)) << "block " << b << ", " << p;
+    }
+  }
+  // Relative to the block's largest: the first two within 1%.
+  for (int64_t p = 0; p < 64; ++p) {
+    EXPECT_LE(std::fabs(back[p] - w[p]), 0.01f * maxes[p / 32]) << p;
+  }
+}
+
 TEST(Q8, RandomRoundTripWithinBound) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -157,6 +187,44 @@ TEST_F(CpuKernels, Q8MatchesTheReference) {
           }
         }
       }
+    }
+  }
+}
+
+// Rows of tiny activations (a norm weight of 1e-36 makes them) keep their precision: the AVX-512
+// kernel's block scales (max |x| / 32639) and their products with the weights' underflowed, which
+// left such rows' outputs wrong by more than their own size. Also a row whose first block is
+// 2^-120 of the rest (that block may count as zeros: its part is below float32's precision).
+TEST_F(CpuKernels, Q8TinyRowsKeepTheirPrecision) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> scratch;
+  const int64_t k = 600, n = 7, m = 4;
+  std::vector<float> w(n * k);
+  for (float& v : w) v = u(rng);
+  std::vector<uint8_t> q(n * RowBytes(k));
+  llama::q8::Quantize(w.data(), n, k, q.data(), "test");
+  std::vector<uint8_t> packed = q;
+  llama::PackQ8(packed.data(), n, k);
+  std::vector<float> deq(n * k);
+  llama::q8::Dequantize(q.data(), n, k, deq.data());
+  const float scales[m] = {1e-30f, 1e-36f, 3e-38f, 1.0f};
+  std::vector<float> x(m * k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) x[i * k + p] = u(rng) * scales[i];
+  }
+  for (int64_t p = 0; p < 32; ++p) x[3 * k + p] *= 0x1p-120f;
+  std::vector<float> y(m * n, NAN);
+  llama::Linear(x.data(), m, k, packed.data(), llama::WeightFormat::kQ8, n, y.data(), n, &scratch);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0.0, mag = 0.0;  // in double: no underflow in the reference
+      for (int64_t p = 0; p < k; ++p) {
+        exact += static_cast<double>(x[i * k + p]) * deq[j * k + p];
+        mag += std::fabs(static_cast<double>(x[i * k + p]) * deq[j * k + p]);
+      }
+      EXPECT_NEAR(y[i * n + j], exact, 1e-4 * mag)
+          << "row " << i << " (x of about " << scales[i] << "), column " << j;
     }
   }
 }
