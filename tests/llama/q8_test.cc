@@ -148,26 +148,38 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
 // to 5 and 17 (sgemm on dequantized blocks, or on AVX-512 the streaming kernel in turns), k with
 // and without a short last block, in whole groups of 8 blocks (768) and past them, rows under and
 // over 4 KiB, n with tails.
+// n x k random weights in (-1, 1), quantized (q8.h's order), packed for Linear (PackQ8) and read
+// back.
+struct Q8Weights {
+  std::vector<uint8_t> q, packed;
+  std::vector<float> deq;
+};
+Q8Weights RandomQ8(int64_t n, int64_t k, std::mt19937* rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(n * k);
+  for (float& v : w) v = u(*rng);
+  Q8Weights r{std::vector<uint8_t>(n * RowBytes(k)), {}, std::vector<float>(n * k)};
+  llama::q8::Quantize(w.data(), n, k, r.q.data(), "test");
+  r.packed = r.q;
+  llama::PackQ8(r.packed.data(), n, k);
+  llama::q8::Dequantize(r.q.data(), n, k, r.deq.data());
+  return r;
+}
+
 TEST_F(CpuKernels, Q8MatchesTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
   for (const int64_t k : {32, 64, 200, 768, 1030, 4100}) {  // 4100: rows over 4 KiB
     for (const int64_t n : {1, 5, 8, 13}) {
-      std::vector<float> w(n * k);
-      for (float& v : w) v = u(rng);
-      std::vector<uint8_t> q(n * RowBytes(k));
-      llama::q8::Quantize(w.data(), n, k, q.data(), "test");
-      std::vector<uint8_t> packed = q;
-      llama::PackQ8(packed.data(), n, k);
-      std::vector<float> deq(n * k);
-      llama::q8::Dequantize(q.data(), n, k, deq.data());
+      const Q8Weights wq = RandomQ8(n, k, &rng);
+      const std::vector<float>& deq = wq.deq;
       for (const int64_t m : {1, 2, 3, 4, 5, 17}) {
         std::vector<float> x(m * k), y(m * n, NAN), ref(m * n);
         for (float& v : x) v = u(rng);
-        llama::Linear(x.data(), m, k, packed.data(), llama::WeightFormat::kQ8, n, y.data(), n,
+        llama::Linear(x.data(), m, k, wq.packed.data(), llama::WeightFormat::kQ8, n, y.data(), n,
                       &scratch);
-        llama::q8::StreamingRef(x.data(), m, k, q.data(), n, ref.data(), n);
+        llama::q8::StreamingRef(x.data(), m, k, wq.q.data(), n, ref.data(), n);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
             // Float32 rounding, and the AVX-512 kernel's int16 x: each x off by at most half its
@@ -200,14 +212,8 @@ TEST_F(CpuKernels, Q8TinyRowsKeepTheirPrecision) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
   const int64_t k = 600, n = 7, m = 4;
-  std::vector<float> w(n * k);
-  for (float& v : w) v = u(rng);
-  std::vector<uint8_t> q(n * RowBytes(k));
-  llama::q8::Quantize(w.data(), n, k, q.data(), "test");
-  std::vector<uint8_t> packed = q;
-  llama::PackQ8(packed.data(), n, k);
-  std::vector<float> deq(n * k);
-  llama::q8::Dequantize(q.data(), n, k, deq.data());
+  const Q8Weights wq = RandomQ8(n, k, &rng);
+  const std::vector<float>& deq = wq.deq;
   const float scales[m] = {1e-30f, 1e-36f, 3e-38f, 1.0f};
   std::vector<float> x(m * k);
   for (int64_t i = 0; i < m; ++i) {
@@ -215,7 +221,8 @@ TEST_F(CpuKernels, Q8TinyRowsKeepTheirPrecision) {
   }
   for (int64_t p = 0; p < 32; ++p) x[3 * k + p] *= 0x1p-120f;
   std::vector<float> y(m * n, NAN);
-  llama::Linear(x.data(), m, k, packed.data(), llama::WeightFormat::kQ8, n, y.data(), n, &scratch);
+  llama::Linear(x.data(), m, k, wq.packed.data(), llama::WeightFormat::kQ8, n, y.data(), n,
+                &scratch);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double exact = 0.0, mag = 0.0;  // in double: no underflow in the reference
