@@ -314,36 +314,20 @@ struct Q8X {
   float* d;    // the blocks' scales (zeros past the row's)
 };
 
-// 2^e brings a row's largest |x| into [1, 2): e is the row's own, as QuantizeX's scales (max |x|
-// / kXMax) and their products with the weights' would underflow in a row of tiny values (a norm
-// weight of 1e-36 left every int8 logit off by three times the largest). 0 for a row of zeros or
-// one holding a NaN or an infinity.
-int RowExponent(const float* x, int64_t k) {
-  __m512 m = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + 16 <= k; p += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + p)));
-  if (p < k) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Mask16(k - p), x + p)));
-  const float amax = _mm512_reduce_max_ps(m);
-  return amax > 0.0f && amax <= FLT_MAX ? -std::ilogb(amax) : 0;
-}
-
-// x (k floats) times 2^e (exact: scalef) into `out`, whose arrays hold zeros. A block whose max
-// |x| is under 2^-112 of the row's (kXMax / max would overflow) counts as zeros.
-void QuantizeX(const float* x, int64_t k, int e, const Q8X& out) {
-  const __m512 two_e = _mm512_set1_ps(static_cast<float>(e));
+// x (k floats) into `out`, whose arrays hold zeros.
+void QuantizeX(const float* x, int64_t k, const Q8X& out) {
   alignas(64) int32_t q[q8::kBlock];
   for (int64_t b = 0, p = 0; p < k; ++b, p += q8::kBlock) {
     const int64_t n = std::min<int64_t>(q8::kBlock, k - p);
-    const __m512 x0 =
-        _mm512_scalef_ps(_mm512_maskz_loadu_ps(Mask16(std::min<int64_t>(16, n)), x + p), two_e);
-    const __m512 x1 = _mm512_scalef_ps(
-        _mm512_maskz_loadu_ps(Mask16(std::max<int64_t>(0, n - 16)), x + p + 16), two_e);
+    const __m512 x0 = _mm512_maskz_loadu_ps(Mask16(std::min<int64_t>(16, n)), x + p);
+    const __m512 x1 = _mm512_maskz_loadu_ps(Mask16(std::max<int64_t>(0, n - 16)), x + p + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     // max ignores a NaN: a block holding one (or an infinity) gets a NaN scale, so that the row's
     // products are NaN as the float kernels' are, not quietly finite.
     const bool finite = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) == 0 &&
                         _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q) == 0 && amax <= FLT_MAX;
     out.d[b] = finite ? amax / kXMax : NAN;
+    // A block under 2^-112 of the row's largest counts as zeros (kXMax / max would overflow).
     const __m512 inv = _mm512_set1_ps(amax > 0x1p-112f ? kXMax / amax : 0.0f);
     const __m512i lo = _mm512_set1_epi32(-kXMax), hi = _mm512_set1_epi32(kXMax);
     for (int half = 0; half < 2; ++half) {  // to nearest even; a NaN's INT_MIN clamped
@@ -469,8 +453,10 @@ void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, i
   Streaming<Dot>(xb, m, k, w, n, y, ldy);
 }
 
-void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
-                 int64_t ldy) {
+namespace {
+
+void Q8Products(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
+                int64_t ldy) {
   const int64_t nb = q8::Blocks(k), kp = (nb + 1) / 2 * 2 * q8::kBlock;
   const int64_t nbp = (nb + 15) / 16 * 16, stride = q8::RowBytes(k);
   // Each row's bytes in one buffer, h, l and c a cache line apart and the rows 4 KiB + 256 bytes
@@ -489,22 +475,11 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
     auto* r = reinterpret_cast<int8_t*>(buf.data()) + i * row_bytes;
     return Q8X{r, r + kp + 64, reinterpret_cast<int32_t*>(r + 2 * kp + 128), dx.data() + i * nbp};
   };
-  thread_local std::vector<int> exps;
-  exps.resize(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    exps[i] = RowExponent(x + i * k, k);
-    QuantizeX(x + i * k, k, exps[i], row(i));
-  }
-  auto unscale = [&] {  // y's rows back by 2^-e: exact, each product as if x were not scaled
-    for (int64_t i = 0; i < m; ++i) {
-      if (exps[i] == 0) continue;
-      for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = std::ldexp(y[i * ldy + j], -exps[i]);
-    }
-  };
+  for (int64_t i = 0; i < m; ++i) QuantizeX(x + i * k, k, row(i));
   if (m == 1) {  // decode at batch 1: the loop with the kernel inlined
     const Q8X x0 = row(0);
     for (int64_t j = 0; j < n; ++j) Q8Rows<1>(&x0, k, w + j * stride, y + j, ldy);
-    return unscale();
+    return;
   }
   // As Streaming: above 4 rows, a panel of weight rows from L2 against each block of x in turn.
   const int64_t panel = m <= 4 ? n : std::max<int64_t>(1, kPanelBytes / stride);
@@ -534,7 +509,52 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
       }
     }
   }
-  unscale();
+}
+
+// 2^e brings a row's largest |x| into [1, 2) where it is under 2^-60: the block scales (max |x|
+// / kXMax) and their products with the weights' would underflow in a row of tiny values (a norm
+// weight of 1e-36 left every int8 logit off by three times the largest). 0 elsewhere: rows of
+// ordinary values are left as they are (scaling every row in the products' pass cost batch-4
+// decode 15%), and rows of zeros or holding a NaN or an infinity.
+int RowExponent(const float* x, int64_t k) {
+  __m512 m = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + p)));
+  if (p < k) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(Mask16(k - p), x + p)));
+  const float amax = _mm512_reduce_max_ps(m);
+  return amax > 0.0f && amax < 0x1p-60f ? -std::ilogb(amax) : 0;
+}
+
+// v (count floats) times 2^e, exactly (scalef), into out (which may be v).
+void Scale2(const float* v, int64_t count, int e, float* out) {
+  const __m512 f = _mm512_set1_ps(static_cast<float>(e));
+  int64_t j = 0;
+  for (; j + 16 <= count; j += 16) {
+    _mm512_storeu_ps(out + j, _mm512_scalef_ps(_mm512_loadu_ps(v + j), f));
+  }
+  if (j < count) {
+    const __mmask16 mask = Mask16(count - j);
+    _mm512_mask_storeu_ps(out + j, mask, _mm512_scalef_ps(_mm512_maskz_loadu_ps(mask, v + j), f));
+  }
+}
+
+}  // namespace
+
+// Rows of tiny x are products of x 2^e, their outputs then 2^-e: exact, as if unscaled.
+void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
+                 int64_t ldy) {
+  thread_local std::vector<int> exps;
+  thread_local std::vector<float> scaled;
+  exps.assign(static_cast<size_t>(m), 0);
+  bool any = false;
+  for (int64_t i = 0; i < m; ++i) any |= (exps[i] = RowExponent(x + i * k, k)) != 0;
+  if (!any) return Q8Products(x, m, k, w, n, y, ldy);
+  scaled.resize(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) Scale2(x + i * k, k, exps[i], scaled.data() + i * k);
+  Q8Products(scaled.data(), m, k, w, n, y, ldy);
+  for (int64_t i = 0; i < m; ++i) {
+    if (exps[i] != 0) Scale2(y + i * ldy, n, -exps[i], y + i * ldy);
+  }
 }
 
 }  // namespace llama::avx512
