@@ -327,7 +327,8 @@ void QuantizeX(const float* x, int64_t k, const Q8X& out) {
     const bool finite = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) == 0 &&
                         _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q) == 0 && amax <= FLT_MAX;
     out.d[b] = finite ? amax / kXMax : NAN;
-    // A block under 2^-112 of the row's largest counts as zeros (kXMax / max would overflow).
+    // A block of max |x| under 2^-112 counts as zeros (kXMax / max would overflow): at most 2^-52
+    // of its row's largest, as StreamingQ8 scales rows under 2^-60 up.
     const __m512 inv = _mm512_set1_ps(amax > 0x1p-112f ? kXMax / amax : 0.0f);
     const __m512i lo = _mm512_set1_epi32(-kXMax), hi = _mm512_set1_epi32(kXMax);
     for (int half = 0; half < 2; ++half) {  // to nearest even; a NaN's INT_MIN clamped
