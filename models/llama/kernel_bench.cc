@@ -78,6 +78,7 @@ int Run(int argc, char** argv) {
   std::vector<uint8_t> wq(static_cast<size_t>(n * llama::q8::RowBytes(k)));
   llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
   llama::PackQ8(wq.data(), n, k);
+  llama::PackF32(wf.data(), n, k);
   using llama::WeightFormat;
   for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
     for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{64}}) {

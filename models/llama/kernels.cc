@@ -218,6 +218,9 @@ bool Q8OnAvx512() {
   return yes;
 }
 
+// float32 on the AVX-512 panel kernel (weights rearranged by PackF32): an AVX-512 set chosen.
+bool F32OnAvx512() { return Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16; }
+
 }  // namespace
 
 std::string CpuKernels() {
@@ -234,10 +237,12 @@ std::string CpuKernels() {
     case Isa::kAvx2:
       return "float32: avx2 (FMA), bfloat16: avx2 (widened by shifts, FMA), int8: " + q8;
     case Isa::kAvx512:
-      return "float32: avx512 (FMA), bfloat16: avx512 (widened by shifts, FMA), int8: " + q8;
+      return "float32: avx512 (FMA on panels of 64 rows), bfloat16: avx512 (widened by shifts, "
+             "FMA), int8: " +
+             q8;
     case Isa::kAvx512Bf16:
-      return "float32: avx512 (FMA), bfloat16: avx512bf16 (vdpbf16ps, x rounded to bfloat16), "
-             "int8: " +
+      return "float32: avx512 (FMA on panels of 64 rows), bfloat16: avx512bf16 (vdpbf16ps, x "
+             "rounded to bfloat16), int8: " +
              q8;
   }
   return "";
@@ -263,7 +268,7 @@ void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFor
           return avx512::StreamingBf16Dot(x, m, k, wb, n, y, ldy, scratch);
         return avx512::StreamingBf16Widen(x, m, k, wb, n, y, ldy);
       case WeightFormat::kF32:
-        return avx512::StreamingF32(x, m, k, wf, n, y, ldy);
+        return avx512::PackedF32(x, m, k, wf, n, y, ldy);
     }
   }
 #endif
@@ -290,15 +295,33 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
 #endif
 }
 
-// bfloat16 weights on AVX512-BF16 and int8 on AVX-512: the streaming kernels (in turns of
-// kStreamingRows) at any batch, as they outrun sgemm on float32 copies of the weights (64 rows of
-// 768 x 3072: bfloat16 99 against 63 GFLOP/s, int8 97 against 64; disco-llama-kernels), and
-// prefill then forms each row as decode does. float32 keeps sgemm above kStreamingRows (90
-// against 70).
+void PackF32(float* w, int64_t n, int64_t k) {
+#if DISCO_LLAMA_AVX512
+  if (F32OnAvx512()) avx512::PackF32(w, n, k);
+#else
+  (void)w, (void)n, (void)k;
+#endif
+}
+
+void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out) {
+#if DISCO_LLAMA_AVX512
+  if (F32OnAvx512()) return avx512::UnpackF32(w, n, k, j0, count, out);
+#else
+  (void)n;
+#endif
+  std::memcpy(out, w + j0 * k, static_cast<size_t>(count * k) * sizeof(float));
+}
+
+// float32 on AVX-512, bfloat16 weights on AVX512-BF16 and int8 on AVX-512: their kernels at any
+// batch (the streaming ones in turns of kStreamingRows), as they outrun sgemm (64 rows of 768 x
+// 3072: float32 on panels 267 against OpenBLAS's 114 GFLOP/s on Zen 5, whose AVX-512 it does not
+// know; bfloat16 99 against 63, int8 97 against 64 on float32 copies, Zen 4; disco-llama-kernels),
+// and prefill then forms each row as decode does.
 int64_t OneOrderRows(WeightFormat format) {
 #if DISCO_LLAMA_AVX512
   const Isa isa = Kernels();
-  if ((format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
+  if ((format == WeightFormat::kF32 && F32OnAvx512()) ||
+      (format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
       (format == WeightFormat::kQ8 && Q8OnAvx512())) {
     return std::numeric_limits<int64_t>::max();
   }

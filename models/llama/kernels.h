@@ -6,12 +6,14 @@
 // every weight row once and forms its dot products with all rows of x while the row is in L1:
 // decode is bound by the memory traffic of the weights, and a GEMM would first pack them (copy
 // them again). Larger batches (prefill) go to OpenBLAS's cblas_sgemm, for bfloat16 weights through
-// a float32 copy of a block of rows at a time, except where the streaming kernel is faster at any
-// batch (OneOrderRows: bfloat16 on AVX512-BF16, int8 with AVX512-VNNI). Hot loops are compiled for
-// AVX2+FMA and for the base x86-64 ISA, chosen when the program starts (GCC's target_clones); the
-// streaming kernel also in AVX-512 (kernels_avx512.h), bfloat16 there either widened or by the
-// CPU's bf16 dot products; int8 weights (q8.h) in AVX2 (kernels_avx2.h), widened in registers,
-// and AVX-512 (VNNI byte products on weights packed at load: PackQ8).
+// a float32 copy of a block of rows at a time, except where our kernel is faster at any batch
+// (OneOrderRows: float32 on AVX-512, bfloat16 on AVX512-BF16, int8 with AVX512-VNNI). Hot loops
+// are compiled for AVX2+FMA and for the base x86-64 ISA, chosen when the program starts (GCC's
+// target_clones); the streaming kernel also in AVX-512 (kernels_avx512.h), bfloat16 there either
+// widened or by the CPU's bf16 dot products; int8 weights (q8.h) in AVX2 (kernels_avx2.h),
+// widened in registers, and AVX-512 (VNNI byte products on weights packed at load: PackQ8).
+// float32 on AVX-512 reads weights rearranged at load into panels of 64 rows (PackF32), a
+// register-blocked product whose outputs are each one chain of FMAs along k.
 // Which set runs: DISCO_CPU_KERNELS=auto (the default: the widest this CPU and build have),
 // avx2, avx512 or avx512bf16 (docs/performance.md).
 #ifndef DISCO_MODELS_LLAMA_KERNELS_H_
@@ -40,9 +42,18 @@ enum class WeightFormat { kF32, kBf16, kQ8 };
 /// elsewhere): Linear takes int8 weights only after this, once.
 void PackQ8(uint8_t* w, int64_t n, int64_t k);
 
+/// Rearranges n float32 rows of k weights in place into the order the float32 kernel
+/// DISCO_CPU_KERNELS chose reads (the AVX-512 kernel's panels of 64 rows; nothing elsewhere):
+/// Linear takes float32 weights only after this, once.
+void PackF32(float* w, int64_t n, int64_t k);
+
+/// Rows [j0, j0 + count) of an n x k float32 matrix PackF32 rearranged, in row order into out
+/// (count x k floats): an embedding row of a tied LM head, or the weight as loaded.
+void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out);
+
 /// The most rows of x for which Linear forms each row of y in one order whatever the other rows
-/// are (the streaming kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any
-/// number (int64_t's max) where the streaming kernel serves every batch (bfloat16 weights on
+/// are (our kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any number
+/// (int64_t's max) where our kernel serves every batch (float32 on AVX-512, bfloat16 weights on
 /// AVX512-BF16, int8 with AVX512-VNNI).
 int64_t OneOrderRows(WeightFormat format);
 

@@ -24,19 +24,14 @@ namespace llama::avx512 {
 namespace {
 
 constexpr int64_t kPanelBytes = 128 << 10;  // weight rows reused from L2 by each block of x
+constexpr int64_t kF32Panel = 64;           // weight rows a panel of PackF32
+constexpr int64_t kF32SpanBytes = 256 << 10;  // float32 panels reused from L2 by each tile of x
 
 LLAMA_INLINE __mmask16 Mask16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 LLAMA_INLINE __mmask32 Mask32(int64_t n) { return static_cast<__mmask32>((uint64_t{1} << n) - 1); }
 
-// The weight formats of the FMA kernels: 16 weights at w as 16 floats (Load, and Tail for the
-// last n < 16 of a row, zeros after them).
-struct F32 {
-  using W = float;
-  static LLAMA_INLINE __m512 Load(const float* w) { return _mm512_loadu_ps(w); }
-  static LLAMA_INLINE __m512 Tail(const float* w, int64_t n) {
-    return _mm512_maskz_loadu_ps(Mask16(n), w);
-  }
-};
+// The weight format of the FMA kernel: 16 weights at w as 16 floats (Load, and Tail for the last
+// n < 16 of a row, zeros after them).
 struct Bf16 {  // bfloat16 bits are a float's top 16: widened exactly by a shift
   using W = uint16_t;
   static LLAMA_INLINE __m512 Widen(__m256i h) {
@@ -241,6 +236,125 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
   }
 }
 
+// ---- float32: panels of weight rows, k-major (PackF32) -----------------------------------------
+//
+// Each panel of kF32Panel weight rows (the last one, nv < 64 rows, as it is) holds the k steps of
+// its rows side by side: weight (j, p) of the panel at p * nv + j. A tile of MB rows of x (MB <= 6)
+// against a panel keeps MB x 4 accumulators of 16 outputs; each step broadcasts x[i][p] and reads
+// 64 weights, one sequential stream. Each output is one chain of FMAs along k from 0, whatever
+// MB, the panel or the other rows: a row's result is bit for bit the same alone (decode at batch
+// 1) as in any batch, and prefill forms its rows as decode does. Against the streaming kernel
+// (a weight row against up to 4 rows of x, four accumulators an output, then reduced across
+// lanes), no reduction is left and a weight vector feeds MB FMAs from registers: 16 rows of 3072
+// x 768, 97 -> 263 GFLOP/s, and at batch 1 from memory one stream at 35 -> 48 GB/s (Zen 5,
+// disco-llama-kernels; docs/performance.md).
+template <int MB, bool kFull>
+LLAMA_INLINE void PanelTile(const float* x, int64_t k, const float* wp, int64_t nv, float* y,
+                            int64_t ldy) {
+  const int64_t stride = kFull ? kF32Panel : nv;
+  __mmask16 mask[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
+  __m512 a[MB][4];
+#pragma GCC unroll 6
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wr = wp + p * stride;
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      wv[v] = kFull ? _mm512_loadu_ps(wr + 16 * v) : _mm512_maskz_loadu_ps(mask[v], wr + 16 * v);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MB; ++i) {
+      const __m512 xb = _mm512_set1_ps(x[i * k + p]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) a[i][v] = _mm512_fmadd_ps(xb, wv[v], a[i][v]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + i * ldy + 16 * v, mask[v], a[i][v]);
+  }
+}
+
+// MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kF32Panel).
+template <int MB>
+__attribute__((noinline)) void PanelRows(const float* x, int64_t k, const float* w, int64_t n,
+                                         int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  for (int64_t jb = j0; jb < j1; jb += kF32Panel) {
+    const int64_t nv = std::min(kF32Panel, n - jb);
+    if (nv == kF32Panel) {
+      PanelTile<MB, true>(x, k, w + jb * k, nv, y + jb, ldy);
+    } else {
+      PanelTile<MB, false>(x, k, w + jb * k, nv, y + jb, ldy);
+    }
+  }
+}
+
+}  // namespace
+
+void PackedF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+               int64_t ldy) {
+  // Above one tile of rows, spans of panels (kF32SpanBytes, kept in L2) go against each tile.
+  const int64_t span =
+      m <= 6 ? n
+             : std::max<int64_t>(1, kF32SpanBytes / (k * int64_t{sizeof(float)}) / kF32Panel) *
+                   kF32Panel;
+  for (int64_t j0 = 0; j0 < n; j0 += span) {
+    const int64_t j1 = std::min(n, j0 + span);
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6) PanelRows<6>(x + i * k, k, w, n, j0, j1, y + i * ldy, ldy);
+    const float* xi = x + i * k;
+    float* yi = y + i * ldy;
+    switch (m - i) {
+      case 5:
+        PanelRows<5>(xi, k, w, n, j0, j1, yi, ldy);
+        break;
+      case 4:
+        PanelRows<4>(xi, k, w, n, j0, j1, yi, ldy);
+        break;
+      case 3:
+        PanelRows<3>(xi, k, w, n, j0, j1, yi, ldy);
+        break;
+      case 2:
+        PanelRows<2>(xi, k, w, n, j0, j1, yi, ldy);
+        break;
+      case 1:
+        PanelRows<1>(xi, k, w, n, j0, j1, yi, ldy);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void PackF32(float* w, int64_t n, int64_t k) {
+  std::vector<float> rows(static_cast<size_t>(std::min(n, kF32Panel) * k));
+  for (int64_t jb = 0; jb < n; jb += kF32Panel) {
+    const int64_t nv = std::min(kF32Panel, n - jb);
+    float* panel = w + jb * k;
+    std::copy(panel, panel + nv * k, rows.begin());
+    for (int64_t p = 0; p < k; ++p) {
+      for (int64_t j = 0; j < nv; ++j) panel[p * nv + j] = rows[static_cast<size_t>(j * k + p)];
+    }
+  }
+}
+
+void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out) {
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t j = j0 + r, jb = j / kF32Panel * kF32Panel, nv = std::min(kF32Panel, n - jb);
+    const float* panel = w + jb * k + (j - jb);
+    for (int64_t p = 0; p < k; ++p) out[r * k + p] = panel[p * nv];
+  }
+}
+
+namespace {
+
 // x (count floats) rounded to bfloat16, to nearest even.
 void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
   int64_t p = 0;
@@ -435,10 +549,6 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
   }
 }
 
-void StreamingF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-                  int64_t ldy) {
-  Streaming<Fma<F32>>(x, m, k, w, n, y, ldy);
-}
 
 void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                         float* y, int64_t ldy) {

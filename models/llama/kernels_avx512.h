@@ -9,11 +9,20 @@
 
 namespace llama::avx512 {
 
-/// y[m, n] = sum_k x[m, k] * w[n, k], float32 weights, 16 lanes of FMA.
-void StreamingF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-                  int64_t ldy);
+/// y[m, n] = sum_k x[m, k] * w[n, k], float32 weights in PackF32's panels, any m: each output one
+/// chain of FMAs along k.
+void PackedF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+               int64_t ldy);
 
-/// The same with bfloat16 weights widened exactly to float32 in registers (a 16-bit shift).
+/// Rearranges n rows of k float32 weights in place for PackedF32: each panel of 64 rows (the last
+/// one, nv < 64 rows, as it is) as its k steps, the panel's weights of a step side by side.
+void PackF32(float* w, int64_t n, int64_t k);
+
+/// Rows [j0, j0 + count) of the n x k matrix PackF32 rearranged, in row order into out.
+void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out);
+
+/// The streaming product with bfloat16 weights widened exactly to float32 in registers (a 16-bit
+/// shift): y[m, n] = sum_k x[m, k] * w[n, k], 16 lanes of FMA.
 void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                         float* y, int64_t ldy);
 

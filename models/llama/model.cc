@@ -117,7 +117,9 @@ void Embed(State& s) {
   float* x = s.x.data();
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t local = s.row_tok[r] - m.vocab_start;
-    if (local >= 0 && local < m.vocab) {
+    if (local >= 0 && local < m.vocab && m.Packed("model.embed_tokens.weight")) {
+      m.Unpacked("model.embed_tokens.weight", local, 1, x + r * h);  // the tied LM head's panels
+    } else if (local >= 0 && local < m.vocab) {
       const char* row = static_cast<const char*>(m.embed) + local * h * DTypeSize(m.dtype);
       ConvertElements(m.dtype, row, h, DType::kF32, x + r * h);
     } else {
@@ -371,7 +373,10 @@ DISCO_REGISTER_GLOBAL("llama.weight")
           DISCO_CHECK(!(m->q8 && m->finalized && it->second.dtype().code == kDLUInt), ValueError)
               << "llama.weight: '" << name << "' is stored as int8 blocks (dtype int8); load the "
               << "model as float32 or bfloat16 to read it";
-          return it->second;
+          if (!m->Packed(name)) return it->second;
+          Tensor t = Tensor::Empty(it->second.shape(), it->second.dtype());  // as loaded
+          m->Unpacked(name, 0, t.shape()[0], t.data_as<float>());
+          return t;
         },
         {"model", "name"});
 

@@ -206,6 +206,24 @@ class Model {
     for (disco::Tensor* t : streamed) *t = arena->Copy(*t);
   }
 
+  // float32 on a CPU: the streamed matrices (in the arena, never a caller's tensor) rearranged
+  // for the kernel (kernels.h's PackF32); llama.weight and a tied embedding read them through
+  // Unpacked.
+  void PackF32Weights() {
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      auto it = weights.find(w.name);
+      if (it == weights.end() || !Streamed(w.name)) continue;
+      PackF32(it->second.data_as<float>(), it->second.shape()[0], it->second.shape()[1]);
+    }
+    f32_packed = true;
+  }
+  // Rows [r0, r0 + count) of the weight `name` as loaded, into out (float32 rows).
+  void Unpacked(const std::string& name, int64_t r0, int64_t count, float* out) const {
+    const disco::Tensor& t = weights.at(name);
+    UnpackF32(t.data_as<float>(), t.shape()[0], t.shape()[1], r0, count, out);
+  }
+  bool Packed(const std::string& name) const { return f32_packed && Streamed(name); }
+
   WeightFormat Format() const {
     return q8                      ? WeightFormat::kQ8
            : dtype == DType::kBF16 ? WeightFormat::kBf16
@@ -217,6 +235,7 @@ class Model {
   void Finalize() {
     if (q8) Quantize();
     if (!gpu) PackStreamed();
+    if (!gpu && Format() == WeightFormat::kF32) PackF32Weights();
     auto get = [&](const std::string& name) -> const void* {
       auto it = weights.find(name);
       DISCO_CHECK(it != weights.end(), ValueError)
@@ -281,6 +300,7 @@ class Model {
   Config config;
   DType dtype;  // of the weights in `weights` before Finalize (with q8, of all but the linear ones)
   bool q8;      // dtype int8: the linear layers' weights quantized by Finalize
+  bool f32_packed = false;  // float32 on a CPU: the streamed matrices rearranged by Finalize
   int rank, ranks;
   DLDevice device;  // the worker's device when the model was made: CPU or its GPU
   bool gpu = false;

@@ -52,6 +52,7 @@ Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
   w.q8.resize(static_cast<size_t>(n * llama::q8::RowBytes(k)));
   llama::q8::Quantize(w.f32.data(), n, k, w.q8.data(), "test");
   llama::PackQ8(w.q8.data(), n, k);
+  llama::PackF32(w.f32.data(), n, k);
   return w;
 }
 
@@ -109,6 +110,42 @@ TEST_F(CpuKernels, ANonFiniteInputIsNotHidden) {
             EXPECT_EQ(std::isfinite(y[i * n + j]), i != m - 1)
                 << "format " << static_cast<int>(f) << ", " << bad << " in row " << m - 1 << " of "
                 << m << ": output (" << i << ", " << j << ") is " << y[i * n + j];
+          }
+        }
+      }
+    }
+  }
+}
+
+// float32 weights as PackF32 left them (the AVX-512 kernel's panels of 64 rows, a last panel of
+// fewer rows) give back every row as given (UnpackF32), and Linear's products against a double
+// reference, at batches that take every tile height and past the panels' span (prefill).
+TEST_F(CpuKernels, Float32PanelsKeepEveryRow) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> scratch;
+  for (const int64_t n : {1, 11, 64, 75, 200}) {
+    for (const int64_t k : {1, 17, 300}) {
+      std::vector<float> given(static_cast<size_t>(n * k));
+      for (float& v : given) v = u(rng);
+      std::vector<float> w = given, back(given.size());
+      llama::PackF32(w.data(), n, k);
+      llama::UnpackF32(w.data(), n, k, 0, n, back.data());
+      ASSERT_EQ(back, given) << n << " x " << k;
+      const int64_t j0 = n / 3, count = n - j0;
+      llama::UnpackF32(w.data(), n, k, j0, count, back.data());
+      ASSERT_TRUE(std::equal(back.begin(), back.begin() + count * k, given.begin() + j0 * k))
+          << n << " x " << k << ", rows " << j0 << " on";
+      for (const int64_t m : {1, 5, 6, 7, 13, 40}) {
+        std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * (n + 3)));
+        for (float& v : x) v = u(rng);
+        llama::Linear(x.data(), m, k, w.data(), WeightFormat::kF32, n, y.data(), n + 3, &scratch);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = 0;
+            for (int64_t p = 0; p < k; ++p) ref += double{x[i * k + p]} * given[j * k + p];
+            ASSERT_NEAR(y[i * (n + 3) + j], ref, 1e-5 * static_cast<double>(k))
+                << n << " x " << k << ", batch " << m << ": output (" << i << ", " << j << ")";
           }
         }
       }
