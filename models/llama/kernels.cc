@@ -312,6 +312,24 @@ void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, 
   std::memcpy(out, w + j0 * k, static_cast<size_t>(count * k) * sizeof(float));
 }
 
+void PackBf16(uint16_t* w, int64_t n, int64_t k) {
+#if DISCO_LLAMA_AVX512
+  if (Kernels() == Isa::kAvx512Bf16) avx512::PackBf16(w, n, k);
+#else
+  (void)w, (void)n, (void)k;
+#endif
+}
+
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
+                uint16_t* out) {
+#if DISCO_LLAMA_AVX512
+  if (Kernels() == Isa::kAvx512Bf16) return avx512::UnpackBf16(w, n, k, j0, count, out);
+#else
+  (void)n;
+#endif
+  std::memcpy(out, w + j0 * k, static_cast<size_t>(count * k) * sizeof(uint16_t));
+}
+
 // float32 on AVX-512, bfloat16 weights on AVX512-BF16 and int8 on AVX-512: their kernels at any
 // batch (the streaming ones in turns of kStreamingRows), as they outrun sgemm (64 rows of 768 x
 // 3072: float32 on panels 267 against OpenBLAS's 114 GFLOP/s on Zen 5, whose AVX-512 it does not

@@ -12,8 +12,9 @@
 // target_clones); the streaming kernel also in AVX-512 (kernels_avx512.h), bfloat16 there either
 // widened or by the CPU's bf16 dot products; int8 weights (q8.h) in AVX2 (kernels_avx2.h),
 // widened in registers, and AVX-512 (VNNI byte products on weights packed at load: PackQ8).
-// float32 on AVX-512 reads weights rearranged at load into panels of 64 rows (PackF32), a
-// register-blocked product whose outputs are each one chain of FMAs along k.
+// float32 on AVX-512 and bfloat16 on AVX512-BF16 read weights rearranged at load into panels of
+// 64 rows (PackF32, PackBf16), a register-blocked product whose outputs are each one chain of
+// FMAs (or bf16 dot products) along k.
 // Which set runs: DISCO_CPU_KERNELS=auto (the default: the widest this CPU and build have),
 // avx2, avx512 or avx512bf16 (docs/performance.md).
 #ifndef DISCO_MODELS_LLAMA_KERNELS_H_
@@ -50,6 +51,12 @@ void PackF32(float* w, int64_t n, int64_t k);
 /// Rows [j0, j0 + count) of an n x k float32 matrix PackF32 rearranged, in row order into out
 /// (count x k floats): an embedding row of a tied LM head, or the weight as loaded.
 void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out);
+
+/// The same for bfloat16 weights (the AVX512-BF16 kernel's panels, whose steps are pairs of a
+/// row's weights; nothing elsewhere).
+void PackBf16(uint16_t* w, int64_t n, int64_t k);
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
+                uint16_t* out);
 
 /// The most rows of x for which Linear forms each row of y in one order whatever the other rows
 /// are (our kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any number

@@ -24,11 +24,8 @@ namespace llama::avx512 {
 namespace {
 
 constexpr int64_t kPanelBytes = 128 << 10;  // weight rows reused from L2 by each block of x
-constexpr int64_t kF32Panel = 64;           // weight rows a panel of PackF32
-constexpr int64_t kF32SpanBytes = 256 << 10;  // float32 panels reused from L2 by each tile of x
 
 LLAMA_INLINE __mmask16 Mask16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
-LLAMA_INLINE __mmask32 Mask32(int64_t n) { return static_cast<__mmask32>((uint64_t{1} << n) - 1); }
 
 // The weight format of the FMA kernel: 16 weights at w as 16 floats (Load, and Tail for the last
 // n < 16 of a row, zeros after them).
@@ -104,44 +101,8 @@ LLAMA_INLINE void FmaRows(XRows<float, 16> x, int64_t k, const typename L::W* w,
   for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
 }
 
-// The same by vdpbf16ps: x already bfloat16, 32 weights a step, each adding the products of 16
-// pairs into 16 float32 lanes.
-LLAMA_INLINE __m512bh LoadBh(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
-
-template <int MB>
-LLAMA_INLINE void DotRows(XRows<uint16_t, 32> x, int64_t k, const uint16_t* w, float* y,
-                          int64_t ldy) {
-  __m512 a[MB][4];
-  for (int i = 0; i < MB; ++i) {
-    for (int u = 0; u < 4; ++u) a[i][u] = _mm512_setzero_ps();
-  }
-  int64_t p = 0;
-  for (; p + 128 <= k; p += 128) {
-    for (int u = 0; u < 4; ++u) {
-      const __m512bh wv = LoadBh(w + p + 32 * u);
-      for (int i = 0; i < MB; ++i) {
-        a[i][u] = _mm512_dpbf16_ps(a[i][u], LoadBh(x.template At<MB>(i, p + 32 * u)), wv);
-      }
-    }
-  }
-  for (; p + 32 <= k; p += 32) {
-    const __m512bh wv = LoadBh(w + p);
-    for (int i = 0; i < MB; ++i)
-      a[i][0] = _mm512_dpbf16_ps(a[i][0], LoadBh(x.template At<MB>(i, p)), wv);
-  }
-  if (p < k) {  // zeros past the row's end: their products are 0
-    const __mmask32 mask = Mask32(k - p);
-    const auto wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + p);
-    for (int i = 0; i < MB; ++i) {
-      a[i][1] = _mm512_dpbf16_ps(
-          a[i][1], (__m512bh)_mm512_maskz_loadu_epi16(mask, x.template At<MB>(i, p)), wv);
-    }
-  }
-  for (int i = 0; i < MB; ++i) y[i * ldy] = Reduce(a[i]);
-}
-
-// One kernel's rows of x against one weight row (X: float for the FMA kernels, uint16_t bfloat16
-// for the dot kernel; S: the elements of x a step), and where weight row j of the matrix w is.
+// The FMA kernel's rows of x against one weight row (X: float; S: the elements of x a step), and
+// where weight row j of the matrix w is.
 template <typename L>
 struct Fma {
   using X = float;
@@ -153,17 +114,6 @@ struct Fma {
     FmaRows<MB, L>(x, k, w, y, ldy);
   }
 };
-struct Dot {
-  using X = uint16_t;
-  using W = uint16_t;
-  static constexpr int S = 32;
-  static const W* Row(const W* w, int64_t k, int64_t j) { return w + j * k; }
-  template <int MB>
-  static LLAMA_INLINE void Rows(XRows<X, S> x, int64_t k, const W* w, float* y, int64_t ldy) {
-    DotRows<MB>(x, k, w, y, ldy);
-  }
-};
-
 // The mb rows of k at x copied into XRows's interleaved layout at out (mb x k padded to S).
 template <typename T, int S>
 XRows<T, S> Interleave(const T* x, int64_t k, int64_t mb, T* out) {
@@ -236,22 +186,64 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
   }
 }
 
-// ---- float32: panels of weight rows, k-major (PackF32) -----------------------------------------
+// ---- Panels of weight rows, k-major (PackF32, PackBf16) ---------------------------------------
 //
-// Each panel of kF32Panel weight rows (the last one, nv < 64 rows, as it is) holds the k steps of
-// its rows side by side: weight (j, p) of the panel at p * nv + j. A tile of MB rows of x (MB <= 6)
-// against a panel keeps MB x 4 accumulators of 16 outputs; each step broadcasts x[i][p] and reads
-// 64 weights, one sequential stream. Each output is one chain of FMAs along k from 0, whatever
-// MB, the panel or the other rows: a row's result is bit for bit the same alone (decode at batch
-// 1) as in any batch, and prefill forms its rows as decode does. Against the streaming kernel
-// (a weight row against up to 4 rows of x, four accumulators an output, then reduced across
-// lanes), no reduction is left and a weight vector feeds MB FMAs from registers: 16 rows of 3072
-// x 768, 97 -> 263 GFLOP/s, and at batch 1 from memory one stream at 35 -> 48 GB/s (Zen 5,
-// disco-llama-kernels; docs/performance.md).
-template <int MB, bool kFull>
-LLAMA_INLINE void PanelTile(const float* x, int64_t k, const float* wp, int64_t nv, float* y,
-                            int64_t ldy) {
-  const int64_t stride = kFull ? kF32Panel : nv;
+// Each panel of kPanel weight rows (the last one, nv < 64 rows, as it is) holds its rows' steps
+// side by side: a step is G weights of a row along k (float32: 1; bfloat16: 2, the pair vdpbf16ps
+// takes), so weight (j, G t + g) of the panel is at (t nv + j) G + g; an odd bfloat16 row's last
+// weight follows alone, at (k - 1) nv + j. A tile of MB rows of x (MB <= 6) against a panel keeps
+// MB x 4 accumulators of 16 outputs; each step broadcasts x's G values of row i and reads the
+// panel's 64 x G weights, one sequential stream. Each output is one chain of FMAs (or dot
+// products) along k from 0, whatever MB, the panel or the other rows: a row's result is bit for
+// bit the same alone (decode at batch 1) as in any batch, and prefill forms its rows as decode
+// does. Against the streaming kernel (a weight row against up to 4 rows of x, four accumulators
+// an output, then reduced across lanes), no reduction is left and a weight vector feeds MB FMAs
+// from registers: float32 at 16 rows of 3072 x 768, 97 -> 263 GFLOP/s, and at batch 1 from
+// memory one stream at 35 -> 48 GB/s (Zen 5, disco-llama-kernels; docs/performance.md).
+constexpr int64_t kPanel = 64;
+
+// The panel kernels' element types: Step broadcasts x's step and multiplies it into a, Weights
+// loads a step's 16 outputs' weights (masked where the panel has fewer rows), and the odd
+// bfloat16 weight's step (Last) pairs it with a zero.
+struct F32Panel {
+  using T = float;
+  static constexpr int64_t G = 1;
+  static LLAMA_INLINE __m512 Weights(const float* w, __mmask16 m, bool full) {
+    return full ? _mm512_loadu_ps(w) : _mm512_maskz_loadu_ps(m, w);
+  }
+  static LLAMA_INLINE __m512 X(const float* x) { return _mm512_set1_ps(*x); }
+  static LLAMA_INLINE __m512 Step(__m512 a, __m512 x, __m512 w) { return _mm512_fmadd_ps(x, w, a); }
+  static LLAMA_INLINE __m512 LastWeights(const float*, __mmask16) { return _mm512_setzero_ps(); }
+  static LLAMA_INLINE __m512 LastX(const float*) { return _mm512_setzero_ps(); }
+};
+struct Bf16Panel {
+  using T = uint16_t;
+  static constexpr int64_t G = 2;
+  static LLAMA_INLINE __m512 Weights(const uint16_t* w, __mmask16 m, bool full) {
+    return _mm512_castsi512_ps(full ? _mm512_loadu_si512(w) : _mm512_maskz_loadu_epi32(m, w));
+  }
+  static LLAMA_INLINE __m512 X(const uint16_t* x) {
+    uint32_t pair;
+    std::memcpy(&pair, x, sizeof pair);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(pair)));
+  }
+  static LLAMA_INLINE __m512 Step(__m512 a, __m512 x, __m512 w) {
+    return _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)w);
+  }
+  static LLAMA_INLINE __m512 LastWeights(const uint16_t* w, __mmask16 m) {  // (w, 0) pairs
+    return _mm512_castsi512_ps(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w)));
+  }
+  static LLAMA_INLINE __m512 LastX(const uint16_t* x) {
+    return _mm512_castsi512_ps(_mm512_set1_epi32(*x));
+  }
+};
+
+// MB rows of x (rows k apart) against one panel of nv rows at wp (kFull: nv = kPanel).
+template <typename P, int MB, bool kFull>
+LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P::T* wp, int64_t nv,
+                            float* y, int64_t ldy) {
+  constexpr int64_t G = P::G;
+  const int64_t rows = kFull ? kPanel : nv, steps = k / G;
   __mmask16 mask[4];
 #pragma GCC unroll 4
   for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
@@ -261,18 +253,28 @@ LLAMA_INLINE void PanelTile(const float* x, int64_t k, const float* wp, int64_t 
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
   }
-  for (int64_t p = 0; p < k; ++p) {
-    const float* wr = wp + p * stride;
+  for (int64_t t = 0; t < steps; ++t) {
+    const typename P::T* wr = wp + t * rows * G;
     __m512 wv[4];
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      wv[v] = kFull ? _mm512_loadu_ps(wr + 16 * v) : _mm512_maskz_loadu_ps(mask[v], wr + 16 * v);
-    }
+    for (int v = 0; v < 4; ++v) wv[v] = P::Weights(wr + 16 * G * v, mask[v], kFull);
 #pragma GCC unroll 6
     for (int i = 0; i < MB; ++i) {
-      const __m512 xb = _mm512_set1_ps(x[i * k + p]);
+      const __m512 xb = P::X(x + i * k + t * G);
 #pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) a[i][v] = _mm512_fmadd_ps(xb, wv[v], a[i][v]);
+      for (int v = 0; v < 4; ++v) a[i][v] = P::Step(a[i][v], xb, wv[v]);
+    }
+  }
+  if (steps * G < k) {  // an odd bfloat16 row's last weight
+    const typename P::T* wr = wp + steps * rows * G;
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) wv[v] = P::LastWeights(wr + 16 * v, mask[v]);
+#pragma GCC unroll 6
+    for (int i = 0; i < MB; ++i) {
+      const __m512 xb = P::LastX(x + i * k + k - 1);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) a[i][v] = P::Step(a[i][v], xb, wv[v]);
     }
   }
 #pragma GCC unroll 6
@@ -282,50 +284,51 @@ LLAMA_INLINE void PanelTile(const float* x, int64_t k, const float* wp, int64_t 
   }
 }
 
-// MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kF32Panel).
-template <int MB>
-__attribute__((noinline)) void PanelRows(const float* x, int64_t k, const float* w, int64_t n,
-                                         int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  for (int64_t jb = j0; jb < j1; jb += kF32Panel) {
-    const int64_t nv = std::min(kF32Panel, n - jb);
-    if (nv == kF32Panel) {
-      PanelTile<MB, true>(x, k, w + jb * k, nv, y + jb, ldy);
+// MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kPanel).
+template <typename P, int MB>
+__attribute__((noinline)) void PanelRows(const typename P::T* x, int64_t k,
+                                         const typename P::T* w, int64_t n, int64_t j0, int64_t j1,
+                                         float* y, int64_t ldy) {
+  for (int64_t jb = j0; jb < j1; jb += kPanel) {
+    const int64_t nv = std::min(kPanel, n - jb);
+    if (nv == kPanel) {
+      PanelTile<P, MB, true>(x, k, w + jb * k, nv, y + jb, ldy);
     } else {
-      PanelTile<MB, false>(x, k, w + jb * k, nv, y + jb, ldy);
+      PanelTile<P, MB, false>(x, k, w + jb * k, nv, y + jb, ldy);
     }
   }
 }
 
-}  // namespace
-
-void PackedF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-               int64_t ldy) {
-  // Above one tile of rows, spans of panels (kF32SpanBytes, kept in L2) go against each tile.
+// y[m, n] = x w^T on panels: tiles of 6 rows of x; above one tile, spans of panels
+// (kPanelSpanBytes, kept in L2) go against each tile in turn.
+template <typename P>
+void Panels(const typename P::T* x, int64_t m, int64_t k, const typename P::T* w, int64_t n,
+            float* y, int64_t ldy) {
+  constexpr int64_t kPanelSpanBytes = 256 << 10;
+  const int64_t row_bytes = k * int64_t{sizeof(typename P::T)};
   const int64_t span =
-      m <= 6 ? n
-             : std::max<int64_t>(1, kF32SpanBytes / (k * int64_t{sizeof(float)}) / kF32Panel) *
-                   kF32Panel;
+      m <= 6 ? n : std::max<int64_t>(1, kPanelSpanBytes / row_bytes / kPanel) * kPanel;
   for (int64_t j0 = 0; j0 < n; j0 += span) {
     const int64_t j1 = std::min(n, j0 + span);
     int64_t i = 0;
-    for (; i + 6 <= m; i += 6) PanelRows<6>(x + i * k, k, w, n, j0, j1, y + i * ldy, ldy);
-    const float* xi = x + i * k;
+    for (; i + 6 <= m; i += 6) PanelRows<P, 6>(x + i * k, k, w, n, j0, j1, y + i * ldy, ldy);
+    const typename P::T* xi = x + i * k;
     float* yi = y + i * ldy;
     switch (m - i) {
       case 5:
-        PanelRows<5>(xi, k, w, n, j0, j1, yi, ldy);
+        PanelRows<P, 5>(xi, k, w, n, j0, j1, yi, ldy);
         break;
       case 4:
-        PanelRows<4>(xi, k, w, n, j0, j1, yi, ldy);
+        PanelRows<P, 4>(xi, k, w, n, j0, j1, yi, ldy);
         break;
       case 3:
-        PanelRows<3>(xi, k, w, n, j0, j1, yi, ldy);
+        PanelRows<P, 3>(xi, k, w, n, j0, j1, yi, ldy);
         break;
       case 2:
-        PanelRows<2>(xi, k, w, n, j0, j1, yi, ldy);
+        PanelRows<P, 2>(xi, k, w, n, j0, j1, yi, ldy);
         break;
       case 1:
-        PanelRows<1>(xi, k, w, n, j0, j1, yi, ldy);
+        PanelRows<P, 1>(xi, k, w, n, j0, j1, yi, ldy);
         break;
       default:
         break;
@@ -333,24 +336,51 @@ void PackedF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, 
   }
 }
 
-void PackF32(float* w, int64_t n, int64_t k) {
-  std::vector<float> rows(static_cast<size_t>(std::min(n, kF32Panel) * k));
-  for (int64_t jb = 0; jb < n; jb += kF32Panel) {
-    const int64_t nv = std::min(kF32Panel, n - jb);
-    float* panel = w + jb * k;
+// Where weight (j, p) of a panel of nv rows (steps of G) is.
+template <int64_t G>
+LLAMA_INLINE int64_t InPanel(int64_t j, int64_t p, int64_t nv, int64_t k) {
+  return p < k / G * G ? (p / G * nv + j) * G + p % G : (k - 1) * nv + j;
+}
+
+template <int64_t G, typename T>
+void PackPanels(T* w, int64_t n, int64_t k) {
+  std::vector<T> rows(static_cast<size_t>(std::min(n, kPanel) * k));
+  for (int64_t jb = 0; jb < n; jb += kPanel) {
+    const int64_t nv = std::min(kPanel, n - jb);
+    T* panel = w + jb * k;
     std::copy(panel, panel + nv * k, rows.begin());
-    for (int64_t p = 0; p < k; ++p) {
-      for (int64_t j = 0; j < nv; ++j) panel[p * nv + j] = rows[static_cast<size_t>(j * k + p)];
+    for (int64_t j = 0; j < nv; ++j) {
+      for (int64_t p = 0; p < k; ++p) panel[InPanel<G>(j, p, nv, k)] = rows[j * k + p];
     }
   }
 }
 
-void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out) {
+template <int64_t G, typename T>
+void UnpackPanels(const T* w, int64_t n, int64_t k, int64_t j0, int64_t count, T* out) {
   for (int64_t r = 0; r < count; ++r) {
-    const int64_t j = j0 + r, jb = j / kF32Panel * kF32Panel, nv = std::min(kF32Panel, n - jb);
-    const float* panel = w + jb * k + (j - jb);
-    for (int64_t p = 0; p < k; ++p) out[r * k + p] = panel[p * nv];
+    const int64_t j = j0 + r, jb = j / kPanel * kPanel, nv = std::min(kPanel, n - jb);
+    for (int64_t p = 0; p < k; ++p) out[r * k + p] = w[jb * k + InPanel<G>(j - jb, p, nv, k)];
   }
+}
+
+}  // namespace
+
+void PackedF32(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+               int64_t ldy) {
+  Panels<F32Panel>(x, m, k, w, n, y, ldy);
+}
+
+void PackF32(float* w, int64_t n, int64_t k) { PackPanels<1>(w, n, k); }
+
+void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out) {
+  UnpackPanels<1>(w, n, k, j0, count, out);
+}
+
+void PackBf16(uint16_t* w, int64_t n, int64_t k) { PackPanels<2>(w, n, k); }
+
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
+                uint16_t* out) {
+  UnpackPanels<2>(w, n, k, j0, count, out);
 }
 
 namespace {
@@ -561,7 +591,7 @@ void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, i
   scratch->resize(static_cast<size_t>((count + 1) / 2));
   auto* xb = reinterpret_cast<uint16_t*>(scratch->data());
   RoundToBf16(x, count, xb);
-  Streaming<Dot>(xb, m, k, w, n, y, ldy);
+  Panels<Bf16Panel>(xb, m, k, w, n, y, ldy);
 }
 
 namespace {

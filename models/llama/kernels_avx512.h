@@ -21,14 +21,20 @@ void PackF32(float* w, int64_t n, int64_t k);
 /// Rows [j0, j0 + count) of the n x k matrix PackF32 rearranged, in row order into out.
 void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out);
 
+/// The same for bfloat16 weights and StreamingBf16Dot: panels of 64 rows whose steps are pairs
+/// of a row's weights along k (an odd row's last weight alone after them).
+void PackBf16(uint16_t* w, int64_t n, int64_t k);
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
+                uint16_t* out);
+
 /// The streaming product with bfloat16 weights widened exactly to float32 in registers (a 16-bit
 /// shift): y[m, n] = sum_k x[m, k] * w[n, k], 16 lanes of FMA.
 void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                         float* y, int64_t ldy);
 
-/// The same by the bf16 dot-product instruction (vdpbf16ps): x is first rounded to bfloat16
-/// (to nearest even, into `scratch`), the products of pairs accumulate in float32. x's rounding
-/// is the error it adds: each x[i, p] off by at most 2^-9 of itself.
+/// The same by the bf16 dot-product instruction (vdpbf16ps) on PackBf16's panels, any m: x is
+/// first rounded to bfloat16 (to nearest even, into `scratch`), the products of pairs accumulate
+/// in float32. x's rounding is the error it adds: each x[i, p] off by at most 2^-9 of itself.
 void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,
                       int64_t ldy, std::vector<float>* scratch);
 

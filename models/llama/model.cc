@@ -115,12 +115,16 @@ void Embed(State& s) {
   const Model& m = *s.m;
   const int64_t h = m.config.hidden_size;
   float* x = s.x.data();
+  const bool packed = m.Packed("model.embed_tokens.weight");
+  std::vector<char> unpacked(packed ? static_cast<size_t>(h * DTypeSize(m.dtype)) : 0);
   for (int64_t r = 0; r < s.rows; ++r) {
     const int64_t local = s.row_tok[r] - m.vocab_start;
-    if (local >= 0 && local < m.vocab && m.Packed("model.embed_tokens.weight")) {
-      m.Unpacked("model.embed_tokens.weight", local, 1, x + r * h);  // the tied LM head's panels
-    } else if (local >= 0 && local < m.vocab) {
+    if (local >= 0 && local < m.vocab) {
       const char* row = static_cast<const char*>(m.embed) + local * h * DTypeSize(m.dtype);
+      if (packed) {  // a tied LM head's panels
+        m.Unpacked("model.embed_tokens.weight", local, 1, unpacked.data());
+        row = unpacked.data();
+      }
       ConvertElements(m.dtype, row, h, DType::kF32, x + r * h);
     } else {
       std::memset(x + r * h, 0, static_cast<size_t>(h) * sizeof(float));
@@ -375,7 +379,7 @@ DISCO_REGISTER_GLOBAL("llama.weight")
               << "model as float32 or bfloat16 to read it";
           if (!m->Packed(name)) return it->second;
           Tensor t = Tensor::Empty(it->second.shape(), it->second.dtype());  // as loaded
-          m->Unpacked(name, 0, t.shape()[0], t.data_as<float>());
+          m->Unpacked(name, 0, t.shape()[0], t.data());
           return t;
         },
         {"model", "name"});

@@ -206,23 +206,34 @@ class Model {
     for (disco::Tensor* t : streamed) *t = arena->Copy(*t);
   }
 
-  // float32 on a CPU: the streamed matrices (in the arena, never a caller's tensor) rearranged
-  // for the kernel (kernels.h's PackF32); llama.weight and a tied embedding read them through
-  // Unpacked.
-  void PackF32Weights() {
+  // float32 and bfloat16 on a CPU: the streamed matrices (in the arena, never a caller's tensor)
+  // rearranged for the kernel (kernels.h's PackF32 and PackBf16; nothing changes where the chosen
+  // kernel reads rows as given); llama.weight and a tied embedding read them through Unpacked.
+  void PackPanels() {
     for (const WeightSpec& w : WeightSpecs(config)) {
       auto it = weights.find(w.name);
       if (it == weights.end() || !Streamed(w.name)) continue;
-      PackF32(it->second.data_as<float>(), it->second.shape()[0], it->second.shape()[1]);
+      disco::Tensor& t = it->second;
+      if (dtype == DType::kBF16) {
+        PackBf16(t.data_as<uint16_t>(), t.shape()[0], t.shape()[1]);
+      } else {
+        PackF32(t.data_as<float>(), t.shape()[0], t.shape()[1]);
+      }
     }
-    f32_packed = true;
+    panels = true;
   }
-  // Rows [r0, r0 + count) of the weight `name` as loaded, into out (float32 rows).
-  void Unpacked(const std::string& name, int64_t r0, int64_t count, float* out) const {
+  // Rows [r0, r0 + count) of the weight `name` as loaded, into out (count rows in its dtype).
+  void Unpacked(const std::string& name, int64_t r0, int64_t count, void* out) const {
     const disco::Tensor& t = weights.at(name);
-    UnpackF32(t.data_as<float>(), t.shape()[0], t.shape()[1], r0, count, out);
+    if (dtype == DType::kBF16) {
+      UnpackBf16(t.data_as<uint16_t>(), t.shape()[0], t.shape()[1], r0, count,
+                 static_cast<uint16_t*>(out));
+    } else {
+      UnpackF32(t.data_as<float>(), t.shape()[0], t.shape()[1], r0, count,
+                static_cast<float*>(out));
+    }
   }
-  bool Packed(const std::string& name) const { return f32_packed && Streamed(name); }
+  bool Packed(const std::string& name) const { return panels && Streamed(name); }
 
   WeightFormat Format() const {
     return q8                      ? WeightFormat::kQ8
@@ -235,7 +246,7 @@ class Model {
   void Finalize() {
     if (q8) Quantize();
     if (!gpu) PackStreamed();
-    if (!gpu && Format() == WeightFormat::kF32) PackF32Weights();
+    if (!gpu && !q8) PackPanels();
     auto get = [&](const std::string& name) -> const void* {
       auto it = weights.find(name);
       DISCO_CHECK(it != weights.end(), ValueError)
@@ -300,7 +311,7 @@ class Model {
   Config config;
   DType dtype;  // of the weights in `weights` before Finalize (with q8, of all but the linear ones)
   bool q8;      // dtype int8: the linear layers' weights quantized by Finalize
-  bool f32_packed = false;  // float32 on a CPU: the streamed matrices rearranged by Finalize
+  bool panels = false;  // float32 and bfloat16 on a CPU: streamed matrices as PackPanels left them
   int rank, ranks;
   DLDevice device;  // the worker's device when the model was made: CPU or its GPU
   bool gpu = false;

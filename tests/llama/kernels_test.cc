@@ -53,6 +53,7 @@ Weights Random(int64_t n, int64_t k, std::mt19937* rng) {
   llama::q8::Quantize(w.f32.data(), n, k, w.q8.data(), "test");
   llama::PackQ8(w.q8.data(), n, k);
   llama::PackF32(w.f32.data(), n, k);
+  llama::PackBf16(w.bf16.data(), n, k);
   return w;
 }
 
@@ -117,40 +118,65 @@ TEST_F(CpuKernels, ANonFiniteInputIsNotHidden) {
   }
 }
 
-// float32 weights as PackF32 left them (the AVX-512 kernel's panels of 64 rows, a last panel of
-// fewer rows) give back every row as given (UnpackF32), and Linear's products against a double
-// reference, at batches that take every tile height and past the panels' span (prefill).
-TEST_F(CpuKernels, Float32PanelsKeepEveryRow) {
+// float32 and bfloat16 weights as PackF32 and PackBf16 left them (the AVX-512 kernels' panels of
+// 64 rows, a last panel of fewer rows, an odd row's last bfloat16 weight alone) give back every
+// row as given (UnpackF32, UnpackBf16), and Linear's products against a double reference, at
+// batches that take every tile height and past the panels' span (prefill).
+template <typename T>
+void CheckPanels(WeightFormat f, void (*pack)(T*, int64_t, int64_t),
+                 void (*unpack)(const T*, int64_t, int64_t, int64_t, int64_t, T*)) {
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
   for (const int64_t n : {1, 11, 64, 75, 200}) {
     for (const int64_t k : {1, 17, 300}) {
-      std::vector<float> given(static_cast<size_t>(n * k));
-      for (float& v : given) v = u(rng);
-      std::vector<float> w = given, back(given.size());
-      llama::PackF32(w.data(), n, k);
-      llama::UnpackF32(w.data(), n, k, 0, n, back.data());
+      std::vector<T> given(static_cast<size_t>(n * k));
+      std::vector<float> wf(given.size());  // the weights' values
+      for (size_t i = 0; i < given.size(); ++i) {
+        const float v = u(rng);
+        if constexpr (sizeof(T) == 2) {
+          uint32_t bits = Bits(v) & 0xffff0000u;
+          given[i] = static_cast<T>(bits >> 16);
+          std::memcpy(&wf[i], &bits, 4);
+        } else {
+          given[i] = wf[i] = v;
+        }
+      }
+      std::vector<T> w = given, back(given.size());
+      pack(w.data(), n, k);
+      unpack(w.data(), n, k, 0, n, back.data());
       ASSERT_EQ(back, given) << n << " x " << k;
       const int64_t j0 = n / 3, count = n - j0;
-      llama::UnpackF32(w.data(), n, k, j0, count, back.data());
+      unpack(w.data(), n, k, j0, count, back.data());
       ASSERT_TRUE(std::equal(back.begin(), back.begin() + count * k, given.begin() + j0 * k))
           << n << " x " << k << ", rows " << j0 << " on";
       for (const int64_t m : {1, 5, 6, 7, 13, 40}) {
         std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * (n + 3)));
         for (float& v : x) v = u(rng);
-        llama::Linear(x.data(), m, k, w.data(), WeightFormat::kF32, n, y.data(), n + 3, &scratch);
+        llama::Linear(x.data(), m, k, w.data(), f, n, y.data(), n + 3, &scratch);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
-            double ref = 0;
-            for (int64_t p = 0; p < k; ++p) ref += double{x[i * k + p]} * given[j * k + p];
-            ASSERT_NEAR(y[i * (n + 3) + j], ref, 1e-5 * static_cast<double>(k))
-                << n << " x " << k << ", batch " << m << ": output (" << i << ", " << j << ")";
+            double ref = 0, size = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              ref += double{x[i * k + p]} * wf[j * k + p];
+              size += std::abs(double{x[i * k + p]} * wf[j * k + p]);
+            }
+            // x rounded to bfloat16 where the kernel takes it so (2^-9 of each); k float32 sums.
+            const double bound =
+                size * ((sizeof(T) == 2 ? 0x1p-8 : 0.0) + static_cast<double>(k) * 0x1p-23) + 1e-30;
+            ASSERT_NEAR(y[i * (n + 3) + j], ref, bound)
+                << "format " << static_cast<int>(f) << ", " << n << " x " << k << ", batch " << m
+                << ": output (" << i << ", " << j << ")";
           }
         }
       }
     }
   }
+}
+
+TEST_F(CpuKernels, PanelsKeepEveryRow) {
+  CheckPanels<float>(WeightFormat::kF32, llama::PackF32, llama::UnpackF32);
+  CheckPanels<uint16_t>(WeightFormat::kBf16, llama::PackBf16, llama::UnpackBf16);
 }
 
 }  // namespace
