@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STREAM_C = os.path.join(HERE, "stream.c")
@@ -47,21 +48,33 @@ def compile_stream(build_dir):
     return exe
 
 
-def _stream(exe, mib, arg, threads, procs):
-    """One run of the stream kernel: `procs` processes of `threads` OpenMP threads each, started
-    together; their reads and triads summed."""
+def _stream(exe, mib, arg, threads, procs, window=0.5):
+    """One run of the stream kernel: `procs` processes of `threads` OpenMP threads each, their
+    reads and triads summed; above one thread, all read (then write) within one window of
+    `window` seconds that starts once each process has its arrays. (The best passes of processes
+    started together, summed, overstated what the cores read side by side: 84 GB/s against 51
+    read together, on the Zen 5 host of 2026-12-05; and both processes' threads sat on CPU 0.)"""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="spread",
                OMP_WAIT_POLICY="PASSIVE")
-    ps = [subprocess.Popen([exe, str(mib), arg], env=env, stdout=subprocess.PIPE, text=True)
-          for _ in range(procs)]
-    total = {"read": 0.0, "triad": 0.0, "huge_mib": 0.0}
-    for p in ps:
-        out, _ = p.communicate()
-        if p.returncode != 0:
-            raise SystemExit(f"{exe} failed (exit {p.returncode})")
-        for k, v in (line.split() for line in out.splitlines() if line.strip()):
-            total[k] += float(v)
-    return total
+    lead = 0.5 + 1.5 * mib / 1024  # seconds for every process to allocate and touch its arrays
+    for _ in range(4):
+        sync = [f"{time.time() + lead:.3f}", str(window)] if procs * threads > 1 else []
+        # Above one process, process i on CPU i (OMP_PROC_BIND alone put every process's one
+        # thread on the first CPU, where they took turns).
+        ps = [subprocess.Popen([exe, str(mib), arg] + sync, stdout=subprocess.PIPE, text=True,
+                               env=dict(env, OMP_PLACES=f"{{{i % (os.cpu_count() or 1)}}}")
+                               if procs > 1 else env) for i in range(procs)]
+        total = {"read": 0.0, "triad": 0.0, "huge_mib": 0.0, "late": 0.0}
+        for p in ps:
+            out, _ = p.communicate()
+            if p.returncode != 0:
+                raise SystemExit(f"{exe} failed (exit {p.returncode})")
+            for k, v in (line.split() for line in out.splitlines() if line.strip()):
+                total[k] += float(v)
+        if not total.pop("late"):
+            return total
+        lead *= 2
+    raise SystemExit(f"{exe}: {procs} processes could not start their window together")
 
 
 def bandwidth(exe, threads, mib):
@@ -69,8 +82,7 @@ def bandwidth(exe, threads, mib):
     `threads` threads: read and triad are the best of its runs in 4 KiB and in 2 MiB pages (where
     the kernel gives them: huge_mib of its arrays were), 3 each (the host's other tenants make
     single runs vary), and above one thread both as one process of n OpenMP threads and as n
-    processes of one thread side by side (disco's ranks; on this project's machine the second
-    read twice as much: 69 against 35-38 GB/s)."""
+    processes of one thread side by side (disco's ranks), each in one shared window (_stream)."""
     runs = {}
     for pages, arg in (("4k", "small"), ("2m", "huge")):
         shapes = [(threads, 1)] + ([(1, threads)] if threads > 1 else [])

@@ -1,16 +1,49 @@
-/* A STREAM-like kernel for bench/machine.py: the best of 5 passes of a read (sum of one array)
- * and a triad (a = b + s * c) over arrays of argv[1] MiB each, at OMP_NUM_THREADS threads, in
- * 4 KiB pages, or with argv[2] "huge" in 2 MiB pages (madvise(MADV_HUGEPAGE), as disco's
- * weights: one core reads about twice as fast there). Prints "read GB/s" and "triad GB/s"
- * (triad counts 3 arrays: 2 read, 1 written) and "huge_mib N" (of the arrays, in huge pages).
+/* A STREAM-like kernel for bench/machine.py: a read (sum of one array) and a triad
+ * (a = b + s * c) over arrays of argv[1] MiB each, at OMP_NUM_THREADS threads, in 4 KiB pages, or
+ * with argv[2] "huge" in 2 MiB pages (madvise(MADV_HUGEPAGE), as disco's weights: one core reads
+ * about twice as fast there). Alone: the best of 5 passes of each. With argv[3] START (seconds
+ * since the epoch, CLOCK_REALTIME) and argv[4] WINDOW (seconds): passes of the read from START
+ * for WINDOW seconds, then of the triad for as long from START + WINDOW + 0.1, each figure the
+ * bytes of its whole passes over their time: processes given the same START read side by side,
+ * and their figures add up to what the cores read together (each process's best pass did not:
+ * the best of one often fell while the other was still starting). Prints "read GB/s" and "triad
+ * GB/s" (triad counts 3 arrays: 2 read, 1 written), "huge_mib N" (of the arrays, in huge pages)
+ * and, when START had passed before the arrays were ready, "late 1".
  * Compiled by the benchmark with -O3 -march=native -fopenmp. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 static double Now(void) { return omp_get_wtime(); }
+
+static double Epoch(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits until the epoch time `at`; 1 when it had already passed. */
+static int WaitUntil(double at) {
+  if (Epoch() > at) return 1;
+  while (Epoch() < at) {
+  }
+  return 0;
+}
+
+static float Read(const float* b, size_t n) {
+  float sum = 0.f;
+#pragma omp parallel for simd schedule(static) reduction(+ : sum)
+  for (size_t i = 0; i < n; ++i) sum += b[i];
+  return sum;
+}
+
+static void Triad(float* a, const float* b, const float* c, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] + 3.f * c[i];
+}
 
 int main(int argc, char** argv) {
   size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 256;
@@ -31,24 +64,36 @@ int main(int argc, char** argv) {
     b[i] = 1.f;
     c[i] = 2.f;
   } /* first touch */
-  double best_read = 1e30, best_triad = 1e30;
+  double bytes = (double)n * sizeof(float), read = 0, triad = 0;
   volatile float sink = 0.f;
-  for (int rep = 0; rep < 5; ++rep) {
-    double t = Now();
-    float sum = 0.f;
-#pragma omp parallel for simd schedule(static) reduction(+ : sum)
-    for (size_t i = 0; i < n; ++i) sum += b[i];
-    t = Now() - t;
-    sink += sum;
-    if (t < best_read) best_read = t;
-    t = Now();
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; ++i) a[i] = b[i] + 3.f * c[i];
-    t = Now() - t;
-    if (t < best_triad) best_triad = t;
+  if (argc > 4) { /* side by side with other processes: whole passes within a shared window */
+    double start = atof(argv[3]), window = atof(argv[4]);
+    int late = WaitUntil(start);
+    double t0 = Now(), t = t0;
+    int passes = 0;
+    for (; t - t0 < window; t = Now(), ++passes) sink += Read(b, n);
+    read = passes * bytes / (t - t0);
+    late |= WaitUntil(start + window + 0.1);
+    t0 = t = Now();
+    for (passes = 0; t - t0 < window; t = Now(), ++passes) Triad(a, b, c, n);
+    triad = 3 * passes * bytes / (t - t0);
+    if (late) printf("late 1\n");
+  } else {
+    double best_read = 1e30, best_triad = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      double t = Now();
+      sink += Read(b, n);
+      t = Now() - t;
+      if (t < best_read) best_read = t;
+      t = Now();
+      Triad(a, b, c, n);
+      t = Now() - t;
+      if (t < best_triad) best_triad = t;
+    }
+    read = bytes / best_read;
+    triad = 3 * bytes / best_triad;
   }
-  double bytes = (double)n * sizeof(float);
-  printf("read %.3f\ntriad %.3f\n", bytes / best_read / 1e9, 3 * bytes / best_triad / 1e9);
+  printf("read %.3f\ntriad %.3f\n", read / 1e9, triad / 1e9);
   /* AnonHugePages of this process: whether the kernel gave the huge pages asked for. */
   FILE* f = fopen("/proc/self/smaps_rollup", "r");
   char line[256];

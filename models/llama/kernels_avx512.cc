@@ -198,8 +198,8 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
 // bit the same alone (decode at batch 1) as in any batch, and prefill forms its rows as decode
 // does. Against the streaming kernel (a weight row against up to 4 rows of x, four accumulators
 // an output, then reduced across lanes), no reduction is left and a weight vector feeds MB FMAs
-// from registers: float32 at 16 rows of 3072 x 768, 97 -> 263 GFLOP/s, and at batch 1 from
-// memory one stream at 35 -> 48 GB/s (Zen 5, disco-llama-kernels; docs/performance.md).
+// from registers: float32 at 16 rows of 3072 x 768, 79-93 -> 255-261 GFLOP/s, and at batch 1
+// from memory 28-30 -> 34-43 GB/s (Zen 5, disco-llama-kernels; docs/performance.md).
 constexpr int64_t kPanel = 64;
 
 // The panel kernels' element types: Step broadcasts x's step and multiplies it into a, Weights
