@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -225,6 +226,62 @@ TEST(HttpServer, HeldConnectionsNeitherBlockOthersNorTheStop) {
   EXPECT_TRUE(trickling.load()) << "the stop waited for the held connections";
   trickler.join();
   for (int fd : fds) ::close(fd);
+}
+
+// Clients that trickle their requests hold no thread: with 2 threads, 8 connections sending a
+// request's head a byte at a time leave /health answered before the server answers or cuts any
+// of them (at the request deadline, 30 s after its first byte; before, each held a thread until
+// then, and /health waited for the 8 to be cut in turn).
+TEST(HttpServer, TricklingClientsHoldNoThread) {
+  ConnectionLimits l;
+  l.max_threads = 2;
+  l.request_seconds = 30;
+  TestServer srv(l);
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) fds.push_back(Connect(srv.port()));
+  std::atomic<int> cut{0};
+  std::atomic<bool> done{false};
+  std::thread trickler([&] {
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+    for (size_t sent = 0; !done.load(); sent = (sent + 1) % head.size()) {
+      int answered = 0;  // connections the server has written to, closed or reset
+      for (int fd : fds) {
+        char b;
+        const bool sent_one = ::send(fd, &head[sent], 1, MSG_NOSIGNAL) == 1;
+        const ssize_t got = ::recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (!sent_one || got >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) ++answered;
+      }
+      cut = std::max(cut.load(), answered);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every connection has begun
+  EXPECT_NE(Get(srv.port(), "/health").find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_EQ(cut.load(), 0) << "/health was answered only once the server had cut trickling clients";
+  done = true;
+  trickler.join();
+  srv.Stop();
+  for (int fd : fds) ::close(fd);
+}
+
+// A request whose head and Content-Length body come in pieces, and a second one pipelined behind
+// it in pieces, are each answered once whole (the first, a POST to no route, with 404).
+TEST(HttpServer, ARequestInPiecesIsAnsweredOnceWhole) {
+  TestServer srv{ConnectionLimits{}};
+  const int fd = Connect(srv.port());
+  const std::string one = "POST /x HTTP/1.1\r\nHost: x\r\ncontent-length:  5\r\n\r\nabcde";
+  const std::string two = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  const std::string all = one + two;
+  for (size_t at = 0; at < all.size(); at += 7) {
+    const size_t n = std::min<size_t>(7, all.size() - at);
+    ASSERT_EQ(::send(fd, all.data() + at, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string got = ReadAll(fd);
+  EXPECT_EQ(got.find("HTTP/1.1 404"), 0u) << got;
+  EXPECT_EQ(Count(got, "HTTP/1.1 200"), 1u) << got;
+  EXPECT_EQ(Count(got, "HTTP/1.1 "), 2u) << got;
+  ::close(fd);
 }
 
 // Whether the server has closed `fd` (EOF or reset), without waiting.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -107,6 +108,75 @@ bool Connection::AwaitRequest() {
   return true;
 }
 
+bool Connection::Gather() {
+  if (begin_ > 0) {  // what is left of the buffer moves to its start
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  const size_t most = limits_.max_request_bytes + 1;  // one past: the parser answers 413
+  for (;;) {
+    if (end_ == buf_.size()) {
+      if (buf_.size() >= most) return true;
+      buf_.resize(std::min(most, buf_.size() * 2));
+    }
+    const ssize_t n = recv(fd_, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
+    if (n > 0) {
+      end_ += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return WholeRequest();
+    } else {
+      return true;  // closed or failed: the thread reads what came and ends the connection
+    }
+  }
+}
+
+namespace {
+
+// The value of header `name` (lower case, with its colon) in the head [p, end) of CRLF lines, or
+// nullptr; `found` counts its lines.
+const char* HeaderValue(const char* p, const char* end, const char* name, int* found) {
+  const size_t len = std::strlen(name);
+  const char* value = nullptr;
+  for (const char* line = p; line < end;) {
+    const char* eol = static_cast<const char*>(std::memchr(line, '\n', end - line));
+    if (eol == nullptr) eol = end;
+    if (static_cast<size_t>(eol - line) > len &&
+        std::equal(name, name + len, line, [](char a, char b) { return a == std::tolower(b); })) {
+      value = line + len;
+      ++*found;
+    }
+    line = eol + 1;
+  }
+  return value;
+}
+
+}  // namespace
+
+bool Connection::WholeRequest() const {
+  const char* p = buf_.data() + begin_;
+  const size_t have = end_ - begin_;
+  if (have >= limits_.max_request_bytes) return true;
+  static const char kEnd[] = "\r\n\r\n";
+  const char* head_end = std::search(p, p + have, kEnd, kEnd + 4);
+  if (head_end == p + have) return false;  // the head is still arriving
+  const size_t head = static_cast<size_t>(head_end - p) + 4;
+  int lengths = 0, encodings = 0;
+  const char* length = HeaderValue(p, head_end, "content-length:", &lengths);
+  HeaderValue(p, head_end, "transfer-encoding:", &encodings);
+  if (encodings > 0 || lengths == 0) return true;  // chunked (the thread reads it), or no body
+  if (lengths > 1) return true;                     // ambiguous: the parser refuses it
+  while (*length == ' ' || *length == '\t') ++length;
+  size_t body = 0;
+  for (; *length >= '0' && *length <= '9'; ++length) {
+    body = body * 10 + static_cast<size_t>(*length - '0');
+    if (body > limits_.max_request_bytes) return true;  // over the limit: 413 at once
+  }
+  return have >= head + body;
+}
+
 bool Connection::PeerGone() const {
   pollfd p{fd_, POLLRDHUP, 0};
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
@@ -160,7 +230,8 @@ void Connection::get_local_ip_and_port(std::string& ip, int& port) const {
   AddressOf(fd_, false, ip, port);
 }
 
-Waiter::Waiter(Ready ready) : ready_(std::move(ready)), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+Waiter::Waiter(Ready ready, const ConnectionLimits& limits)
+    : ready_(std::move(ready)), limits_(limits), epoll_(epoll_create1(EPOLL_CLOEXEC)) {
   if (epoll_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
   thread_ = std::thread([this] { Run(); });
 }
@@ -173,7 +244,12 @@ void Waiter::Park(std::unique_ptr<Connection> c, Connection::Clock::time_point d
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.fd = fd;
   if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) return;  // cannot wait: closed
-  waiting_[fd] = Entry{std::move(c), deadline};
+  const bool arriving = c->HasBuffered();  // part of a pipelined request came with the last one
+  if (arriving) {
+    deadline = std::min(deadline, Connection::Clock::now() +
+                                      std::chrono::seconds(limits_.request_seconds));
+  }
+  waiting_[fd] = Entry{std::move(c), deadline, arriving};
 }
 
 void Waiter::Run() {
@@ -185,14 +261,20 @@ void Waiter::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;
+      const auto now = Connection::Clock::now();
       for (int i = 0; i < n; ++i) {
         auto it = waiting_.find(events[static_cast<size_t>(i)].data.fd);
         if (it == waiting_.end()) continue;
+        Entry& e = it->second;
+        if (!e.c->Gather()) {  // a request arriving: it has request_seconds from its first byte
+          if (!e.arriving) e.deadline = now + std::chrono::seconds(limits_.request_seconds);
+          e.arriving = true;
+          continue;
+        }
         epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
-        ready.push_back(std::move(it->second.c));
+        ready.push_back(std::move(e.c));
         waiting_.erase(it);
       }
-      const auto now = Connection::Clock::now();
       for (auto it = waiting_.begin(); it != waiting_.end();) {
         if (it->second.deadline > now) {
           ++it;
@@ -244,7 +326,8 @@ HttpServer::HttpServer(ConnectionLimits limits)
       waiter_([this](std::unique_ptr<Connection> c) {
         Connection* raw = c.release();  // a std::function task must be copyable
         pool_.enqueue([this, raw] { Serve(std::unique_ptr<Connection>(raw)); });
-      }),
+      },
+              limits_),
       pool_(limits.max_threads) {
   // SO_REUSEADDR (a restarted server binds over connections in TIME_WAIT) but not the library's
   // SO_REUSEPORT: a second server on a port in use must fail, not share its clients.
@@ -295,7 +378,7 @@ void HttpServer::Serve(std::unique_ptr<Connection> c) {
       if (c->close_after()) LingeringClose(c->socket());
       return;  // c closes
     }
-    if (!c->HasBuffered()) {  // the client's next request, if any, is waited for by the Waiter
+    if (!c->HasBuffered() || !c->WholeRequest()) {  // the Waiter waits for the next request
       waiter_.Park(std::move(c),
                    Connection::Clock::now() + std::chrono::seconds(limits_.idle_seconds));
       return;

@@ -11,9 +11,11 @@
 // next; when the server stops, a connection drops unless a request is already arriving (it is
 // read and answered, 503). A connection waiting for its client's next request (a new one's
 // first, a kept-alive one's next) waits on one thread's epoll set (Waiter), not on a thread of its
-// own: thousands of idle connections cost a descriptor each, and a pool thread (up to
-// `max_threads`, started as needed) takes a connection only once its client has sent something,
-// for as long as a request arrives and is answered.
+// own, and the Waiter reads the request there as it comes (Gather) until it is whole: its head,
+// and the body a Content-Length announces (a chunked body is read by the thread). Thousands of
+// idle or trickling connections cost a descriptor each (and the bytes they sent), and a pool
+// thread (up to `max_threads`, started as needed) takes a connection only once its request has
+// arrived, for as long as it is answered: clients that send a byte now and then hold no thread.
 #ifndef DISCO_MODELS_LLAMA_SERVER_CONNECTION_H_
 #define DISCO_MODELS_LLAMA_SERVER_CONNECTION_H_
 
@@ -67,6 +69,14 @@ class Connection : public httplib::Stream {
   bool PeerGone() const;
   /// Bytes of a next request already read (pipelined behind the last one).
   bool HasBuffered() const { return begin_ < end_; }
+  /// Reads what the client has sent, without waiting; true once a thread should take the
+  /// connection: the request it holds is whole (WholeRequest), or the client closed or failed.
+  bool Gather();
+  /// Whether the buffered bytes hold a whole request as far as the Waiter judges it: its head
+  /// (ended by an empty line), and the body its Content-Length announces; or as much as a
+  /// request may be (max_request_bytes), or a head the parser will refuse or whose chunked body
+  /// it reads itself.
+  bool WholeRequest() const;
   /// Requests answered on this connection.
   size_t served() const { return served_; }
   void CountRequest() { ++served_; }
@@ -101,11 +111,13 @@ class Connection : public httplib::Stream {
 class Waiter {
  public:
   using Ready = std::function<void(std::unique_ptr<Connection>)>;
-  explicit Waiter(Ready ready);
+  /// `limits` (request_seconds) outlives the Waiter.
+  Waiter(Ready ready, const ConnectionLimits& limits);
   ~Waiter() { Stop(); }
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
-  /// Waits for `c`'s client until `deadline`.
+  /// Waits for `c`'s client until `deadline` (once a request begins to arrive, until
+  /// `request_seconds` after), reading the request as it comes.
   void Park(std::unique_ptr<Connection> c, Connection::Clock::time_point deadline);
   /// Ends the waiting: a connection whose client has sent something goes to `ready` now, the
   /// others are closed, and so is any connection parked later.
@@ -115,10 +127,12 @@ class Waiter {
   struct Entry {
     std::unique_ptr<Connection> c;
     Connection::Clock::time_point deadline;
+    bool arriving = false;  // a request has begun: the deadline is the request's
   };
   void Run();
 
   const Ready ready_;
+  const ConnectionLimits& limits_;
   int epoll_ = -1;
   std::mutex mu_;
   std::unordered_map<int, Entry> waiting_;  // by socket
