@@ -320,8 +320,7 @@ void PackBf16(uint16_t* w, int64_t n, int64_t k) {
 #endif
 }
 
-void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
-                uint16_t* out) {
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count, uint16_t* out) {
 #if DISCO_LLAMA_AVX512
   if (Kernels() == Isa::kAvx512Bf16) return avx512::UnpackBf16(w, n, k, j0, count, out);
 #else

@@ -55,8 +55,7 @@ void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, 
 /// The same for bfloat16 weights (the AVX512-BF16 kernel's panels, whose steps are pairs of a
 /// row's weights; nothing elsewhere).
 void PackBf16(uint16_t* w, int64_t n, int64_t k);
-void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
-                uint16_t* out);
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count, uint16_t* out);
 
 /// The most rows of x for which Linear forms each row of y in one order whatever the other rows
 /// are (our kernels; kernels_test.cc checks it bit for bit): kStreamingRows, or any number

@@ -286,9 +286,8 @@ LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P:
 
 // MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kPanel).
 template <typename P, int MB>
-__attribute__((noinline)) void PanelRows(const typename P::T* x, int64_t k,
-                                         const typename P::T* w, int64_t n, int64_t j0, int64_t j1,
-                                         float* y, int64_t ldy) {
+__attribute__((noinline)) void PanelRows(const typename P::T* x, int64_t k, const typename P::T* w,
+                                         int64_t n, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   for (int64_t jb = j0; jb < j1; jb += kPanel) {
     const int64_t nv = std::min(kPanel, n - jb);
     if (nv == kPanel) {
@@ -378,8 +377,7 @@ void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, 
 
 void PackBf16(uint16_t* w, int64_t n, int64_t k) { PackPanels<2>(w, n, k); }
 
-void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
-                uint16_t* out) {
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count, uint16_t* out) {
   UnpackPanels<2>(w, n, k, j0, count, out);
 }
 
@@ -578,7 +576,6 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
     }
   }
 }
-
 
 void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
                         float* y, int64_t ldy) {

@@ -24,8 +24,7 @@ void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, 
 /// The same for bfloat16 weights and StreamingBf16Dot: panels of 64 rows whose steps are pairs
 /// of a row's weights along k (an odd row's last weight alone after them).
 void PackBf16(uint16_t* w, int64_t n, int64_t k);
-void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count,
-                uint16_t* out);
+void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t count, uint16_t* out);
 
 /// The streaming product with bfloat16 weights widened exactly to float32 in registers (a 16-bit
 /// shift): y[m, n] = sum_k x[m, k] * w[n, k], 16 lanes of FMA.

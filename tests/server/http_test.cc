@@ -284,6 +284,23 @@ TEST(HttpServer, ARequestInPiecesIsAnsweredOnceWhole) {
   ::close(fd);
 }
 
+// A request larger than what the Waiter may hold for all connections (max_waiting_bytes) goes to
+// a thread as it is, which reads the rest: it is answered all the same.
+TEST(HttpServer, ARequestPastTheWaitersBytesIsReadByAThread) {
+  ConnectionLimits l;
+  l.max_waiting_bytes = 64 << 10;
+  TestServer srv(l);
+  const int fd = Connect(srv.port());
+  const std::string body(300 << 10, 'b');
+  const std::string req = "POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::thread writer([&] { ::send(fd, req.data(), req.size(), MSG_NOSIGNAL); });
+  const std::string got = ReadAll(fd);
+  writer.join();
+  EXPECT_EQ(got.find("HTTP/1.1 404"), 0u) << got.substr(0, 200);
+  ::close(fd);
+}
+
 // Whether the server has closed `fd` (EOF or reset), without waiting.
 bool ClosedByServer(int fd) {
   char b;

@@ -20,6 +20,8 @@ namespace {
 
 thread_local Connection* current = nullptr;
 
+constexpr size_t kBufferBytes = 16 << 10;  // a connection's buffer, unless a request needs more
+
 // Sets the thread's current connection for a scope.
 class CurrentScope {
  public:
@@ -65,7 +67,7 @@ void LingeringClose(int fd) {
 }  // namespace
 
 Connection::Connection(int fd, const ConnectionLimits& limits, const std::atomic<bool>& stopping)
-    : fd_(fd), limits_(limits), stopping_(stopping), buf_(16 << 10) {}
+    : fd_(fd), limits_(limits), stopping_(stopping), buf_(kBufferBytes) {}
 
 Connection::~Connection() {
   shutdown(fd_, SHUT_RDWR);
@@ -108,7 +110,14 @@ bool Connection::AwaitRequest() {
   return true;
 }
 
-bool Connection::Gather() {
+void Connection::ShrinkBuffer() {
+  if (begin_ == end_ && buf_.size() > kBufferBytes) {
+    std::vector<char>(kBufferBytes).swap(buf_);
+    begin_ = end_ = 0;
+  }
+}
+
+bool Connection::Gather(size_t room) {
   if (begin_ > 0) {  // what is left of the buffer moves to its start
     std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
     end_ -= begin_;
@@ -117,8 +126,10 @@ bool Connection::Gather() {
   const size_t most = limits_.max_request_bytes + 1;  // one past: the parser answers 413
   for (;;) {
     if (end_ == buf_.size()) {
-      if (buf_.size() >= most) return true;
-      buf_.resize(std::min(most, buf_.size() * 2));
+      const size_t grown = std::min(most, buf_.size() * 2);
+      if (buf_.size() >= most || grown - buf_.size() > room) return true;
+      room -= grown - buf_.size();
+      buf_.resize(grown);
     }
     const ssize_t n = recv(fd_, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
     if (n > 0) {
@@ -167,7 +178,7 @@ bool Connection::WholeRequest() const {
   const char* length = HeaderValue(p, head_end, "content-length:", &lengths);
   HeaderValue(p, head_end, "transfer-encoding:", &encodings);
   if (encodings > 0 || lengths == 0) return true;  // chunked (the thread reads it), or no body
-  if (lengths > 1) return true;                     // ambiguous: the parser refuses it
+  if (lengths > 1) return true;                    // ambiguous: the parser refuses it
   while (*length == ' ' || *length == '\t') ++length;
   size_t body = 0;
   for (; *length >= '0' && *length <= '9'; ++length) {
@@ -246,9 +257,10 @@ void Waiter::Park(std::unique_ptr<Connection> c, Connection::Clock::time_point d
   if (epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) return;  // cannot wait: closed
   const bool arriving = c->HasBuffered();  // part of a pipelined request came with the last one
   if (arriving) {
-    deadline = std::min(deadline, Connection::Clock::now() +
-                                      std::chrono::seconds(limits_.request_seconds));
+    deadline = std::min(deadline,
+                        Connection::Clock::now() + std::chrono::seconds(limits_.request_seconds));
   }
+  held_ += c->buffer_bytes();
   waiting_[fd] = Entry{std::move(c), deadline, arriving};
 }
 
@@ -266,12 +278,17 @@ void Waiter::Run() {
         auto it = waiting_.find(events[static_cast<size_t>(i)].data.fd);
         if (it == waiting_.end()) continue;
         Entry& e = it->second;
-        if (!e.c->Gather()) {  // a request arriving: it has request_seconds from its first byte
+        const size_t before = e.c->buffer_bytes();
+        const size_t room = limits_.max_waiting_bytes - std::min(held_, limits_.max_waiting_bytes);
+        const bool whole = e.c->Gather(room);
+        held_ += e.c->buffer_bytes() - before;
+        if (!whole) {  // a request arriving: it has request_seconds from its first byte
           if (!e.arriving) e.deadline = now + std::chrono::seconds(limits_.request_seconds);
           e.arriving = true;
           continue;
         }
         epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
+        held_ -= e.c->buffer_bytes();
         ready.push_back(std::move(e.c));
         waiting_.erase(it);
       }
@@ -281,6 +298,7 @@ void Waiter::Run() {
           continue;
         }
         epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
+        held_ -= it->second.c->buffer_bytes();
         expired.push_back(std::move(it->second.c));
         it = waiting_.erase(it);
       }
@@ -299,10 +317,11 @@ void Waiter::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(waiting_);
+    held_ = 0;
   }
-  for (auto& [fd, e] : left) {
+  for (auto& [fd, e] : left) {  // a request arriving (or sent) is read and answered (503)
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) ready_(std::move(e.c));
+    if (e.arriving || (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0)) ready_(std::move(e.c));
   }
   left.clear();  // the others close
   if (epoll_ >= 0) close(epoll_);
@@ -323,11 +342,12 @@ class ParkAtOnce : public httplib::TaskQueue {
 
 HttpServer::HttpServer(ConnectionLimits limits)
     : limits_(limits),
-      waiter_([this](std::unique_ptr<Connection> c) {
-        Connection* raw = c.release();  // a std::function task must be copyable
-        pool_.enqueue([this, raw] { Serve(std::unique_ptr<Connection>(raw)); });
-      },
-              limits_),
+      waiter_(
+          [this](std::unique_ptr<Connection> c) {
+            Connection* raw = c.release();  // a std::function task must be copyable
+            pool_.enqueue([this, raw] { Serve(std::unique_ptr<Connection>(raw)); });
+          },
+          limits_),
       pool_(limits.max_threads) {
   // SO_REUSEADDR (a restarted server binds over connections in TIME_WAIT) but not the library's
   // SO_REUSEPORT: a second server on a port in use must fail, not share its clients.
@@ -378,6 +398,7 @@ void HttpServer::Serve(std::unique_ptr<Connection> c) {
       if (c->close_after()) LingeringClose(c->socket());
       return;  // c closes
     }
+    c->ShrinkBuffer();
     if (!c->HasBuffered() || !c->WholeRequest()) {  // the Waiter waits for the next request
       waiter_.Park(std::move(c),
                    Connection::Clock::now() + std::chrono::seconds(limits_.idle_seconds));

@@ -45,6 +45,9 @@ struct ConnectionLimits {
   size_t max_request_bytes = (1 << 20) + (64 << 10);  // head and body
   size_t max_threads = 512;                           // connections served at once
   size_t max_requests_per_connection = 100;
+  // Bytes of requests still arriving that the Waiter holds, all connections together; past it,
+  // a connection whose request needs more goes to a thread as it is (which reads the rest).
+  size_t max_waiting_bytes = size_t{256} << 20;
 };
 
 /// One client connection as cpp-httplib's parser and writer see it; closes its socket when it
@@ -69,9 +72,15 @@ class Connection : public httplib::Stream {
   bool PeerGone() const;
   /// Bytes of a next request already read (pipelined behind the last one).
   bool HasBuffered() const { return begin_ < end_; }
-  /// Reads what the client has sent, without waiting; true once a thread should take the
-  /// connection: the request it holds is whole (WholeRequest), or the client closed or failed.
-  bool Gather();
+  /// Reads what the client has sent, without waiting, growing the buffer by at most `room`
+  /// bytes; true once a thread should take the connection: the request it holds is whole
+  /// (WholeRequest), the client closed or failed, or the buffer would outgrow `room`.
+  bool Gather(size_t room);
+  /// The buffer's size (what a waiting connection holds).
+  size_t buffer_bytes() const { return buf_.size(); }
+  /// Back to a small buffer when nothing is buffered (a kept-alive connection once sent a large
+  /// request).
+  void ShrinkBuffer();
   /// Whether the buffered bytes hold a whole request as far as the Waiter judges it: its head
   /// (ended by an empty line), and the body its Content-Length announces; or as much as a
   /// request may be (max_request_bytes), or a head the parser will refuse or whose chunked body
@@ -119,8 +128,8 @@ class Waiter {
   /// Waits for `c`'s client until `deadline` (once a request begins to arrive, until
   /// `request_seconds` after), reading the request as it comes.
   void Park(std::unique_ptr<Connection> c, Connection::Clock::time_point deadline);
-  /// Ends the waiting: a connection whose client has sent something goes to `ready` now, the
-  /// others are closed, and so is any connection parked later.
+  /// Ends the waiting: a connection whose client has sent something (or part of a request) goes
+  /// to `ready` now, the others are closed, and so is any connection parked later.
   void Stop();
 
  private:
@@ -136,6 +145,7 @@ class Waiter {
   int epoll_ = -1;
   std::mutex mu_;
   std::unordered_map<int, Entry> waiting_;  // by socket
+  size_t held_ = 0;                         // their buffers' bytes (max_waiting_bytes)
   bool stopped_ = false;
   std::thread thread_;
 };
