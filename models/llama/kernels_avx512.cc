@@ -309,29 +309,13 @@ void Panels(const typename P::T* x, int64_t m, int64_t k, const typename P::T* w
       m <= 6 ? n : std::max<int64_t>(1, kPanelSpanBytes / row_bytes / kPanel) * kPanel;
   for (int64_t j0 = 0; j0 < n; j0 += span) {
     const int64_t j1 = std::min(n, j0 + span);
+    using Rows = void (*)(const typename P::T*, int64_t, const typename P::T*, int64_t, int64_t,
+                          int64_t, float*, int64_t);
+    static constexpr Rows kRows[] = {nullptr,         PanelRows<P, 1>, PanelRows<P, 2>,
+                                     PanelRows<P, 3>, PanelRows<P, 4>, PanelRows<P, 5>};
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) PanelRows<P, 6>(x + i * k, k, w, n, j0, j1, y + i * ldy, ldy);
-    const typename P::T* xi = x + i * k;
-    float* yi = y + i * ldy;
-    switch (m - i) {
-      case 5:
-        PanelRows<P, 5>(xi, k, w, n, j0, j1, yi, ldy);
-        break;
-      case 4:
-        PanelRows<P, 4>(xi, k, w, n, j0, j1, yi, ldy);
-        break;
-      case 3:
-        PanelRows<P, 3>(xi, k, w, n, j0, j1, yi, ldy);
-        break;
-      case 2:
-        PanelRows<P, 2>(xi, k, w, n, j0, j1, yi, ldy);
-        break;
-      case 1:
-        PanelRows<P, 1>(xi, k, w, n, j0, j1, yi, ldy);
-        break;
-      default:
-        break;
-    }
+    if (i < m) kRows[m - i](x + i * k, k, w, n, j0, j1, y + i * ldy, ldy);
   }
 }
 
