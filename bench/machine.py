@@ -66,7 +66,12 @@ def _stream(exe, mib, arg, threads, procs, window=0.5):
                                if procs > 1 else env) for i in range(procs)]
         total = {"read": 0.0, "triad": 0.0, "huge_mib": 0.0, "late": 0.0}
         for p in ps:
-            out, _ = p.communicate()
+            try:
+                out, _ = p.communicate(timeout=lead + 2 * window + 120)
+            except subprocess.TimeoutExpired:
+                for q in ps:
+                    q.kill()
+                raise SystemExit(f"{exe} did not finish in {lead + 2 * window + 120:.0f} s")
             if p.returncode != 0:
                 raise SystemExit(f"{exe} failed (exit {p.returncode})")
             for k, v in (line.split() for line in out.splitlines() if line.strip()):

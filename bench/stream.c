@@ -45,9 +45,28 @@ static void Triad(float* a, const float* b, const float* c, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = b[i] + 3.f * c[i];
 }
 
+/* argv[i] as a number, or exit 2 naming it. */
+static double Arg(char** argv, int i, const char* what, double lo, double hi) {
+  char* end = NULL;
+  double v = strtod(argv[i], &end);
+  if (end == argv[i] || *end != '\0' || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "stream: %s is a number in [%.15g, %.15g], not '%s'\n", what, lo, hi, argv[i]);
+    exit(2);
+  }
+  return v;
+}
+
 int main(int argc, char** argv) {
-  size_t mib = argc > 1 ? (size_t)atol(argv[1]) : 256;
+  if (argc == 4 || argc > 5) {
+    fprintf(stderr, "usage: stream [MIB [small|huge [START WINDOW]]]\n");
+    return 2;
+  }
+  size_t mib = argc > 1 ? (size_t)Arg(argv, 1, "MIB", 1, 1 << 20) : 256;
   int huge = argc > 2 && strcmp(argv[2], "huge") == 0;
+  if (argc > 4) { /* START within a minute of now, WINDOW up to a minute */
+    Arg(argv, 3, "START", Epoch() - 60, Epoch() + 60);
+    Arg(argv, 4, "WINDOW", 0.01, 60);
+  }
   size_t n = mib * 1024 * 1024 / sizeof(float);
   size_t align = (size_t)2 << 20; /* whole 2 MiB pages either way */
   float* a = aligned_alloc(align, n * sizeof(float));

@@ -284,9 +284,9 @@ TEST(HttpServer, ARequestInPiecesIsAnsweredOnceWhole) {
   ::close(fd);
 }
 
-// A request larger than what the Waiter may hold for all connections (max_waiting_bytes) goes to
-// a thread as it is, which reads the rest: it is answered all the same.
-TEST(HttpServer, ARequestPastTheWaitersBytesIsReadByAThread) {
+// A request larger than what the Waiter may hold for all connections (max_waiting_bytes) is
+// answered 503 and closed (a thread given it would wait for the rest of a slow client's body).
+TEST(HttpServer, ARequestPastTheWaitersBytesIs503) {
   ConnectionLimits l;
   l.max_waiting_bytes = 64 << 10;
   TestServer srv(l);
@@ -297,8 +297,51 @@ TEST(HttpServer, ARequestPastTheWaitersBytesIsReadByAThread) {
   std::thread writer([&] { ::send(fd, req.data(), req.size(), MSG_NOSIGNAL); });
   const std::string got = ReadAll(fd);
   writer.join();
-  EXPECT_EQ(got.find("HTTP/1.1 404"), 0u) << got.substr(0, 200);
+  EXPECT_TRUE(got.empty() || got.find("HTTP/1.1 503") == 0) << got.substr(0, 200);
   ::close(fd);
+  EXPECT_NE(Get(srv.port(), "/health").find("HTTP/1.1 200"), std::string::npos);
+}
+
+// Chunked bodies and bodies after "Expect: 100-continue" are read whole by the Waiter too: 8
+// clients trickling them hold none of 2 threads (/health answered before any is cut), and a
+// client that asks to continue is told to before it sends its body, which is then answered.
+TEST(HttpServer, ChunkedAndContinuedBodiesHoldNoThread) {
+  ConnectionLimits l;
+  l.max_threads = 2;
+  l.request_seconds = 30;
+  TestServer srv(l);
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    fds.push_back(Connect(srv.port()));
+    const std::string head =
+        i % 2 == 0 ? "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc"
+                   : "POST /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: "
+                     "9\r\n\r\n";
+    ASSERT_EQ(::send(fds.back(), head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NE(Get(srv.port(), "/health").find("HTTP/1.1 200"), std::string::npos);
+  for (size_t i = 0; i < fds.size(); ++i) {  // told to continue, or nothing yet (not cut)
+    char buf[256];
+    const ssize_t n = ::recv(fds[i], buf, sizeof buf, MSG_DONTWAIT);
+    EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))),
+              i % 2 == 0 ? "" : "HTTP/1.1 100 Continue\r\n\r\n")
+        << "connection " << i;
+    if (i % 2 == 0) {
+      EXPECT_EQ(n, -1) << "connection " << i << " was answered or closed";
+    }
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {  // the rest of each body: each answered (404)
+    const std::string rest = i % 2 == 0 ? "defghijklmnop\r\n0\r\n\r\n" : "123456789";
+    ASSERT_EQ(::send(fds[i], rest.data(), rest.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(rest.size()));
+    ::shutdown(fds[i], SHUT_WR);
+  }
+  for (int fd : fds) {
+    EXPECT_NE(ReadAll(fd).find("HTTP/1.1 404"), std::string::npos);
+    ::close(fd);
+  }
 }
 
 // Whether the server has closed `fd` (EOF or reset), without waiting.

@@ -95,6 +95,7 @@ bool Connection::WaitFor(short events, Clock::time_point deadline) const {
 
 bool Connection::AwaitRequest() {
   request_bytes_ = 0;
+  continued_ = false;
   over_limit_ = close_after_ = false;
   if (begin_ == end_) {
     // Nothing buffered: wait for the client (a stopping server waits no more than its grace); a
@@ -117,7 +118,7 @@ void Connection::ShrinkBuffer() {
   }
 }
 
-bool Connection::Gather(size_t room) {
+Connection::Gathered Connection::Gather(size_t room) {
   if (begin_ > 0) {  // what is left of the buffer moves to its start
     std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
     end_ -= begin_;
@@ -127,7 +128,8 @@ bool Connection::Gather(size_t room) {
   for (;;) {
     if (end_ == buf_.size()) {
       const size_t grown = std::min(most, buf_.size() * 2);
-      if (buf_.size() >= most || grown - buf_.size() > room) return true;
+      if (buf_.size() >= most) return Gathered::kWhole;
+      if (grown - buf_.size() > room) return Gathered::kNoRoom;
       room -= grown - buf_.size();
       buf_.resize(grown);
     }
@@ -137,11 +139,27 @@ bool Connection::Gather(size_t room) {
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return WholeRequest();
+      break;
     } else {
-      return true;  // closed or failed: the thread reads what came and ends the connection
+      return Gathered::kWhole;  // closed or failed: the thread reads what came and ends it
     }
   }
+  const Framing f = Frame();
+  if (f.whole) return Gathered::kWhole;
+  if (f.expects_continue && !continued_) {
+    // The client waits for this before it sends the body (the parser sends its own again, once
+    // the body is in: a client reads any number of 1xx answers before the final one).
+    static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    continued_ = send(fd_, kContinue, sizeof kContinue - 1, MSG_DONTWAIT | MSG_NOSIGNAL) ==
+                 static_cast<ssize_t>(sizeof kContinue - 1);
+  }
+  return Gathered::kMore;
+}
+
+void Connection::RefuseBusy() {
+  static const char k503[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  (void)send(fd_, k503, sizeof k503 - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 namespace {
@@ -164,28 +182,83 @@ const char* HeaderValue(const char* p, const char* end, const char* name, int* f
   return value;
 }
 
+// Whether the header value at `v` (after its colon, up to its line's end before `end`) is `token`,
+// whatever its case and the spaces around it.
+bool Token(const char* v, const char* end, const char* token) {
+  const char* eol = static_cast<const char*>(std::memchr(v, '\r', end - v));
+  if (eol == nullptr) eol = end;
+  while (v < eol && (*v == ' ' || *v == '\t')) ++v;
+  while (eol > v && (eol[-1] == ' ' || eol[-1] == '\t')) --eol;
+  const size_t len = std::strlen(token);
+  return static_cast<size_t>(eol - v) == len &&
+         std::equal(token, token + len, v, [](char a, char b) { return a == std::tolower(b); });
+}
+
+// Whether the chunked body at `at` of the request in [p, p + have) is whole: chunks of a hex size
+// line and CRLF-ended data, then a chunk of size 0 and trailer lines up to an empty one. Whatever
+// the scan does not expect is whole too: the parser refuses it at once.
+bool ChunkedWhole(const char* p, size_t have, size_t at, size_t most) {
+  static const char kCrlf[] = "\r\n";
+  const char* end = p + have;
+  for (;;) {
+    const char* line = p + at;
+    const char* eol = std::search(line, end, kCrlf, kCrlf + 2);
+    if (eol == end) return false;  // the size line is still arriving
+    size_t size = 0;
+    int digits = 0;
+    for (const char* q = line; q < eol && std::isxdigit(static_cast<unsigned char>(*q)); ++q) {
+      if (++digits > 8) return true;  // over any body the limit allows
+      size = size * 16 + static_cast<size_t>(std::isdigit(static_cast<unsigned char>(*q))
+                                                 ? *q - '0'
+                                                 : std::tolower(*q) - 'a' + 10);
+    }
+    if (digits == 0) return true;
+    at = static_cast<size_t>(eol - p) + 2;
+    if (size == 0) break;
+    if (size > most) return true;  // past the limit: 413
+    at += size + 2;                // the data and its CRLF
+    if (at > have) return false;
+  }
+  for (;;) {  // trailers, up to an empty line
+    const char* eol = std::search(p + at, end, kCrlf, kCrlf + 2);
+    if (eol == end) return false;
+    if (eol == p + at) return true;
+    at = static_cast<size_t>(eol - p) + 2;
+  }
+}
+
 }  // namespace
 
-bool Connection::WholeRequest() const {
+Connection::Framing Connection::Frame() const {
+  Framing f;
   const char* p = buf_.data() + begin_;
   const size_t have = end_ - begin_;
-  if (have >= limits_.max_request_bytes) return true;
+  f.whole = have >= limits_.max_request_bytes;
   static const char kEnd[] = "\r\n\r\n";
   const char* head_end = std::search(p, p + have, kEnd, kEnd + 4);
-  if (head_end == p + have) return false;  // the head is still arriving
+  if (f.whole || head_end == p + have) return f;  // over the limit (413), or the head arriving
   const size_t head = static_cast<size_t>(head_end - p) + 4;
-  int lengths = 0, encodings = 0;
+  int lengths = 0, encodings = 0, expects = 0;
   const char* length = HeaderValue(p, head_end, "content-length:", &lengths);
-  HeaderValue(p, head_end, "transfer-encoding:", &encodings);
-  if (encodings > 0 || lengths == 0) return true;  // chunked (the thread reads it), or no body
-  if (lengths > 1) return true;                    // ambiguous: the parser refuses it
+  const char* encoding = HeaderValue(p, head_end, "transfer-encoding:", &encodings);
+  const char* expect = HeaderValue(p, head_end, "expect:", &expects);
+  f.whole = true;  // unless a body is still arriving
+  if (lengths + encodings > 1 || (encodings == 0 && lengths == 0)) return f;  // no body, or refused
+  f.expects_continue = expects == 1 && Token(expect, head_end, "100-continue");
+  if (encodings == 1) {
+    if (Token(encoding, head_end, "chunked")) {
+      f.whole = ChunkedWhole(p, have, head, limits_.max_request_bytes);
+    }
+    return f;  // another coding: the parser answers it at once
+  }
   while (*length == ' ' || *length == '\t') ++length;
   size_t body = 0;
   for (; *length >= '0' && *length <= '9'; ++length) {
     body = body * 10 + static_cast<size_t>(*length - '0');
-    if (body > limits_.max_request_bytes) return true;  // over the limit: 413 at once
+    if (body > limits_.max_request_bytes) return f;  // over the limit: 413 at once
   }
-  return have >= head + body;
+  f.whole = have >= head + body;
+  return f;
 }
 
 bool Connection::PeerGone() const {
@@ -269,7 +342,7 @@ void Waiter::Run() {
   for (;;) {
     // Slices of 100 ms: deadlines and a stop are seen soon.
     const int n = epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), 100);
-    std::vector<std::unique_ptr<Connection>> ready, expired;
+    std::vector<std::unique_ptr<Connection>> ready, expired, refused;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;
@@ -280,16 +353,16 @@ void Waiter::Run() {
         Entry& e = it->second;
         const size_t before = e.c->buffer_bytes();
         const size_t room = limits_.max_waiting_bytes - std::min(held_, limits_.max_waiting_bytes);
-        const bool whole = e.c->Gather(room);
+        const Connection::Gathered g = e.c->Gather(room);
         held_ += e.c->buffer_bytes() - before;
-        if (!whole) {  // a request arriving: it has request_seconds from its first byte
+        if (g == Connection::Gathered::kMore) {  // it has request_seconds from its first byte
           if (!e.arriving) e.deadline = now + std::chrono::seconds(limits_.request_seconds);
           e.arriving = true;
           continue;
         }
         epoll_ctl(epoll_, EPOLL_CTL_DEL, it->first, nullptr);
         held_ -= e.c->buffer_bytes();
-        ready.push_back(std::move(e.c));
+        (g == Connection::Gathered::kWhole ? ready : refused).push_back(std::move(e.c));
         waiting_.erase(it);
       }
       for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -304,7 +377,8 @@ void Waiter::Run() {
       }
     }
     for (auto& c : ready) ready_(std::move(c));
-  }  // expired connections close here
+    for (auto& c : refused) c->RefuseBusy();  // more than the Waiter may hold: 503, closed
+  }                                           // expired and refused connections close here
 }
 
 void Waiter::Stop() {
@@ -399,7 +473,7 @@ void HttpServer::Serve(std::unique_ptr<Connection> c) {
       return;  // c closes
     }
     c->ShrinkBuffer();
-    if (!c->HasBuffered() || !c->WholeRequest()) {  // the Waiter waits for the next request
+    if (!c->HasBuffered() || !c->Frame().whole) {  // the Waiter waits for the next request
       waiter_.Park(std::move(c),
                    Connection::Clock::now() + std::chrono::seconds(limits_.idle_seconds));
       return;

@@ -12,7 +12,7 @@
 // read and answered, 503). A connection waiting for its client's next request (a new one's
 // first, a kept-alive one's next) waits on one thread's epoll set (Waiter), not on a thread of its
 // own, and the Waiter reads the request there as it comes (Gather) until it is whole: its head,
-// and the body a Content-Length announces (a chunked body is read by the thread). Thousands of
+// and its body (Content-Length, or chunks up to the last; "100 Continue" answered). Thousands of
 // idle or trickling connections cost a descriptor each (and the bytes they sent), and a pool
 // thread (up to `max_threads`, started as needed) takes a connection only once its request has
 // arrived, for as long as it is answered: clients that send a byte now and then hold no thread.
@@ -46,7 +46,7 @@ struct ConnectionLimits {
   size_t max_threads = 512;                           // connections served at once
   size_t max_requests_per_connection = 100;
   // Bytes of requests still arriving that the Waiter holds, all connections together; past it,
-  // a connection whose request needs more goes to a thread as it is (which reads the rest).
+  // a connection whose request needs more is answered 503 and closed.
   size_t max_waiting_bytes = size_t{256} << 20;
 };
 
@@ -72,20 +72,27 @@ class Connection : public httplib::Stream {
   bool PeerGone() const;
   /// Bytes of a next request already read (pipelined behind the last one).
   bool HasBuffered() const { return begin_ < end_; }
+  /// What Gather found: the request is still arriving; it is whole, or the client closed or
+  /// failed (a thread takes the connection); or it needs more than `room`.
+  enum class Gathered { kMore, kWhole, kNoRoom };
   /// Reads what the client has sent, without waiting, growing the buffer by at most `room`
-  /// bytes; true once a thread should take the connection: the request it holds is whole
-  /// (WholeRequest), the client closed or failed, or the buffer would outgrow `room`.
-  bool Gather(size_t room);
+  /// bytes; answers "100 Continue" once to a client that asks for it before its body.
+  Gathered Gather(size_t room);
+  /// Answers 503 without waiting (the connection then closes): more than the Waiter may hold.
+  void RefuseBusy();
+  /// How the buffered request is framed, as far as the Waiter judges it: whole once its head
+  /// (ended by an empty line) and its body (Content-Length, or chunks up to the last) are in, or
+  /// as much as a request may be (max_request_bytes), or a head the parser refuses at once.
+  struct Framing {
+    bool whole = false;
+    bool expects_continue = false;
+  };
+  Framing Frame() const;
   /// The buffer's size (what a waiting connection holds).
   size_t buffer_bytes() const { return buf_.size(); }
   /// Back to a small buffer when nothing is buffered (a kept-alive connection once sent a large
   /// request).
   void ShrinkBuffer();
-  /// Whether the buffered bytes hold a whole request as far as the Waiter judges it: its head
-  /// (ended by an empty line), and the body its Content-Length announces; or as much as a
-  /// request may be (max_request_bytes), or a head the parser will refuse or whose chunked body
-  /// it reads itself.
-  bool WholeRequest() const;
   /// Requests answered on this connection.
   size_t served() const { return served_; }
   void CountRequest() { ++served_; }
@@ -111,6 +118,7 @@ class Connection : public httplib::Stream {
   size_t begin_ = 0, end_ = 0;  // unread bytes: buf_[begin_, end_)
   size_t request_bytes_ = 0, served_ = 0;
   bool over_limit_ = false, close_after_ = false, first_ = true;
+  bool continued_ = false;  // "100 Continue" sent for the request arriving
   Clock::time_point deadline_;
   mutable Clock::time_point stop_seen_{};
 };
