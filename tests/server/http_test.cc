@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "llama/server/api.h"
@@ -340,6 +341,29 @@ TEST(HttpServer, ChunkedAndContinuedBodiesHoldNoThread) {
   }
   for (int fd : fds) {
     EXPECT_NE(ReadAll(fd).find("HTTP/1.1 404"), std::string::npos);
+    ::close(fd);
+  }
+}
+
+// Chunks the parser would wait on (a size past the limit, a size line that is not hex or ends in
+// a bare LF) are answered at once by the Waiter (before: a thread waited for their data until the
+// request deadline, then 400 or nothing).
+TEST(HttpServer, MalformedOrHugeChunksAreAnsweredAtOnce) {
+  ConnectionLimits l;
+  l.request_seconds = 30;
+  TestServer srv(l);
+  const std::string head = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const auto& [chunks, status] :
+       std::vector<std::pair<std::string, std::string>>{{"200000\r\nab", "413"},
+                                                        {"100000000\r\n", "413"},
+                                                        {"-5\r\n", "400"},
+                                                        {"21\nabc", "400"},
+                                                        {"3\r\nabc\r\n0\n\n", "400"},
+                                                        {"3\r\nabcX\r\n", "400"}}) {
+    const int fd = Connect(srv.port());
+    const std::string req = head + chunks;
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    EXPECT_EQ(ReadAll(fd).find("HTTP/1.1 " + status), 0u) << chunks;
     ::close(fd);
   }
 }

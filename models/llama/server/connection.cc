@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 #include <utility>
@@ -129,7 +130,10 @@ Connection::Gathered Connection::Gather(size_t room) {
     if (end_ == buf_.size()) {
       const size_t grown = std::min(most, buf_.size() * 2);
       if (buf_.size() >= most) return Gathered::kWhole;
-      if (grown - buf_.size() > room) return Gathered::kNoRoom;
+      if (grown - buf_.size() > room) {
+        refuse_ = 503;
+        return Gathered::kRefused;
+      }
       room -= grown - buf_.size();
       buf_.resize(grown);
     }
@@ -145,6 +149,10 @@ Connection::Gathered Connection::Gather(size_t room) {
     }
   }
   const Framing f = Frame();
+  if (f.refuse != 0) {
+    refuse_ = f.refuse;
+    return Gathered::kRefused;
+  }
   if (f.whole) return Gathered::kWhole;
   if (f.expects_continue && !continued_) {
     // The client waits for this before it sends the body (the parser sends its own again, once
@@ -156,10 +164,15 @@ Connection::Gathered Connection::Gather(size_t room) {
   return Gathered::kMore;
 }
 
-void Connection::RefuseBusy() {
-  static const char k503[] =
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  (void)send(fd_, k503, sizeof k503 - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+void Connection::Refuse() {
+  const char* reason = refuse_ == 413   ? "Payload Too Large"
+                       : refuse_ == 503 ? "Service Unavailable"
+                                        : "Bad Request";
+  char answer[128];
+  const int n = std::snprintf(answer, sizeof answer,
+                              "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                              refuse_, reason);
+  (void)send(fd_, answer, static_cast<size_t>(n), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 namespace {
@@ -194,36 +207,50 @@ bool Token(const char* v, const char* end, const char* token) {
          std::equal(token, token + len, v, [](char a, char b) { return a == std::tolower(b); });
 }
 
-// Whether the chunked body at `at` of the request in [p, p + have) is whole: chunks of a hex size
-// line and CRLF-ended data, then a chunk of size 0 and trailer lines up to an empty one. Whatever
-// the scan does not expect is whole too: the parser refuses it at once.
-bool ChunkedWhole(const char* p, size_t have, size_t at, size_t most) {
-  static const char kCrlf[] = "\r\n";
+// The chunked body at `at` of the request in [p, p + have): whole (0), still arriving (-1), or
+// an HTTP status to answer at once (400: a size line that is not hex ended by CRLF, data not
+// followed by CRLF; 413: a chunk past the limit `most`). Whole means chunks of a hex size line
+// (extensions after ';' allowed) and CRLF-ended data, then a chunk of size 0 and trailer lines up
+// to an empty one. The Waiter answers a refusal itself: cpp-httplib would wait for the data of a
+// huge chunk until the request deadline, holding a thread.
+int ChunkedStatus(const char* p, size_t have, size_t at, size_t most) {
   const char* end = p + have;
+  // The next line from `at`: its end (the LF), or nullptr while it arrives; a bare LF is refused.
+  auto line_end = [&](const char* from, int* status) -> const char* {
+    const char* lf = static_cast<const char*>(std::memchr(from, '\n', end - from));
+    if (lf != nullptr && (lf == from || lf[-1] != '\r')) *status = 400;
+    return lf;
+  };
+  int status = 0;
   for (;;) {
     const char* line = p + at;
-    const char* eol = std::search(line, end, kCrlf, kCrlf + 2);
-    if (eol == end) return false;  // the size line is still arriving
+    const char* lf = line_end(line, &status);
+    if (status != 0) return status;
+    if (lf == nullptr) return end - line > 1024 ? 400 : -1;  // a size line that never ends
     size_t size = 0;
     int digits = 0;
-    for (const char* q = line; q < eol && std::isxdigit(static_cast<unsigned char>(*q)); ++q) {
-      if (++digits > 8) return true;  // over any body the limit allows
+    const char* q = line;
+    for (; q < lf - 1 && std::isxdigit(static_cast<unsigned char>(*q)); ++q) {
       size = size * 16 + static_cast<size_t>(std::isdigit(static_cast<unsigned char>(*q))
                                                  ? *q - '0'
                                                  : std::tolower(*q) - 'a' + 10);
+      if (++digits > 8 && size != 0) return 413;  // leading zeros aside, past any limit
     }
-    if (digits == 0) return true;
-    at = static_cast<size_t>(eol - p) + 2;
+    if (digits == 0 || (q < lf - 1 && *q != ';')) return 400;
+    at = static_cast<size_t>(lf - p) + 1;
     if (size == 0) break;
-    if (size > most) return true;  // past the limit: 413
-    at += size + 2;                // the data and its CRLF
-    if (at > have) return false;
+    if (size > most) return 413;
+    at += size;  // the data, then its CRLF
+    if (at + 2 > have) return -1;
+    if (p[at] != '\r' || p[at + 1] != '\n') return 400;
+    at += 2;
   }
   for (;;) {  // trailers, up to an empty line
-    const char* eol = std::search(p + at, end, kCrlf, kCrlf + 2);
-    if (eol == end) return false;
-    if (eol == p + at) return true;
-    at = static_cast<size_t>(eol - p) + 2;
+    const char* lf = line_end(p + at, &status);
+    if (status != 0) return status;
+    if (lf == nullptr) return -1;
+    if (lf == p + at + 1) return 0;
+    at = static_cast<size_t>(lf - p) + 1;
   }
 }
 
@@ -247,7 +274,9 @@ Connection::Framing Connection::Frame() const {
   f.expects_continue = expects == 1 && Token(expect, head_end, "100-continue");
   if (encodings == 1) {
     if (Token(encoding, head_end, "chunked")) {
-      f.whole = ChunkedWhole(p, have, head, limits_.max_request_bytes);
+      const int status = ChunkedStatus(p, have, head, limits_.max_request_bytes);
+      f.whole = status >= 0;
+      f.refuse = status > 0 ? status : 0;
     }
     return f;  // another coding: the parser answers it at once
   }
@@ -377,8 +406,8 @@ void Waiter::Run() {
       }
     }
     for (auto& c : ready) ready_(std::move(c));
-    for (auto& c : refused) c->RefuseBusy();  // more than the Waiter may hold: 503, closed
-  }                                           // expired and refused connections close here
+    for (auto& c : refused) c->Refuse();  // answered (503, 400, 413) and closed
+  }                                       // expired and refused connections close here
 }
 
 void Waiter::Stop() {

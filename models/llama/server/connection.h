@@ -73,19 +73,21 @@ class Connection : public httplib::Stream {
   /// Bytes of a next request already read (pipelined behind the last one).
   bool HasBuffered() const { return begin_ < end_; }
   /// What Gather found: the request is still arriving; it is whole, or the client closed or
-  /// failed (a thread takes the connection); or it needs more than `room`.
-  enum class Gathered { kMore, kWhole, kNoRoom };
+  /// failed (a thread takes the connection); or it is refused (Refuse answers it): it needs more
+  /// than `room` (503), or its chunks are malformed (400) or past the limit (413).
+  enum class Gathered { kMore, kWhole, kRefused };
   /// Reads what the client has sent, without waiting, growing the buffer by at most `room`
   /// bytes; answers "100 Continue" once to a client that asks for it before its body.
   Gathered Gather(size_t room);
-  /// Answers 503 without waiting (the connection then closes): more than the Waiter may hold.
-  void RefuseBusy();
+  /// Answers Gather's refusal without waiting (the connection then closes).
+  void Refuse();
   /// How the buffered request is framed, as far as the Waiter judges it: whole once its head
   /// (ended by an empty line) and its body (Content-Length, or chunks up to the last) are in, or
   /// as much as a request may be (max_request_bytes), or a head the parser refuses at once.
   struct Framing {
     bool whole = false;
     bool expects_continue = false;
+    int refuse = 0;  // an HTTP status to answer at once (malformed or oversized chunks)
   };
   Framing Frame() const;
   /// The buffer's size (what a waiting connection holds).
@@ -119,6 +121,7 @@ class Connection : public httplib::Stream {
   size_t request_bytes_ = 0, served_ = 0;
   bool over_limit_ = false, close_after_ = false, first_ = true;
   bool continued_ = false;  // "100 Continue" sent for the request arriving
+  int refuse_ = 0;          // Gather's refusal
   Clock::time_point deadline_;
   mutable Clock::time_point stop_seen_{};
 };
