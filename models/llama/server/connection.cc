@@ -406,8 +406,9 @@ void Waiter::Run() {
       }
     }
     for (auto& c : ready) ready_(std::move(c));
-    for (auto& c : refused) c->Refuse();  // answered (503, 400, 413) and closed
-  }                                       // expired and refused connections close here
+    // Refused ones are answered (503, 400, 413); they and the expired ones close here.
+    for (auto& c : refused) c->Refuse();
+  }
 }
 
 void Waiter::Stop() {
