@@ -229,15 +229,20 @@ TEST(HttpServer, HeldConnectionsNeitherBlockOthersNorTheStop) {
   for (int fd : fds) ::close(fd);
 }
 
+// 2 serving threads and a 30 s request deadline: a client that holds a thread shows at once.
+ConnectionLimits TwoThreads() {
+  ConnectionLimits l;
+  l.max_threads = 2;
+  l.request_seconds = 30;
+  return l;
+}
+
 // Clients that trickle their requests hold no thread: with 2 threads, 8 connections sending a
 // request's head a byte at a time leave /health answered before the server answers or cuts any
 // of them (at the request deadline, 30 s after its first byte; before, each held a thread until
 // then, and /health waited for the 8 to be cut in turn).
 TEST(HttpServer, TricklingClientsHoldNoThread) {
-  ConnectionLimits l;
-  l.max_threads = 2;
-  l.request_seconds = 30;
-  TestServer srv(l);
+  TestServer srv(TwoThreads());
   std::vector<int> fds;
   for (int i = 0; i < 8; ++i) fds.push_back(Connect(srv.port()));
   std::atomic<int> cut{0};
@@ -307,10 +312,7 @@ TEST(HttpServer, ARequestPastTheWaitersBytesIs503) {
 // clients trickling them hold none of 2 threads (/health answered before any is cut), and a
 // client that asks to continue is told to before it sends its body, which is then answered.
 TEST(HttpServer, ChunkedAndContinuedBodiesHoldNoThread) {
-  ConnectionLimits l;
-  l.max_threads = 2;
-  l.request_seconds = 30;
-  TestServer srv(l);
+  TestServer srv(TwoThreads());
   std::vector<int> fds;
   for (int i = 0; i < 8; ++i) {
     fds.push_back(Connect(srv.port()));
