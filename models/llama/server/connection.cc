@@ -207,23 +207,24 @@ bool Token(const char* v, const char* end, const char* token) {
          std::equal(token, token + len, v, [](char a, char b) { return a == std::tolower(b); });
 }
 
-// The chunked body at `at` of the request in [p, p + have): whole (0), still arriving (-1), or
-// an HTTP status to answer at once (400: a size line that is not hex ended by CRLF, data not
-// followed by CRLF; 413: a chunk past the limit `most`). Whole means chunks of a hex size line
-// (extensions after ';' allowed) and CRLF-ended data, then a chunk of size 0 and trailer lines up
-// to an empty one. The Waiter answers a refusal itself: cpp-httplib would wait for the data of a
-// huge chunk until the request deadline, holding a thread.
-int ChunkedStatus(const char* p, size_t have, size_t at, size_t most) {
+// The chunked body of the request in [p, p + have), scanned from *at (a chunk-size line, or with
+// *trailers a trailer line): whole (0), still arriving (-1: *at and *trailers then say where the
+// unit still arriving begins), or an HTTP status to answer at once (400: a size line that is not
+// hex ended by CRLF, data not followed by CRLF; 413: a chunk past the limit `most`). Whole means
+// chunks of a hex size line (extensions after ';' allowed) and CRLF-ended data, then a chunk of
+// size 0 and trailer lines up to an empty one. The Waiter answers a refusal itself: cpp-httplib
+// would wait for the data of a huge chunk until the request deadline, holding a thread.
+int ChunkedStatus(const char* p, size_t have, size_t* at, bool* trailers, size_t most) {
   const char* end = p + have;
-  // The next line from `at`: its end (the LF), or nullptr while it arrives; a bare LF is refused.
+  // The next line from `from`: its end (the LF), or nullptr while it arrives; a bare LF is refused.
   auto line_end = [&](const char* from, int* status) -> const char* {
     const char* lf = static_cast<const char*>(std::memchr(from, '\n', end - from));
     if (lf != nullptr && (lf == from || lf[-1] != '\r')) *status = 400;
     return lf;
   };
   int status = 0;
-  for (;;) {
-    const char* line = p + at;
+  while (!*trailers) {
+    const char* line = p + *at;
     const char* lf = line_end(line, &status);
     if (status != 0) return status;
     if (lf == nullptr) return end - line > 1024 ? 400 : -1;  // a size line that never ends
@@ -237,20 +238,24 @@ int ChunkedStatus(const char* p, size_t have, size_t at, size_t most) {
       if (++digits > 8 && size != 0) return 413;  // leading zeros aside, past any limit
     }
     if (digits == 0 || (q < lf - 1 && *q != ';')) return 400;
-    at = static_cast<size_t>(lf - p) + 1;
-    if (size == 0) break;
+    const size_t next = static_cast<size_t>(lf - p) + 1;
+    if (size == 0) {
+      *at = next;
+      *trailers = true;
+      break;
+    }
     if (size > most) return 413;
-    at += size;  // the data, then its CRLF
-    if (at + 2 > have) return -1;
-    if (p[at] != '\r' || p[at + 1] != '\n') return 400;
-    at += 2;
+    const size_t data_end = next + size;  // the data, then its CRLF
+    if (data_end + 2 > have) return -1;   // *at stays at this chunk's size line
+    if (p[data_end] != '\r' || p[data_end + 1] != '\n') return 400;
+    *at = data_end + 2;
   }
   for (;;) {  // trailers, up to an empty line
-    const char* lf = line_end(p + at, &status);
+    const char* lf = line_end(p + *at, &status);
     if (status != 0) return status;
     if (lf == nullptr) return -1;
-    if (lf == p + at + 1) return 0;
-    at = static_cast<size_t>(lf - p) + 1;
+    if (lf == p + *at + 1) return 0;
+    *at = static_cast<size_t>(lf - p) + 1;
   }
 }
 
@@ -261,33 +266,56 @@ Connection::Framing Connection::Frame() const {
   const char* p = buf_.data() + begin_;
   const size_t have = end_ - begin_;
   f.whole = have >= limits_.max_request_bytes;
-  static const char kEnd[] = "\r\n\r\n";
-  const char* head_end = std::search(p, p + have, kEnd, kEnd + 4);
-  if (f.whole || head_end == p + have) return f;  // over the limit (413), or the head arriving
-  const size_t head = static_cast<size_t>(head_end - p) + 4;
+  if (f.whole) return f;                                // over the limit: 413
+  if (scan_.head == 0 && !ScanHead(p, have)) return f;  // the head is still arriving
+  f.expects_continue = scan_.expects_continue;
+  switch (scan_.body) {
+    case Scan::Body::kNone:
+      f.whole = true;
+      break;
+    case Scan::Body::kLength:
+      f.whole = have >= scan_.head + scan_.length;
+      break;
+    case Scan::Body::kChunked: {
+      if (scan_.chunk == 0) scan_.chunk = scan_.head;
+      const int status =
+          ChunkedStatus(p, have, &scan_.chunk, &scan_.trailers, limits_.max_request_bytes);
+      f.whole = status >= 0;
+      f.refuse = status > 0 ? status : 0;
+      break;
+    }
+  }
+  return f;
+}
+
+bool Connection::ScanHead(const char* p, size_t have) const {
+  static const char kEnd[] = "\r\n\r\n";  // searched for in what came since the last search
+  const char* from = p + (scan_.head_searched > 3 ? scan_.head_searched - 3 : 0);
+  const char* head_end = std::search(from, p + have, kEnd, kEnd + 4);
+  scan_.head_searched = have;
+  if (head_end == p + have) return false;
+  scan_.head = static_cast<size_t>(head_end - p) + 4;
   int lengths = 0, encodings = 0, expects = 0;
   const char* length = HeaderValue(p, head_end, "content-length:", &lengths);
   const char* encoding = HeaderValue(p, head_end, "transfer-encoding:", &encodings);
   const char* expect = HeaderValue(p, head_end, "expect:", &expects);
-  f.whole = true;  // unless a body is still arriving
-  if (lengths + encodings > 1 || (encodings == 0 && lengths == 0)) return f;  // no body, or refused
-  f.expects_continue = expects == 1 && Token(expect, head_end, "100-continue");
+  // No body, an ambiguous one or another coding: whole, the parser answers it at once.
+  scan_.body = Scan::Body::kNone;
+  if (lengths + encodings != 1) return true;
+  scan_.expects_continue = expects == 1 && Token(expect, head_end, "100-continue");
   if (encodings == 1) {
-    if (Token(encoding, head_end, "chunked")) {
-      const int status = ChunkedStatus(p, have, head, limits_.max_request_bytes);
-      f.whole = status >= 0;
-      f.refuse = status > 0 ? status : 0;
-    }
-    return f;  // another coding: the parser answers it at once
+    if (Token(encoding, head_end, "chunked")) scan_.body = Scan::Body::kChunked;
+    return true;
   }
   while (*length == ' ' || *length == '\t') ++length;
   size_t body = 0;
   for (; *length >= '0' && *length <= '9'; ++length) {
     body = body * 10 + static_cast<size_t>(*length - '0');
-    if (body > limits_.max_request_bytes) return f;  // over the limit: 413 at once
+    if (body > limits_.max_request_bytes) return true;  // over the limit: 413 at once
   }
-  f.whole = have >= head + body;
-  return f;
+  scan_.body = Scan::Body::kLength;
+  scan_.length = body;
+  return true;
 }
 
 bool Connection::PeerGone() const {

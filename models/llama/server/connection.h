@@ -97,7 +97,10 @@ class Connection : public httplib::Stream {
   void ShrinkBuffer();
   /// Requests answered on this connection.
   size_t served() const { return served_; }
-  void CountRequest() { ++served_; }
+  void CountRequest() {
+    ++served_;
+    scan_ = Scan{};  // the next request's framing is scanned afresh
+  }
   /// The connection that the calling thread is serving, or null.
   static Connection* Current();
 
@@ -122,6 +125,23 @@ class Connection : public httplib::Stream {
   bool over_limit_ = false, close_after_ = false, first_ = true;
   bool continued_ = false;  // "100 Continue" sent for the request arriving
   int refuse_ = 0;          // Gather's refusal
+  // How far Frame has scanned the request arriving (offsets from begin_), so that each new piece
+  // is scanned once: a request trickled in a byte at a time would otherwise be scanned from its
+  // start at every byte.
+  struct Scan {
+    enum class Body { kNone, kLength, kChunked };
+    size_t head_searched = 0;  // bytes searched for the head's end, not found
+    size_t head = 0;           // the head's length, once found; then what it says of the body:
+    Body body = Body::kNone;
+    size_t length = 0;  // kLength's bytes
+    bool expects_continue = false;
+    size_t chunk = 0;       // kChunked: where the next chunk-size (or trailer) line begins
+    bool trailers = false;  // past the last chunk
+  };
+  // Finds the head's end in the request at p (have bytes) and reads its framing into scan_; false
+  // while the head is still arriving.
+  bool ScanHead(const char* p, size_t have) const;
+  mutable Scan scan_;
   Clock::time_point deadline_;
   mutable Clock::time_point stop_seen_{};
 };
