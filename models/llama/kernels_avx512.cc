@@ -27,8 +27,8 @@ constexpr int64_t kPanelBytes = 128 << 10;  // weight rows reused from L2 by eac
 
 LLAMA_INLINE __mmask16 Mask16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
-// The weight format of the FMA kernel: 16 weights at w as 16 floats (Load, and Tail for the last
-// n < 16 of a row, zeros after them).
+// The weight format of the widening FMA kernel: 16 bfloat16 weights at w as 16 floats (Load, and
+// Tail for the last n < 16 of a row, zeros after them).
 struct Bf16 {  // bfloat16 bits are a float's top 16: widened exactly by a shift
   using W = uint16_t;
   static LLAMA_INLINE __m512 Widen(__m256i h) {
@@ -203,8 +203,8 @@ void Streaming(const typename K::X* x, int64_t m, int64_t k, const typename K::W
 constexpr int64_t kPanel = 64;
 
 // The panel kernels' element types: Step broadcasts x's step and multiplies it into a, Weights
-// loads a step's 16 outputs' weights (masked where the panel has fewer rows), and the odd
-// bfloat16 weight's step (Last) pairs it with a zero.
+// loads a step's 16 outputs' weights (masked where the panel has fewer rows), and (bfloat16) the
+// odd weight's step (Last) pairs it with a zero.
 struct F32Panel {
   using T = float;
   static constexpr int64_t G = 1;
@@ -213,8 +213,6 @@ struct F32Panel {
   }
   static LLAMA_INLINE __m512 X(const float* x) { return _mm512_set1_ps(*x); }
   static LLAMA_INLINE __m512 Step(__m512 a, __m512 x, __m512 w) { return _mm512_fmadd_ps(x, w, a); }
-  static LLAMA_INLINE __m512 LastWeights(const float*, __mmask16) { return _mm512_setzero_ps(); }
-  static LLAMA_INLINE __m512 LastX(const float*) { return _mm512_setzero_ps(); }
 };
 struct Bf16Panel {
   using T = uint16_t;
@@ -265,16 +263,18 @@ LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P:
       for (int v = 0; v < 4; ++v) a[i][v] = P::Step(a[i][v], xb, wv[v]);
     }
   }
-  if (steps * G < k) {  // an odd bfloat16 row's last weight
-    const typename P::T* wr = wp + steps * rows * G;
-    __m512 wv[4];
+  if constexpr (G > 1) {
+    if (steps * G < k) {  // an odd bfloat16 row's last weight
+      const typename P::T* wr = wp + steps * rows * G;
+      __m512 wv[4];
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) wv[v] = P::LastWeights(wr + 16 * v, mask[v]);
+      for (int v = 0; v < 4; ++v) wv[v] = P::LastWeights(wr + 16 * v, mask[v]);
 #pragma GCC unroll 6
-    for (int i = 0; i < MB; ++i) {
-      const __m512 xb = P::LastX(x + i * k + k - 1);
+      for (int i = 0; i < MB; ++i) {
+        const __m512 xb = P::LastX(x + i * k + k - 1);
 #pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) a[i][v] = P::Step(a[i][v], xb, wv[v]);
+        for (int v = 0; v < 4; ++v) a[i][v] = P::Step(a[i][v], xb, wv[v]);
+      }
     }
   }
 #pragma GCC unroll 6
