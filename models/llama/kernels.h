@@ -11,10 +11,10 @@
 // are compiled for AVX2+FMA and for the base x86-64 ISA, chosen when the program starts (GCC's
 // target_clones); the streaming kernel also in AVX-512 (kernels_avx512.h), bfloat16 there either
 // widened or by the CPU's bf16 dot products; int8 weights (q8.h) in AVX2 (kernels_avx2.h),
-// widened in registers, and AVX-512 (VNNI byte products on weights packed at load: PackQ8).
-// float32 on AVX-512 and bfloat16 on AVX512-BF16 read weights rearranged at load into panels of
-// 64 rows (PackF32, PackBf16), a register-blocked product whose outputs are each one chain of
-// FMAs (or bf16 dot products) along k.
+// widened in registers, and AVX-512 (VNNI byte products). float32 on AVX-512, bfloat16 on
+// AVX512-BF16 and int8 on AVX512-VNNI read weights rearranged at load into panels of 64 rows
+// (PackF32, PackBf16, PackQ8), a register-blocked product whose outputs are each one chain of
+// FMAs (or bf16 dot products, or int8 blocks' sums scaled) along k.
 // Which set runs: DISCO_CPU_KERNELS=auto (the default: the widest this CPU and build have),
 // avx2, avx512 or avx512bf16 (docs/performance.md).
 #ifndef DISCO_MODELS_LLAMA_KERNELS_H_
@@ -39,7 +39,7 @@ constexpr int64_t kStreamingRows = 16;
 enum class WeightFormat { kF32, kBf16, kQ8 };
 
 /// Rearranges n int8 rows of k weights (as q8::Quantize wrote them) in place into the order the
-/// int8 kernel DISCO_CPU_KERNELS chose reads (the AVX-512 kernel's groups of 8 blocks; nothing
+/// int8 kernel DISCO_CPU_KERNELS chose reads (the AVX-512 kernel's panels of 64 rows; nothing
 /// elsewhere): Linear takes int8 weights only after this, once.
 void PackQ8(uint8_t* w, int64_t n, int64_t k);
 

@@ -384,65 +384,43 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
 // rounded per block of 32 to int16 in [-kXMax, kXMax] (dx = max |x| / kXMax: x off by at most
 // dx / 2, about 2^-16 of the block's largest, far below the weights' own rounding) and split into
 // two signed bytes, x = 256 h + l (l in [-128, 127], so h in [-127, 127]). vpdpbusd multiplies
-// unsigned bytes by signed ones, 4 pairs into each int32 lane; the weights are taken unsigned as
-// w + 128, and over the weights of a lane
+// unsigned bytes by signed ones, 4 pairs into each int32 lane; the weights are stored unsigned as
+// w + 128, and over a block
 //   256 * sum (w + 128) h + sum (w + 128) l - 128 * sum x = sum w x,
 // exact in int32 (under 2^29 on the way).
 //
-// On the Zen 4 cores this was tuned on, a vector instruction issues about every 0.6 ns whatever
-// its width or kind (a 256-bit FMA as a 512-bit one), so what counts is instructions per weight.
-// Blocks in a row's natural order (two blocks a 64-byte load, a permuted pair of scales, one FMA)
-// take 7 to 9 per 64 weights, no faster than widening to int16 and vpmaddwd (8). So PackQ8
-// rearranges each row's groups of 8 whole blocks (256 weights) once at load: the group's 4 loads
-// of 64 bytes each hold 8 weights of every block (lanes 2j and 2j + 1: block j), stored as w + 128;
-// each lane sums 16 weights of one block over 8 vpdpbusd (x's high and low bytes, packed the same
-// way), and one conversion, one permute of 8 scales and one FMA take the whole group: 13
-// instructions per 256 weights. A row's blocks past its last whole group (k % 256) keep q8.h's
-// order and go two at a time. Each lane's sum, under 2^26, is rounded once to float32. From cache,
-// disco-llama-kernels, 768 x 2048 / 3072 x 768: batch 1 60 / 52 -> 74 / 79 GFLOP/s, batch 4 80 /
-// 73 -> 105 / 84, batch 64 100 / 75 -> 104 / 105.
+// The weights are in panels of kPanel rows, as float32's (PackQ8), block after block: a block's
+// steps of 4 weights (the 4 bytes vpdpbusd sums into a lane) of every row side by side, row j's at
+// 4 j, so that a lane is an output; then each row's last kb % 4 weights (a short last block); then
+// the rows' float16 scales. A tile of MB rows of x (MB <= 2) keeps, for each of its 4 x 16
+// outputs, two int32 sums per block (h and l, 8 steps of one instruction each, x's 4 bytes
+// broadcast), then one conversion and one FMA by the block's scales dw dx into a float32
+// accumulator: each output one chain of FMAs along its blocks, the same whatever MB, so a row is
+// bit for bit the same alone and in any batch. Against the kernel before (a weight row at a time
+// against up to 4 rows of x, groups of 8 blocks rearranged within the row, 26 instructions a
+// group and two dependent chains of 4 dot products in each), a vector of weights feeds 2 MB
+// instructions from registers and 8 independent chains run side by side: disco-llama-kernels on
+// Zen 5, 768 x 2048 from cache at batch 1 / 4 / 64, 85-113 / 145-200 / 192-207 -> 188-200 /
+// 341-358 / 386-408 GFLOP/s; 8192 x 4096 from memory at batch 1 39-40 -> 46-47 GB/s. Tiles of 3
+// or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
 constexpr int32_t kXMax = 127 * 257;
-constexpr int64_t kGroup = 8;                         // blocks of a packed group
-constexpr int64_t kGroupBytes = kGroup * q8::kBlock;  // 256: 4 loads of 64 bytes
+constexpr int64_t kQ8BlockRowBytes = q8::kBlock + 2;  // a whole block of a row: weights, scale
+// How far ahead of a full panel's step its weights are prefetched (into L1): the 85 int8
+// matrices of a 125M decode step, one after another, 38-40 -> 42-44 GB/s on Zen 5 (1 KiB ahead
+// slowed it to 35, 2 KiB and 8 KiB in between, into L3 (_MM_HINT_T2) 33).
+constexpr int64_t kQ8PrefetchBytes = 4096;
 
-LLAMA_INLINE __mmask64 Mask64(int64_t n) {
-  return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
-}
-
-// The 256 bytes at p rearranged into the packed order, each XOR `flip`: bytes 8 s to 8 s + 7 of
-// block j (s < 4) go to 64 s + 8 j, 8 bytes at a time.
-void PackGroup(uint8_t* p, uint64_t flip) {
-  uint64_t t[kGroupBytes / 8];
-  for (int64_t j = 0; j < kGroup; ++j) {
-    for (int64_t s = 0; s < 4; ++s) {
-      uint64_t v;
-      std::memcpy(&v, p + 32 * j + 8 * s, 8);
-      t[8 * s + j] = v ^ flip;
-    }
-  }
-  std::memcpy(p, t, sizeof t);
-}
-
-LLAMA_INLINE void Q8Scales(const uint8_t* src, int64_t nb, float* out) {
-  for (int64_t i = 0; i < nb; i += 16) {
-    const __m256i h = _mm256_maskz_loadu_epi16(Mask16(std::min<int64_t>(16, nb - i)), src + 2 * i);
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
-  }
-}
-
-// A row of x as the kernel reads it: kp = its blocks rounded up to an even count, times 32; the
-// bytes of its whole groups packed as the weights'.
+// A row of x as the panels read it: int16 values split into high and low bytes (h, l: the row's
+// blocks times 32, zeros past k), each block's sum times -128 (c) and its scale (d).
 struct Q8X {
-  int8_t* h;   // kp high bytes
-  int8_t* l;   // kp low bytes
-  int32_t* c;  // for group g, 16 at 16 g: minus 128 times the sum of lane L's 16 x; then, past
-               // the whole groups, 128 times the sum of each 4 consecutive x
-  float* d;    // the blocks' scales (zeros past the row's)
+  const int8_t* h;
+  const int8_t* l;
+  const int32_t* c;
+  const float* d;
 };
 
-// x (k floats) into `out`, whose arrays hold zeros.
-void QuantizeX(const float* x, int64_t k, const Q8X& out) {
-  alignas(64) int32_t q[q8::kBlock];
+// x (k floats) into h and l (q8::Blocks(k) * 32 bytes each) and c, d (a value a block).
+void QuantizeX(const float* x, int64_t k, int8_t* h, int8_t* l, int32_t* c, float* d) {
   for (int64_t b = 0, p = 0; p < k; ++b, p += q8::kBlock) {
     const int64_t n = std::min<int64_t>(q8::kBlock, k - p);
     const __m512 x0 = _mm512_maskz_loadu_ps(Mask16(std::min<int64_t>(16, n)), x + p);
@@ -452,111 +430,161 @@ void QuantizeX(const float* x, int64_t k, const Q8X& out) {
     // products are NaN as the float kernels' are, not quietly finite.
     const bool finite = _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q) == 0 &&
                         _mm512_cmp_ps_mask(x1, x1, _CMP_UNORD_Q) == 0 && amax <= FLT_MAX;
-    out.d[b] = finite ? amax / kXMax : NAN;
+    d[b] = finite ? amax / kXMax : NAN;
     // A block of max |x| under 2^-112 counts as zeros (kXMax / max would overflow): at most 2^-52
     // of its row's largest, as StreamingQ8 scales rows under 2^-60 up.
     const __m512 inv = _mm512_set1_ps(amax > 0x1p-112f ? kXMax / amax : 0.0f);
     const __m512i lo = _mm512_set1_epi32(-kXMax), hi = _mm512_set1_epi32(kXMax);
+    __m512i sum = _mm512_setzero_si512();
     for (int half = 0; half < 2; ++half) {  // to nearest even; a NaN's INT_MIN clamped
       const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(half == 0 ? x0 : x1, inv));
       const __m512i qv = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-      const __m512i l = _mm512_srai_epi32(_mm512_slli_epi32(qv, 24), 24);
-      const __m512i h = _mm512_srai_epi32(_mm512_sub_epi32(qv, l), 8);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.l + p + 16 * half), _mm512_cvtepi32_epi8(l));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.h + p + 16 * half), _mm512_cvtepi32_epi8(h));
-      _mm512_store_si512(q + 16 * half, qv);
+      const __m512i lb = _mm512_srai_epi32(_mm512_slli_epi32(qv, 24), 24);
+      const __m512i hb = _mm512_srai_epi32(_mm512_sub_epi32(qv, lb), 8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(l + p + 16 * half), _mm512_cvtepi32_epi8(lb));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(h + p + 16 * half), _mm512_cvtepi32_epi8(hb));
+      sum = _mm512_add_epi32(sum, qv);
     }
-    for (int g = 0; g < q8::kBlock / 4; ++g) {
-      out.c[p / 4 + g] = 128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
-    }
+    c[b] = -128 * _mm512_reduce_add_epi32(sum);
   }
-  for (int64_t g = 0; g < k / kGroupBytes; ++g) {
-    const int64_t p = g * kGroupBytes;
-    PackGroup(reinterpret_cast<uint8_t*>(out.h + p), 0);
-    PackGroup(reinterpret_cast<uint8_t*>(out.l + p), 0);
-    int32_t lane[16];  // lane 2j + t: elements 8 s + 4 t + e of block j
-    for (int64_t j = 0; j < kGroup; ++j) {
-      for (int64_t t = 0; t < 2; ++t) {
-        int32_t sum = 0;
-        for (int64_t s = 0; s < 4; ++s) sum += out.c[(p + 32 * j + 8 * s + 4 * t) / 4];
-        lane[2 * j + t] = -sum;
-      }
-    }
-    std::memcpy(out.c + 16 * g, lane, sizeof lane);  // what it overwrites is used
-  }
-  const int64_t groups = k / kGroupBytes, kp = (q8::Blocks(k) + 1) / 2 * 2 * q8::kBlock;
-  std::memmove(out.c + 16 * groups, out.c + 64 * groups,  // the padding's zeros too
-               sizeof(int32_t) * static_cast<size_t>((kp - groups * kGroupBytes) / 4));
 }
 
-// One weight row against MB rows of x, y[i * ldy]. Each output has one accumulator taking the
-// groups, then the pairs of blocks past them, in order, summed across its lanes at the end: the
-// same operations whatever MB, so a row of y is bit for bit the same in any batch. The blocks'
-// scales dw * dx are formed up to kChunk at a time, 16 by an instruction, into a buffer. (4 weight
-// rows at a time against one row of x read their memory at half the speed: 15 GB/s.)
-constexpr int64_t kChunk = 128;  // a multiple of kGroup
-template <int MB>
-LLAMA_INLINE void Q8Rows(const Q8X* x, int64_t k, const uint8_t* w, float* y, int64_t ldy) {
-  __m512 a[MB];
-  for (int i = 0; i < MB; ++i) a[i] = _mm512_setzero_ps();
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i eight = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  const int64_t nb = q8::Blocks(k), grouped = k / kGroupBytes * kGroup;
-  const int64_t grouped_p = grouped * q8::kBlock, tail_c = grouped / kGroup * 16;
-  alignas(64) float dw[kChunk], sc[MB][kChunk];
-  for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
-    const int64_t n = std::min(kChunk, nb - b0);
-    Q8Scales(w + k + 2 * b0, n, dw);
+LLAMA_INLINE __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// MB rows of x against one int8 panel of nv rows at wp (kFull: nv = kPanel).
+template <int MB, bool kFull>
+LLAMA_INLINE void Q8Tile(const Q8X* x, int64_t k, const uint8_t* wp, int64_t nv, float* y,
+                         int64_t ldy) {
+  const int64_t rows = kFull ? kPanel : nv, nb = q8::Blocks(k);
+  __mmask16 mask[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
+  __m512 a[MB][4];
+#pragma GCC unroll 2
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t p0 = b * q8::kBlock, kb = std::min(q8::kBlock, k - p0), steps = kb / 4;
+    const uint8_t* blk = wp + rows * kQ8BlockRowBytes * b;
+    __m512i th[MB][4], tl[MB][4];
+#pragma GCC unroll 2
     for (int i = 0; i < MB; ++i) {
-      for (int64_t c = 0; c < n; c += 16) {
-        _mm512_store_ps(sc[i] + c,
-                        _mm512_mul_ps(_mm512_load_ps(dw + c), _mm512_loadu_ps(x[i].d + b0 + c)));
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        th[i][v] = _mm512_setzero_si512();
+        tl[i][v] = _mm512_set1_epi32(x[i].c[b]);
       }
     }
-    int64_t c = 0;
-    for (; c < n && b0 + c < grouped; c += kGroup) {
-      const int64_t p = (b0 + c) * q8::kBlock;
+    auto step = [&](const uint8_t* ws, int64_t p) {  // a step's weights, against x at p
       __m512i wv[4];
-      for (int s = 0; s < 4; ++s) wv[s] = _mm512_loadu_si512(w + p + 64 * s);
-      for (int i = 0; i < MB; ++i) {
-        __m512i th = _mm512_setzero_si512(), tl = _mm512_loadu_si512(x[i].c + p / 16);
-        for (int s = 0; s < 4; ++s) {
-          th = _mm512_dpbusd_epi32(th, wv[s], _mm512_loadu_si512(x[i].h + p + 64 * s));
-          tl = _mm512_dpbusd_epi32(tl, wv[s], _mm512_loadu_si512(x[i].l + p + 64 * s));
-        }
-        const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(th, 8), tl);
-        const __m512 s =
-            _mm512_permutexvar_ps(eight, _mm512_castps256_ps512(_mm256_load_ps(sc[i] + c)));
-        a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        wv[v] = kFull ? _mm512_loadu_si512(ws + 64 * v)
+                      : _mm512_maskz_loadu_epi32(mask[v], ws + 64 * v);
       }
-    }
-    for (; c < n; c += 2) {
-      const int64_t p = (b0 + c) * q8::kBlock;
-      const __m512i wu =
-          _mm512_xor_si512(p + 2 * q8::kBlock <= k ? _mm512_loadu_si512(w + p)
-                                                   : _mm512_maskz_loadu_epi8(Mask64(k - p), w + p),
-                           flip);
+
+#pragma GCC unroll 2
       for (int i = 0; i < MB; ++i) {
-        __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, _mm512_loadu_si512(x[i].h + p));
-        t = _mm512_dpbusd_epi32(_mm512_slli_epi32(t, 8), wu, _mm512_loadu_si512(x[i].l + p));
-        t = _mm512_sub_epi32(t, _mm512_loadu_si512(x[i].c + tail_c + (p - grouped_p) / 4));
-        const __m512 s = _mm512_permutexvar_ps(
-            pair, _mm512_castps128_ps512(
-                      _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sc[i] + c)))));
-        a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, a[i]);
+        const __m512i xh = Broadcast4(x[i].h + p), xl = Broadcast4(x[i].l + p);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          th[i][v] = _mm512_dpbusd_epi32(th[i][v], wv[v], xh);
+          tl[i][v] = _mm512_dpbusd_epi32(tl[i][v], wv[v], xl);
+        }
+      }
+    };
+    for (int64_t t = 0; t < steps; ++t) {
+      const uint8_t* ws = blk + t * rows * 4;
+      if constexpr (kFull) {  // past the panel's end, the next one's (or the next matrix's)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(ws) + kQ8PrefetchBytes + 64 * v, _MM_HINT_T0);
+        }
+      }
+      step(ws, p0 + 4 * t);
+    }
+    if (const int64_t r = kb - 4 * steps; r > 0) {  // the rows' last r weights, 4 a row here (x
+      alignas(64) uint8_t last[kPanel * 4] = {};    // is zero past k)
+      for (int64_t j = 0; j < nv; ++j) std::memcpy(last + 4 * j, blk + steps * rows * 4 + r * j, r);
+      step(last, p0 + 4 * steps);
+    }
+    const uint8_t* scales = blk + rows * kb;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const __m512 dw = _mm512_cvtph_ps(
+          kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32 * v))
+                : _mm256_maskz_loadu_epi16(mask[v], scales + 32 * v));
+#pragma GCC unroll 2
+      for (int i = 0; i < MB; ++i) {
+        const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(th[i][v], 8), tl[i][v]);
+        a[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                  _mm512_mul_ps(dw, _mm512_set1_ps(x[i].d[b])), a[i][v]);
       }
     }
   }
-  for (int i = 0; i < MB; ++i) y[i * ldy] = _mm512_reduce_add_ps(a[i]);
+#pragma GCC unroll 2
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + i * ldy + 16 * v, mask[v], a[i][v]);
+  }
+}
+
+// MB rows of x against the int8 panels of weight rows [j0, j1) (j0 a multiple of kPanel).
+template <int MB>
+__attribute__((noinline)) void Q8PanelRows(const Q8X* x, int64_t k, const uint8_t* w, int64_t n,
+                                           int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const int64_t rb = q8::RowBytes(k);
+  for (int64_t jb = j0; jb < j1; jb += kPanel) {
+    const int64_t nv = std::min(kPanel, n - jb);
+    if (nv == kPanel) {
+      Q8Tile<MB, true>(x, k, w + jb * rb, nv, y + jb, ldy);
+    } else {
+      Q8Tile<MB, false>(x, k, w + jb * rb, nv, y + jb, ldy);
+    }
+  }
+}
+
+// m rows of x against the panels: tiles of 2 rows; above one tile, spans of panels (256 KiB, kept
+// in L2) go against each tile in turn.
+void Q8Panels(const Q8X* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
+              int64_t ldy) {
+  constexpr int64_t kSpanBytes = 256 << 10;
+  const int64_t span =
+      m <= 2 ? n : std::max<int64_t>(1, kSpanBytes / q8::RowBytes(k) / kPanel) * kPanel;
+  for (int64_t j0 = 0; j0 < n; j0 += span) {
+    const int64_t j1 = std::min(n, j0 + span);
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2) Q8PanelRows<2>(x + i, k, w, n, j0, j1, y + i * ldy, ldy);
+    if (i < m) Q8PanelRows<1>(x + i, k, w, n, j0, j1, y + i * ldy, ldy);
+  }
 }
 
 }  // namespace
 
 void PackQ8(uint8_t* w, int64_t n, int64_t k) {
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t g = 0; g < k / kGroupBytes; ++g) {
-      PackGroup(w + j * q8::RowBytes(k) + g * kGroupBytes, 0x8080808080808080);
+  const int64_t rb = q8::RowBytes(k), nb = q8::Blocks(k);
+  std::vector<uint8_t> rows(static_cast<size_t>(std::min(n, kPanel) * rb));
+  for (int64_t jb = 0; jb < n; jb += kPanel) {
+    const int64_t nv = std::min(kPanel, n - jb);
+    uint8_t* panel = w + jb * rb;
+    std::copy(panel, panel + nv * rb, rows.begin());
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t p0 = b * q8::kBlock, kb = std::min(q8::kBlock, k - p0), whole = kb / 4 * 4;
+      uint8_t* blk = panel + nv * kQ8BlockRowBytes * b;
+      for (int64_t j = 0; j < nv; ++j) {
+        const uint8_t* src = rows.data() + j * rb;
+        for (int64_t p = 0; p < whole; ++p) blk[(p / 4 * nv + j) * 4 + p % 4] = src[p0 + p] ^ 0x80;
+        for (int64_t p = whole; p < kb; ++p) {
+          blk[whole * nv + (kb - whole) * j + p - whole] = src[p0 + p] ^ 0x80;
+        }
+        std::memcpy(blk + nv * kb + 2 * j, src + k + 2 * b, 2);
+      }
     }
   }
 }
@@ -579,58 +607,21 @@ namespace {
 
 void Q8Products(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
                 int64_t ldy) {
-  const int64_t nb = q8::Blocks(k), kp = (nb + 1) / 2 * 2 * q8::kBlock;
-  const int64_t nbp = (nb + 15) / 16 * 16, stride = q8::RowBytes(k);
-  // Each row's bytes in one buffer, h, l and c a cache line apart and the rows 3 kp + 256 bytes
-  // apart (not a multiple of 4 KiB): as separate arrays, 4 rows' 12 streams read side by side at
-  // the same offsets from strides of 2 or 4 KiB shared the L1's sets (16 rows of 768 x 2048: 89
-  // GFLOP/s, under the old kernel's 100; 109 in one buffer).
-  const int64_t row_bytes = 3 * kp + 256;
-  struct alignas(64) Line {
-    int8_t b[64];
-  };
-  thread_local std::vector<Line> buf;
-  thread_local std::vector<float> dx;
-  buf.assign(static_cast<size_t>((m * row_bytes + 63) / 64), Line{});  // zeros: each row's
-  dx.assign(static_cast<size_t>(m * nbp), 0.0f);                       // padding
-  auto row = [&](int64_t i) {
-    auto* r = reinterpret_cast<int8_t*>(buf.data()) + i * row_bytes;
-    return Q8X{r, r + kp + 64, reinterpret_cast<int32_t*>(r + 2 * kp + 128), dx.data() + i * nbp};
-  };
-  for (int64_t i = 0; i < m; ++i) QuantizeX(x + i * k, k, row(i));
-  if (m == 1) {  // decode at batch 1: the loop with the kernel inlined
-    const Q8X x0 = row(0);
-    for (int64_t j = 0; j < n; ++j) Q8Rows<1>(&x0, k, w + j * stride, y + j, ldy);
-    return;
+  const int64_t nb = q8::Blocks(k), kp = nb * q8::kBlock;
+  thread_local std::vector<int8_t> hl;
+  thread_local std::vector<int32_t> c;
+  thread_local std::vector<float> d;
+  thread_local std::vector<Q8X> rows;
+  hl.resize(static_cast<size_t>(2 * m * kp));
+  c.resize(static_cast<size_t>(m * nb));
+  d.resize(static_cast<size_t>(m * nb));
+  rows.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    int8_t* h = hl.data() + 2 * i * kp;
+    QuantizeX(x + i * k, k, h, h + kp, c.data() + i * nb, d.data() + i * nb);
+    rows[i] = Q8X{h, h + kp, c.data() + i * nb, d.data() + i * nb};
   }
-  // As Streaming: above 4 rows, a panel of weight rows from L2 against each block of x in turn.
-  const int64_t panel = m <= 4 ? n : std::max<int64_t>(1, kPanelBytes / stride);
-  for (int64_t j0 = 0; j0 < n; j0 += panel) {
-    const int64_t j1 = std::min(n, j0 + panel);
-    for (int64_t i = 0; i < m; i += 4) {
-      const Q8X xb[4] = {row(i), row(std::min(i + 1, m - 1)), row(std::min(i + 2, m - 1)),
-                         row(std::min(i + 3, m - 1))};
-      for (int64_t j = j0; j < j1; ++j) {
-        auto rows = [&](auto mb) {
-          Q8Rows<decltype(mb)::value>(xb, k, w + j * stride, y + i * ldy + j, ldy);
-        };
-        switch (std::min<int64_t>(4, m - i)) {
-          case 4:
-            rows(std::integral_constant<int, 4>());
-            break;
-          case 3:
-            rows(std::integral_constant<int, 3>());
-            break;
-          case 2:
-            rows(std::integral_constant<int, 2>());
-            break;
-          default:
-            rows(std::integral_constant<int, 1>());
-            break;
-        }
-      }
-    }
-  }
+  Q8Panels(rows.data(), m, k, w, n, y, ldy);
 }
 
 // 2^e brings a row's largest |x| into [1, 2) where it is under 2^-60: the block scales (max |x|

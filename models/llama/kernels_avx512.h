@@ -43,8 +43,9 @@ void StreamingBf16Dot(const float* x, int64_t m, int64_t k, const uint16_t* w, i
 void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, float* y,
                  int64_t ldy);
 
-/// Rearranges n rows of k int8 weights (q8.h's order) in place for StreamingQ8: each group of 8
-/// whole blocks so that its 4 loads of 64 bytes hold 8 weights of every block, as w + 128.
+/// Rearranges n rows of k int8 weights (q8.h's order) in place for StreamingQ8: panels of 64 rows
+/// (the last one fewer), each block's steps of 4 weights of every row side by side as w + 128,
+/// then the rows' last k % 4 weights of a short last block, then the block's scales.
 void PackQ8(uint8_t* w, int64_t n, int64_t k);
 
 }  // namespace llama::avx512

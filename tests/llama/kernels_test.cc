@@ -61,7 +61,7 @@ TEST_F(CpuKernels, EachRowIsTheSameWhateverTheBatch) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
-  const int64_t n = 11, most = 2 * llama::kStreamingRows + 3;
+  const int64_t n = 75, most = 2 * llama::kStreamingRows + 3;  // a panel of 64 rows and 11
   for (const int64_t k : {16, 40, 96, 200, 768, 1000, 2096, 4160}) {
     const Weights w = Random(n, k, &rng);
     std::vector<float> x(static_cast<size_t>(most * k));

@@ -145,9 +145,10 @@ TEST(Q8, RefusesNonFiniteAndOverflow) {
 
 // Linear on int8 weights (PackQ8's order) by the kernel set chosen, against the reference on
 // q8.h's order (within float32's rounding and, on AVX-512, x's int16 rounding): m rows of x from 1
-// to 5 and 17 (sgemm on dequantized blocks, or on AVX-512 the streaming kernel in turns), k with
-// and without a short last block, in whole groups of 8 blocks (768) and past them, rows under and
-// over 4 KiB, n with tails.
+// to 5 and 17 (sgemm on dequantized blocks, or on AVX-512 the panels in tiles of 2 rows, and past
+// one tile in spans of panels), k with and without a short last block (its last step of 1, 2, 3
+// or 4 weights: 37, 1030, 63, 200), rows under and over 4 KiB, n in a panel of 64 rows, under and
+// over it (130 rows of 4100: three spans).
 // n x k random weights in (-1, 1), quantized (q8.h's order), packed for Linear (PackQ8) and read
 // back.
 struct Q8Weights {
@@ -170,8 +171,8 @@ TEST_F(CpuKernels, Q8MatchesTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> scratch;
-  for (const int64_t k : {32, 64, 200, 768, 1030, 4100}) {  // 4100: rows over 4 KiB
-    for (const int64_t n : {1, 5, 8, 13}) {
+  for (const int64_t k : {32, 37, 63, 64, 200, 768, 1030, 4100}) {  // 4100: rows over 4 KiB
+    for (const int64_t n : {1, 5, 13, 64, 130}) {
       const Q8Weights wq = RandomQ8(n, k, &rng);
       const std::vector<float>& deq = wq.deq;
       for (const int64_t m : {1, 2, 3, 4, 5, 17}) {
