@@ -405,9 +405,10 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
 // or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
 constexpr int32_t kXMax = 127 * 257;
 constexpr int64_t kQ8BlockRowBytes = q8::kBlock + 2;  // a whole block of a row: weights, scale
-// How far ahead of a full panel's step its weights are prefetched (into L1): the 85 int8
-// matrices of a 125M decode step, one after another, 38-40 -> 42-44 GB/s on Zen 5 (1 KiB ahead
-// slowed it to 35, 2 KiB and 8 KiB in between, into L3 (_MM_HINT_T2) 33).
+// How far ahead a full panel's bytes are prefetched (into L1), every line of it (the scales too:
+// a block's 34 lines, 2 of them scales): the 85 int8 matrices of a 125M decode step, one after
+// another, 38-40 -> 42-44 GB/s on Zen 5 with the steps' lines, 44-45 -> 46-47 with the scales'
+// (1 KiB ahead slowed it to 35, 3 to 8 KiB were alike, into L3 (_MM_HINT_T2) 33).
 constexpr int64_t kQ8PrefetchBytes = 4096;
 
 // A row of x as the panels read it: int16 values split into high and low bytes (h, l: the row's
@@ -515,6 +516,10 @@ LLAMA_INLINE void Q8Tile(const Q8X* x, int64_t k, const uint8_t* wp, int64_t nv,
       step(last, p0 + 4 * steps);
     }
     const uint8_t* scales = blk + rows * kb;
+    if constexpr (kFull) {  // the 2 lines of scales after the steps
+      _mm_prefetch(reinterpret_cast<const char*>(scales) + kQ8PrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(scales) + kQ8PrefetchBytes + 64, _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       const __m512 dw = _mm512_cvtph_ps(
