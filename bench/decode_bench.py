@@ -19,7 +19,9 @@ run, on a machine measured first (docs/performance.md).
    turn (A B C A B C ...: a slow minute of the machine hits every one); after one untimed
    warm-up of each. Medians over the repeats.
 4. The table: prefill and decode tokens/s, decode as a fraction of the bandwidth bound (weight
-   bytes per step over the read bandwidth at n threads: B tokens per step), prefill as a fraction
+   bytes per step over the read bandwidth at n threads: B tokens per step) and of the bound by
+   what n cores read beside it (before each batch of each repeat, n one-thread processes side by
+   side, the median over the repeats: the host's other tenants move it), prefill as a fraction
    of sgemm peak; ratios disco n ranks / baseline n threads, refused against a baseline whose
    n-thread run is slower than its 1-thread run; a warning when the machine was loaded.
 
@@ -226,16 +228,21 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
     workers = {c: Worker(a, c[0], c[1], model_dir, dtype, max(a.batches), max_len)
                for c in cfgs if not c[0].startswith("disco")}
     rows = {(c, b): dict(model=name, dtype=dtype, batch=b, who=c[0], n=c[1], prefill=[],
-                         decode=[], weights="q8_0" if c[0].endswith("q8_0") else dtype)
+                         decode=[], read_beside=[],
+                         weights="q8_0" if c[0].endswith("q8_0") else dtype)
             for c in cfgs for b in a.batches}
     for c, w in workers.items():
         print(f"  {report.label(*c)}: {w.info}", flush=True)
+    stream = machine.compile_stream(os.path.join(os.path.expanduser(a.cache), "bin"))
     try:
         for w in workers.values():  # warm-up, untimed
             for b in a.batches:
                 w.run(prompts[b], a.new_tokens)
         for rep in range(a.repeats):
             for b in a.batches:
+                # What 1 and n cores read in this minute, for the rows that run next.
+                beside = {n: machine.read_beside(stream, n, a.stream_mib)
+                          for n in sorted({c[1] for c in cfgs})}
                 for c in cfgs:
                     r = (run_disco(a, c[1], model_dir, prompts[b], dtype, c[0])
                          if c[0].startswith("disco")
@@ -243,6 +250,7 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
                     row = rows[(c, b)]
                     row["prefill"].append(r["prefill"])
                     row["decode"].append(r["decode"])
+                    row["read_beside"].append(beside[c[1]])
                     row["note"] = r["note"]
             print(f"  {name} {dtype} repeat {rep + 1}/{a.repeats} done", flush=True)
     finally:

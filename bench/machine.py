@@ -100,6 +100,14 @@ def bandwidth(exe, threads, mib):
             "read_2m": runs["2m"]["read"], "huge_mib": runs["2m"]["huge_mib"]}
 
 
+def read_beside(exe, n, mib):
+    """GB/s that n one-thread processes of the stream kernel read side by side now, in 2 MiB
+    pages (one window, _stream): the bound of a run of n ranks or threads in the same minute. The
+    host's other tenants move it: on the Zen 5 host of 2026-12-06 two cores read 53 GB/s for
+    minutes on end, where the best of bandwidth()'s runs had caught 78."""
+    return _stream(exe, mib, "huge", 1, n)["read"]
+
+
 def sgemm_peak(threads, python=sys.executable, n=1024, reps=5):
     """GFLOP/s of an n x n x n float32 product, best of `reps`, at `threads` threads (run in a
     child so that each thread count gets its own BLAS pool, set before the library starts)."""

@@ -30,13 +30,18 @@ def medians(rows):
 
 def bounds(r, cfg, machine):
     """Adds decode_bound (tokens/s: B tokens per read of the weights at the measured read
-    bandwidth of n threads) and prefill_gflops (2 flops per weight per prompt token, against
-    sgemm peak at n threads) to row r."""
+    bandwidth of n threads), decode_bound_beside (the same at the median of what n cores read
+    beside the row's runs, read_beside) and prefill_gflops (2 flops per weight per prompt token,
+    against sgemm peak at n threads) to row r."""
     n = r["n"]
     wbytes = checkpoint.weight_bytes_per_token(cfg, BYTES[r.get("weights", r["dtype"])])
     bw = machine.get("bandwidth", {}).get(n, {}).get("read")
     r["decode_bound"] = None if not bw else r["batch"] * bw * 1e9 / wbytes
     r["decode_of_bound"] = frac(r.get("decode_median"), r["decode_bound"])
+    beside = r.get("read_beside")
+    r["decode_bound_beside"] = (r["batch"] * statistics.median(beside) * 1e9 / wbytes
+                                if beside else None)
+    r["decode_of_beside"] = frac(r.get("decode_median"), r["decode_bound_beside"])
     flops = 2.0 * checkpoint.weight_bytes_per_token(cfg, 1.0)
     peak = machine.get("sgemm", {}).get(n, {}).get("gflops")
     pre = r.get("prefill_median")
@@ -95,14 +100,15 @@ def pct(x):
 def table(rows):
     """The figures as markdown lines."""
     lines = ["| model | dtype | batch | who | prefill tok/s | of sgemm peak | decode tok/s | "
-             "of bandwidth bound | decode min-max | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "of bandwidth bound | of read beside | decode min-max | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = (f"{min(r['decode']):.1f}-{max(r['decode']):.1f}" if r.get("decode") else "-")
         lines.append(
             f"| {r['model']} | {r['dtype']} | {r['batch']} | {label(r['who'], r['n'])} | "
             f"{fmt(r.get('prefill_median'))} | {pct(r.get('prefill_of_peak'))} | "
-            f"{fmt(r.get('decode_median'))} | {pct(r.get('decode_of_bound'))} | {spread} | "
+            f"{fmt(r.get('decode_median'))} | {pct(r.get('decode_of_bound'))} | "
+            f"{pct(r.get('decode_of_beside'))} | {spread} | "
             f"{r.get('excluded') or r.get('note', '')} |")
     return lines
 

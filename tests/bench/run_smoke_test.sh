@@ -47,10 +47,13 @@ for who in ("disco", "torch", "llama.cpp"):
         print(f"bench.smoke: {who} not timed: {mine[0]['excluded']}")
         continue
     assert all(r.get("decode_median", 0) > 0 and r.get("prefill_median", 0) > 0 for r in mine), mine
+    # what n cores read beside each run (1 repeat: one figure), and the fraction of it
+    assert all(len(r["read_beside"]) == 1 and r["read_beside"][0] > 0 and r["decode_of_beside"] > 0
+               for r in mine), mine
     if who != "disco":
         assert f"float32 tokens, {who} 1 thread against disco 1 rank: the same" in out, who
 assert j["machine"]["bandwidth"]["1"]["read"] > 0 and len(j["machine"]["spinners"]) == 2
-assert "| model | dtype | batch | who |" in out and "disco ranks = threads" in out
+assert "| model | dtype | batch | who |" in out and "| of read beside |" in out and "disco ranks = threads" in out
 assert ("the machine was LOADED" in out) == bool(j["loaded"])
 print("bench.smoke: PASS")
 PY

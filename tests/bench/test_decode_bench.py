@@ -87,6 +87,14 @@ def test_bounds():
     assert r["decode_bound"] == pytest.approx(4 * 10e9 / wbytes)
     assert r["decode_of_bound"] == pytest.approx(1000.0 / r["decode_bound"])
     assert r["prefill_of_peak"] == pytest.approx(10000.0 * 2 * wbytes / 4 / 1e9 / 50.0)
+    assert r["decode_of_beside"] is None  # no read beside it: no fraction, "-" in the table
+    r2 = report.medians([dict(row("disco", 2, 1000.0, 10000.0, batch=4),
+                              read_beside=[8.0, 5.0, 20.0])])[0]
+    report.bounds(r2, CFG, {"bandwidth": {2: {"read": 16.0}}})
+    assert r2["decode_bound_beside"] == pytest.approx(4 * 8e9 / wbytes)  # the median, 8 GB/s
+    assert r2["decode_of_beside"] == pytest.approx(1000.0 / r2["decode_bound_beside"])
+    line = report.table([r2])[2]
+    assert f"| {100 * r2['decode_of_bound']:.0f}% | {100 * r2['decode_of_beside']:.0f}% |" in line
     h, f, v = 64, 128, 512
     assert wbytes == 4 * (2 * (64 * 16 * (4 + 4) + 64 * 64 + 3 * h * f) + h * v)
 
