@@ -329,11 +329,11 @@ void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t cou
   std::memcpy(out, w + j0 * k, static_cast<size_t>(count * k) * sizeof(uint16_t));
 }
 
-// float32 on AVX-512, bfloat16 weights on AVX512-BF16 and int8 on AVX-512: their kernels at any
-// batch (the streaming ones in turns of kStreamingRows), as they outrun sgemm (64 rows of 768 x
-// 3072: float32 on panels 267 against OpenBLAS's 114 GFLOP/s on Zen 5, whose AVX-512 it does not
-// know; bfloat16 99 against 63, int8 97 against 64 on float32 copies, Zen 4; disco-llama-kernels),
-// and prefill then forms each row as decode does.
+// float32 on AVX-512, bfloat16 weights on AVX512-BF16 and int8 on AVX512-VNNI: their panel
+// kernels at any batch, as they outrun sgemm (64 rows of 768 x 3072: float32 267 against
+// OpenBLAS's 114 GFLOP/s on Zen 5, whose AVX-512 it does not know; int8 386-408 at 64 rows of 768
+// x 2048 there; bfloat16 99 against 63 on Zen 4; disco-llama-kernels), and prefill then forms
+// each row as decode does.
 int64_t OneOrderRows(WeightFormat format) {
 #if DISCO_LLAMA_AVX512
   const Isa isa = Kernels();
