@@ -351,6 +351,10 @@ int64_t OneOrderRows(WeightFormat format) {
 void Linear(const float* x, int64_t m, int64_t k, const void* w, WeightFormat format, int64_t n,
             float* y, int64_t ldy, std::vector<float>* scratch) {
   if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // empty sums (sgemm refuses a leading dimension of 0)
+    for (int64_t i = 0; i < m; ++i) std::fill(y + i * ldy, y + i * ldy + n, 0.0f);
+    return;
+  }
   if (m <= OneOrderRows(format)) {
     return StreamingAny(x, m, k, w, format, n, y, ldy, scratch);
   }

@@ -394,15 +394,15 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
 // 4 j, so that a lane is an output; then each row's last kb % 4 weights (a short last block); then
 // the rows' float16 scales. A tile of MB rows of x (MB <= 2) keeps, for each of its 4 x 16
 // outputs, two int32 sums per block (h and l, 8 steps of one instruction each, x's 4 bytes
-// broadcast), then one conversion and one FMA by the block's scales dw dx into a float32
-// accumulator: each output one chain of FMAs along its blocks, the same whatever MB, so a row is
-// bit for bit the same alone and in any batch. Against the kernel before (a weight row at a time
-// against up to 4 rows of x, groups of 8 blocks rearranged within the row, 26 instructions a
-// group and two dependent chains of 4 dot products in each), a vector of weights feeds 2 MB
-// instructions from registers and 8 independent chains run side by side: disco-llama-kernels on
-// Zen 5, 768 x 2048 from cache at batch 1 / 4 / 64, 85-113 / 145-200 / 192-207 -> 188-200 /
-// 341-358 / 386-408 GFLOP/s; 8192 x 4096 from memory at batch 1 39-40 -> 46-47 GB/s. Tiles of 3
-// or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
+// broadcast), then one conversion, a product by the weights' scales dw and an FMA by x's dx
+// into a float32 accumulator: each output one chain of FMAs along its blocks, the same whatever MB,
+// so a row is bit for bit the same alone and in any batch. Against the kernel before (a weight row
+// at a time against up to 4 rows of x, groups of 8 blocks rearranged within the row, 26
+// instructions a group and two dependent chains of 4 dot products in each), a vector of weights
+// feeds 2 MB instructions from registers and 8 independent chains run side by side:
+// disco-llama-kernels on Zen 5, 768 x 2048 from cache at batch 1 / 4 / 64, 85-113 / 145-200 /
+// 192-207 -> 188-200 / 341-358 / 386-408 GFLOP/s; 8192 x 4096 from memory at batch 1 39-40 -> 46-47
+// GB/s. Tiles of 3 or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
 constexpr int32_t kXMax = 127 * 257;
 constexpr int64_t kQ8BlockRowBytes = q8::kBlock + 2;  // a whole block of a row: weights, scale
 // How far ahead a full panel's bytes are prefetched (into L1), every line of it (the scales too:
@@ -528,8 +528,10 @@ LLAMA_INLINE void Q8Tile(const Q8X* x, int64_t k, const uint8_t* wp, int64_t nv,
 #pragma GCC unroll 2
       for (int i = 0; i < MB; ++i) {
         const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(th[i][v], 8), tl[i][v]);
-        a[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
-                                  _mm512_mul_ps(dw, _mm512_set1_ps(x[i].d[b])), a[i][v]);
+        // (t dw) dx, not t (dw dx): the scales' product alone overflows (0 x inf: NaN where t is
+        // 0) or underflows (a block of tiny x) where the whole does not.
+        a[i][v] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(t), dw),
+                                  _mm512_set1_ps(x[i].d[b]), a[i][v]);
       }
     }
   }
@@ -561,7 +563,9 @@ void Q8Panels(const Q8X* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, f
               int64_t ldy) {
   constexpr int64_t kSpanBytes = 256 << 10;
   const int64_t span =
-      m <= 2 ? n : std::max<int64_t>(1, kSpanBytes / q8::RowBytes(k) / kPanel) * kPanel;
+      m <= 2 ? n
+             : std::max<int64_t>(1, kSpanBytes / std::max<int64_t>(1, q8::RowBytes(k)) / kPanel) *
+                   kPanel;
   for (int64_t j0 = 0; j0 < n; j0 += span) {
     const int64_t j1 = std::min(n, j0 + span);
     int64_t i = 0;

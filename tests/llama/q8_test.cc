@@ -237,4 +237,49 @@ TEST_F(CpuKernels, Q8TinyRowsKeepTheirPrecision) {
   }
 }
 
+// Found by attacking the int8 panels (2026-12-06): x's block scale times the weights' overflowed
+// where x reached 3e38 (0 x inf: NaN for a block whose integer sum was 0) or underflowed in a
+// block of tiny x beside a block of ordinary ones (a row not rescaled: outputs off by up to all of
+// themselves); and k = 0 above 2 rows of x divided by zero. The product is now (t dw) dx.
+TEST_F(CpuKernels, Q8ScalesNeitherOverflowNorUnderflowAlone) {
+  std::vector<float> scratch;
+  auto product = [&](const std::vector<float>& x, const std::vector<float>& w, double* exact) {
+    const int64_t k = static_cast<int64_t>(x.size());
+    std::vector<uint8_t> q(RowBytes(k));
+    llama::q8::Quantize(w.data(), 1, k, q.data(), "test");
+    std::vector<float> deq(k);
+    llama::q8::Dequantize(q.data(), 1, k, deq.data());
+    *exact = 0.0;
+    for (int64_t p = 0; p < k; ++p) *exact += static_cast<double>(x[p]) * deq[p];
+    llama::PackQ8(q.data(), 1, k);
+    float y = NAN;
+    llama::Linear(x.data(), 1, k, q.data(), llama::WeightFormat::kQ8, 1, &y, 1, &scratch);
+    return y;
+  };
+  {  // x[0] = 3e38 meets a zero weight; x[1] = 1 (lost to x's int16 rounding) meets 8e6
+    std::vector<float> x(32, 0.0f), w(32, 0.0f);
+    x[0] = 3e38f, x[1] = 1.0f, w[1] = 8e6f;
+    double exact;
+    const float y = product(x, w, &exact);
+    EXPECT_TRUE(std::isfinite(y)) << y;
+    EXPECT_NEAR(y, exact, 3e38 / 32639.0 / 2.0 * 8e6 * 1.01) << "x's rounding at most";
+  }
+  for (const float v : {1e-30f, 1e-32f, 1e-33f, 3e-34f}) {  // block 0: ones x zeros, block 1: v
+    for (const float wv : {1e-3f, 1e-6f}) {
+      std::vector<float> x(64, 1.0f), w(64, 0.0f);
+      for (int p = 32; p < 64; ++p) x[p] = v, w[p] = wv;
+      double exact;
+      const float y = product(x, w, &exact);
+      EXPECT_NEAR(y, exact, 1e-5 * exact + 1e-44) << "x of " << v << ", weights " << wv;
+    }
+  }
+  for (const int64_t m : {1, 2, 3, 17}) {  // k = 0: every output 0
+    std::vector<float> x(1, 1.0f), y(m * 2, NAN);
+    std::vector<uint8_t> w(1);
+    llama::PackQ8(w.data(), 2, 0);
+    llama::Linear(x.data(), m, 0, w.data(), llama::WeightFormat::kQ8, 2, y.data(), 2, &scratch);
+    for (const float v : y) EXPECT_EQ(v, 0.0f) << "m " << m;
+  }
+}
+
 }  // namespace
