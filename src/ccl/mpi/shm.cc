@@ -313,6 +313,14 @@ void ShmChannel::Exchange() {
   }
 }
 
+void ShmChannel::PrefetchPeers(uint64_t round, size_t bytes) const {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const char* p = Slot(r, round);
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+  }
+}
+
 template <typename Source>
 void ShmChannel::ReduceInRankOrder(char* dst, Source source, int64_t count, DLDataType t,
                                    ReduceOp op) const {
@@ -330,6 +338,7 @@ void ShmChannel::AllReduce(const char* send, char* recv, int64_t n, DLDataType t
       const uint64_t s = NextRound();
       std::memcpy(Slot(rank_, s), send + off * elem, c * elem);
       Exchange();
+      PrefetchPeers(s, c * elem);
       ReduceInRankOrder(
           recv + off * elem, [&](int r) { return Slot(r, s); }, c, t, op);
     }

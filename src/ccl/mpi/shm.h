@@ -81,6 +81,9 @@ class ShmChannel {
   uint64_t NextRound();
   /// Publishes this rank's next step and waits for every peer to publish it.
   void Exchange();
+  /// Asks for the first `bytes` of every peer's slot of `round` at once: lines a peer's core wrote
+  /// cross between the cores together, not one after another as a reduction reaches them.
+  void PrefetchPeers(uint64_t round, size_t bytes) const;
   /// dst = source(0) op source(1) op ... op source(size - 1), combined in rank order on every
   /// rank (the same bits everywhere); `source(r)` points at rank r's `count` elements.
   template <typename Source>
