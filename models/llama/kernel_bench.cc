@@ -3,8 +3,11 @@
 // chooses: weight bytes read per second and GFLOP/s, per dtype and batch (1, 4 and 16 rows; 64,
 // past kStreamingRows, goes to sgemm as prefill does), by the wall clock and by the
 // thread's CPU time (less disturbed on a loaded machine) (docs/performance.md); int8 counts its
-// 1.0625 bytes a weight (q8.h). No MPI.
+// 1.0625 bytes a weight (q8.h). With `step`, instead: the 85 matrices of a decode step of the
+// benchmark's 125M model (bench/checkpoint.py), each allocated after the last as in the weight
+// arena, one product of each at batch 1 in turn, per dtype. No MPI.
 //   disco-llama-kernels [ROWS [COLS [REPS]]]     (default 8192 4096 15: 128 MiB of float32)
+//   disco-llama-kernels step [REPS]
 #include <disco/error.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <ctime>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llama/kernels.h"
@@ -60,7 +64,90 @@ Times MedianSeconds(const float* x, int64_t m, int64_t k, const void* w, llama::
   return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
+// The matrices of one decode step of the 125M model (hidden 768, 4 of 12 heads of kv, ffn 2048,
+// 12 layers, a vocabulary of 32000 as the LM head) in one buffer, in `format`, one product each
+// at batch 1 per repetition: the median's GB/s of weights.
+void StepBench(llama::WeightFormat format, int64_t reps) {
+  using llama::WeightFormat;
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (rows, cols)
+  for (int l = 0; l < 12; ++l) {
+    for (const auto& s : {std::pair<int64_t, int64_t>{768, 768},
+                          {256, 768},
+                          {256, 768},
+                          {768, 768},
+                          {2048, 768},
+                          {2048, 768},
+                          {768, 2048}}) {
+      shapes.push_back(s);
+    }
+  }
+  shapes.push_back({32000, 768});
+  auto bytes_of = [&](int64_t n, int64_t k) {
+    return format == WeightFormat::kQ8     ? n * llama::q8::RowBytes(k)
+           : format == WeightFormat::kBf16 ? n * k * 2
+                                           : n * k * 4;
+  };
+  std::vector<size_t> at;
+  size_t total = 0;
+  for (const auto& [n, k] : shapes) {
+    at.push_back(total);
+    total += (static_cast<size_t>(bytes_of(n, k)) + 63) / 64 * 64;
+  }
+  std::vector<uint8_t> buf(total);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [n, k] = shapes[i];
+    std::vector<float> w(static_cast<size_t>(n * k));
+    for (float& v : w) v = u(rng);
+    uint8_t* p = buf.data() + at[i];
+    if (format == WeightFormat::kQ8) {
+      llama::q8::Quantize(w.data(), n, k, p, "the benchmark's weights");
+      llama::PackQ8(p, n, k);
+    } else if (format == WeightFormat::kBf16) {
+      auto* b = reinterpret_cast<uint16_t*>(p);
+      for (size_t j = 0; j < w.size(); ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, &w[j], 4);
+        b[j] = static_cast<uint16_t>(bits >> 16);
+      }
+      llama::PackBf16(b, n, k);
+    } else {
+      std::memcpy(p, w.data(), w.size() * sizeof(float));
+      llama::PackF32(reinterpret_cast<float*>(p), n, k);
+    }
+  }
+  std::vector<float> x(2048), y(32000), scratch;
+  for (float& v : x) v = u(rng);
+  std::vector<double> wall;
+  for (int64_t r = 0; r <= reps; ++r) {  // the first: warm-up
+    const double t0 = Seconds(CLOCK_MONOTONIC);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      llama::Linear(x.data(), 1, shapes[i].second, buf.data() + at[i], format, shapes[i].first,
+                    y.data(), shapes[i].first, &scratch);
+    }
+    if (r > 0) wall.push_back(Seconds(CLOCK_MONOTONIC) - t0);
+  }
+  std::sort(wall.begin(), wall.end());
+  const double t = wall[wall.size() / 2];
+  std::printf("%s step of the 125M model: %.1f MB of weights, %.3f ms, %.2f GB/s (%zu matrices)\n",
+              format == WeightFormat::kF32    ? "float32"
+              : format == WeightFormat::kBf16 ? "bfloat16"
+                                              : "int8",
+              static_cast<double>(total) / 1e6, t * 1e3, static_cast<double>(total) / t / 1e9,
+              shapes.size());
+}
+
 int Run(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "step") {
+    const int64_t reps = Arg(argc, argv, 2, 15, "REPS");
+    std::printf("kernels: %s\n", llama::CpuKernels().c_str());
+    using llama::WeightFormat;
+    for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
+      StepBench(f, reps);
+    }
+    return 0;
+  }
   const int64_t n = Arg(argc, argv, 1, 8192, "ROWS"), k = Arg(argc, argv, 2, 4096, "COLS");
   const int64_t reps = Arg(argc, argv, 3, 15, "REPS");
   std::printf("kernels: %s\n", llama::CpuKernels().c_str());
@@ -79,6 +166,7 @@ int Run(int argc, char** argv) {
   llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
   llama::PackQ8(wq.data(), n, k);
   llama::PackF32(wf.data(), n, k);
+  llama::PackBf16(wb.data(), n, k);
   using llama::WeightFormat;
   for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kQ8}) {
     for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{64}}) {

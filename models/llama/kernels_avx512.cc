@@ -400,15 +400,15 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
 // at a time against up to 4 rows of x, groups of 8 blocks rearranged within the row, 26
 // instructions a group and two dependent chains of 4 dot products in each), a vector of weights
 // feeds 2 MB instructions from registers and 8 independent chains run side by side:
-// disco-llama-kernels on Zen 5, 768 x 2048 from cache at batch 1 / 4 / 64, 85-113 / 145-200 /
-// 192-207 -> 188-200 / 341-358 / 386-408 GFLOP/s; 8192 x 4096 from memory at batch 1 39-40 -> 46-47
-// GB/s. Tiles of 3 or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
+// disco-llama-kernels on Zen 5, 768 x 2048 from cache at batch 1 / 4 / 64, 109-116 / 189-193 /
+// 202-208 -> 199-200 / 331-339 / 396-406 GFLOP/s; `step` (a 125M decode step's 85 matrices from
+// memory) 33-36 -> 42-43 GB/s. Tiles of 3 or 4 rows spill registers (batch 4: 207, 177 GFLOP/s).
 constexpr int32_t kXMax = 127 * 257;
 constexpr int64_t kQ8BlockRowBytes = q8::kBlock + 2;  // a whole block of a row: weights, scale
 // How far ahead a full panel's bytes are prefetched (into L1), every line of it (the scales too:
-// a block's 34 lines, 2 of them scales): the 85 int8 matrices of a 125M decode step, one after
-// another, 38-40 -> 42-44 GB/s on Zen 5 with the steps' lines, 44-45 -> 46-47 with the scales'
-// (1 KiB ahead slowed it to 35, 3 to 8 KiB were alike, into L3 (_MM_HINT_T2) 33).
+// a block's 34 lines, 2 of them scales): the 85 int8 matrices of a 125M decode step (`step`), one
+// after another, 38-40 -> 42-44 GB/s on Zen 5 with the steps' lines, 44-45 -> 46-47 with the
+// scales' (1 KiB ahead slowed it to 35, 3 to 8 KiB were alike, into L3 (_MM_HINT_T2) 33).
 constexpr int64_t kQ8PrefetchBytes = 4096;
 
 // A row of x as the panels read it: int16 values split into high and low bytes (h, l: the row's
