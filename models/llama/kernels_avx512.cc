@@ -236,6 +236,30 @@ struct Bf16Panel {
   }
 };
 
+// A tile's pieces, shared by the panel kernels: the masks of a panel's 4 vectors of 16 rows (nv
+// rows in all), MB x 4 accumulators zeroed, and stored (masked) into MB rows of y.
+LLAMA_INLINE void PanelMasks(int64_t nv, __mmask16 (&mask)[4]) {
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
+}
+template <int MB>
+LLAMA_INLINE void ZeroTile(__m512 (&a)[MB][4]) {
+#pragma GCC unroll 6
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
+  }
+}
+template <int MB>
+LLAMA_INLINE void StoreTile(const __m512 (&a)[MB][4], const __mmask16 (&mask)[4], float* y,
+                            int64_t ldy) {
+#pragma GCC unroll 6
+  for (int i = 0; i < MB; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + i * ldy + 16 * v, mask[v], a[i][v]);
+  }
+}
+
 // MB rows of x (rows k apart) against one panel of nv rows at wp (kFull: nv = kPanel).
 template <typename P, int MB, bool kFull>
 LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P::T* wp, int64_t nv,
@@ -243,14 +267,9 @@ LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P:
   constexpr int64_t G = P::G;
   const int64_t rows = kFull ? kPanel : nv, steps = k / G;
   __mmask16 mask[4];
-#pragma GCC unroll 4
-  for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
+  PanelMasks(nv, mask);
   __m512 a[MB][4];
-#pragma GCC unroll 6
-  for (int i = 0; i < MB; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
-  }
+  ZeroTile(a);
   for (int64_t t = 0; t < steps; ++t) {
     const typename P::T* wr = wp + t * rows * G;
     __m512 wv[4];
@@ -277,11 +296,7 @@ LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P:
       }
     }
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < MB; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + i * ldy + 16 * v, mask[v], a[i][v]);
-  }
+  StoreTile(a, mask, y, ldy);
 }
 
 // MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kPanel).
@@ -463,14 +478,9 @@ LLAMA_INLINE void Q8Tile(const Q8X* x, int64_t k, const uint8_t* wp, int64_t nv,
                          int64_t ldy) {
   const int64_t rows = kFull ? kPanel : nv, nb = q8::Blocks(k);
   __mmask16 mask[4];
-#pragma GCC unroll 4
-  for (int v = 0; v < 4; ++v) mask[v] = Mask16(std::clamp<int64_t>(nv - 16 * v, 0, 16));
+  PanelMasks(nv, mask);
   __m512 a[MB][4];
-#pragma GCC unroll 2
-  for (int i = 0; i < MB; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) a[i][v] = _mm512_setzero_ps();
-  }
+  ZeroTile(a);
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t p0 = b * q8::kBlock, kb = std::min(q8::kBlock, k - p0), steps = kb / 4;
     const uint8_t* blk = wp + rows * kQ8BlockRowBytes * b;
@@ -536,11 +546,7 @@ LLAMA_INLINE void Q8Tile(const Q8X* x, int64_t k, const uint8_t* wp, int64_t nv,
       }
     }
   }
-#pragma GCC unroll 2
-  for (int i = 0; i < MB; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + i * ldy + 16 * v, mask[v], a[i][v]);
-  }
+  StoreTile(a, mask, y, ldy);
 }
 
 // MB rows of x against the int8 panels of weight rows [j0, j1) (j0 a multiple of kPanel).
