@@ -299,18 +299,27 @@ LLAMA_INLINE void PanelTile(const typename P::T* x, int64_t k, const typename P:
   StoreTile(a, mask, y, ldy);
 }
 
+// tile(jb, nv, full) for each panel of the weight rows [j0, j1) of n (j0 a multiple of kPanel):
+// its first row, its rows, and std::true_type where it has kPanel of them.
+template <typename Tile>
+LLAMA_INLINE void EachPanel(int64_t n, int64_t j0, int64_t j1, Tile tile) {
+  for (int64_t jb = j0; jb < j1; jb += kPanel) {
+    const int64_t nv = std::min(kPanel, n - jb);
+    if (nv == kPanel) {
+      tile(jb, nv, std::true_type());
+    } else {
+      tile(jb, nv, std::false_type());
+    }
+  }
+}
+
 // MB rows of x against the panels of weight rows [j0, j1) (j0 a multiple of kPanel).
 template <typename P, int MB>
 __attribute__((noinline)) void PanelRows(const typename P::T* x, int64_t k, const typename P::T* w,
                                          int64_t n, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  for (int64_t jb = j0; jb < j1; jb += kPanel) {
-    const int64_t nv = std::min(kPanel, n - jb);
-    if (nv == kPanel) {
-      PanelTile<P, MB, true>(x, k, w + jb * k, nv, y + jb, ldy);
-    } else {
-      PanelTile<P, MB, false>(x, k, w + jb * k, nv, y + jb, ldy);
-    }
-  }
+  EachPanel(n, j0, j1, [&](int64_t jb, int64_t nv, auto full) {
+    PanelTile<P, MB, decltype(full)::value>(x, k, w + jb * k, nv, y + jb, ldy);
+  });
 }
 
 // y[m, n] = x w^T on panels: tiles of 6 rows of x; above one tile, spans of panels
@@ -554,14 +563,9 @@ template <int MB, bool kStream>
 __attribute__((noinline)) void Q8PanelRows(const Q8X* x, int64_t k, const uint8_t* w, int64_t n,
                                            int64_t j0, int64_t j1, float* y, int64_t ldy) {
   const int64_t rb = q8::RowBytes(k);
-  for (int64_t jb = j0; jb < j1; jb += kPanel) {
-    const int64_t nv = std::min(kPanel, n - jb);
-    if (nv == kPanel) {
-      Q8Tile<MB, true, kStream>(x, k, w + jb * rb, nv, y + jb, ldy);
-    } else {
-      Q8Tile<MB, false, kStream>(x, k, w + jb * rb, nv, y + jb, ldy);
-    }
-  }
+  EachPanel(n, j0, j1, [&](int64_t jb, int64_t nv, auto full) {
+    Q8Tile<MB, decltype(full)::value, kStream>(x, k, w + jb * rb, nv, y + jb, ldy);
+  });
 }
 
 // m rows of x against the panels: tiles of 2 rows; above one tile, spans of panels (256 KiB, kept
