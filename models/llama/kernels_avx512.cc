@@ -349,17 +349,26 @@ LLAMA_INLINE int64_t InPanel(int64_t j, int64_t p, int64_t nv, int64_t k) {
   return p < k / G * G ? (p / G * nv + j) * G + p % G : (k - 1) * nv + j;
 }
 
-template <int64_t G, typename T>
-void PackPanels(T* w, int64_t n, int64_t k) {
-  std::vector<T> rows(static_cast<size_t>(std::min(n, kPanel) * k));
+// Each panel of the n rows of `row` elements at w, in place: rearrange(panel, rows, nv) writes
+// the panel's nv rows, given in row order in `rows` (a copy), in the panel's order.
+template <typename T, typename Rearrange>
+void RepackPanels(T* w, int64_t n, int64_t row, Rearrange rearrange) {
+  std::vector<T> rows(static_cast<size_t>(std::min(n, kPanel) * row));
   for (int64_t jb = 0; jb < n; jb += kPanel) {
     const int64_t nv = std::min(kPanel, n - jb);
-    T* panel = w + jb * k;
-    std::copy(panel, panel + nv * k, rows.begin());
+    T* panel = w + jb * row;
+    std::copy(panel, panel + nv * row, rows.begin());
+    rearrange(panel, static_cast<const T*>(rows.data()), nv);
+  }
+}
+
+template <int64_t G, typename T>
+void PackPanels(T* w, int64_t n, int64_t k) {
+  RepackPanels(w, n, k, [k](T* panel, const T* rows, int64_t nv) {
     for (int64_t j = 0; j < nv; ++j) {
       for (int64_t p = 0; p < k; ++p) panel[InPanel<G>(j, p, nv, k)] = rows[j * k + p];
     }
-  }
+  });
 }
 
 template <int64_t G, typename T>
@@ -594,16 +603,12 @@ void Q8Panels(const Q8X* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, f
 
 void PackQ8(uint8_t* w, int64_t n, int64_t k) {
   const int64_t rb = q8::RowBytes(k), nb = q8::Blocks(k);
-  std::vector<uint8_t> rows(static_cast<size_t>(std::min(n, kPanel) * rb));
-  for (int64_t jb = 0; jb < n; jb += kPanel) {
-    const int64_t nv = std::min(kPanel, n - jb);
-    uint8_t* panel = w + jb * rb;
-    std::copy(panel, panel + nv * rb, rows.begin());
+  RepackPanels(w, n, rb, [k, rb, nb](uint8_t* panel, const uint8_t* rows, int64_t nv) {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t p0 = b * q8::kBlock, kb = std::min(q8::kBlock, k - p0), whole = kb / 4 * 4;
       uint8_t* blk = panel + nv * kQ8BlockRowBytes * b;
       for (int64_t j = 0; j < nv; ++j) {
-        const uint8_t* src = rows.data() + j * rb;
+        const uint8_t* src = rows + j * rb;
         for (int64_t p = 0; p < whole; ++p) blk[(p / 4 * nv + j) * 4 + p % 4] = src[p0 + p] ^ 0x80;
         for (int64_t p = whole; p < kb; ++p) {
           blk[whole * nv + (kb - whole) * j + p - whole] = src[p0 + p] ^ 0x80;
@@ -611,7 +616,7 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
         std::memcpy(blk + nv * kb + 2 * j, src + k + 2 * b, 2);
       }
     }
-  }
+  });
 }
 
 void StreamingBf16Widen(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n,
