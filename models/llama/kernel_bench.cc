@@ -43,6 +43,23 @@ double Seconds(clockid_t clock) {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+const char* Name(llama::WeightFormat f) {
+  return f == llama::WeightFormat::kF32    ? "float32"
+         : f == llama::WeightFormat::kBf16 ? "bfloat16"
+                                           : "int8";
+}
+
+// The float32 weights w as bfloat16 bits (their top 16: truncated).
+std::vector<uint16_t> TruncatedBf16(const std::vector<float>& w) {
+  std::vector<uint16_t> out(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &w[i], 4);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  return out;
+}
+
 struct Times {
   double wall, cpu;  // medians
 };
@@ -105,13 +122,9 @@ void StepBench(llama::WeightFormat format, int64_t reps) {
       llama::q8::Quantize(w.data(), n, k, p, "the benchmark's weights");
       llama::PackQ8(p, n, k);
     } else if (format == WeightFormat::kBf16) {
-      auto* b = reinterpret_cast<uint16_t*>(p);
-      for (size_t j = 0; j < w.size(); ++j) {
-        uint32_t bits;
-        std::memcpy(&bits, &w[j], 4);
-        b[j] = static_cast<uint16_t>(bits >> 16);
-      }
-      llama::PackBf16(b, n, k);
+      const std::vector<uint16_t> b = TruncatedBf16(w);
+      std::memcpy(p, b.data(), b.size() * sizeof(uint16_t));
+      llama::PackBf16(reinterpret_cast<uint16_t*>(p), n, k);
     } else {
       std::memcpy(p, w.data(), w.size() * sizeof(float));
       llama::PackF32(reinterpret_cast<float*>(p), n, k);
@@ -131,11 +144,8 @@ void StepBench(llama::WeightFormat format, int64_t reps) {
   std::sort(wall.begin(), wall.end());
   const double t = wall[wall.size() / 2];
   std::printf("%s step of the 125M model: %.1f MB of weights, %.3f ms, %.2f GB/s (%zu matrices)\n",
-              format == WeightFormat::kF32    ? "float32"
-              : format == WeightFormat::kBf16 ? "bfloat16"
-                                              : "int8",
-              static_cast<double>(total) / 1e6, t * 1e3, static_cast<double>(total) / t / 1e9,
-              shapes.size());
+              Name(format), static_cast<double>(total) / 1e6, t * 1e3,
+              static_cast<double>(total) / t / 1e9, shapes.size());
 }
 
 int Run(int argc, char** argv) {
@@ -156,12 +166,7 @@ int Run(int argc, char** argv) {
   std::vector<float> wf(static_cast<size_t>(n * k)), x(static_cast<size_t>(64 * k));
   for (float& v : wf) v = u(rng);
   for (float& v : x) v = u(rng);
-  std::vector<uint16_t> wb(wf.size());
-  for (size_t i = 0; i < wf.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &wf[i], 4);
-    wb[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  std::vector<uint16_t> wb = TruncatedBf16(wf);
   std::vector<uint8_t> wq(static_cast<size_t>(n * llama::q8::RowBytes(k)));
   llama::q8::Quantize(wf.data(), n, k, wq.data(), "the benchmark's weights");
   llama::PackQ8(wq.data(), n, k);
@@ -180,10 +185,7 @@ int Run(int argc, char** argv) {
       std::printf(
           "%s batch %lld: %.2f GB/s of weights, %.1f GFLOP/s, %.3f ms per product (%lld x %lld); "
           "by CPU time %.2f GB/s\n",
-          f == WeightFormat::kF32    ? "float32"
-          : f == WeightFormat::kBf16 ? "bfloat16"
-                                     : "int8",
-          static_cast<long long>(m), bytes / t.wall / 1e9,
+          Name(f), static_cast<long long>(m), bytes / t.wall / 1e9,
           2.0 * static_cast<double>(m * n * k) / t.wall / 1e9, t.wall * 1e3,
           static_cast<long long>(n), static_cast<long long>(k), bytes / t.cpu / 1e9);
     }

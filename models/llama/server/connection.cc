@@ -177,6 +177,13 @@ void Connection::Refuse() {
 
 namespace {
 
+// Whether the len characters at `text` are `lower` (lower case), whatever their case.
+bool EqualsLower(const char* lower, size_t len, const char* text) {
+  return std::equal(lower, lower + len, text, [](char a, char b) {
+    return a == std::tolower(static_cast<unsigned char>(b));
+  });
+}
+
 // The value of header `name` (lower case, with its colon) in the head [p, end) of CRLF lines, or
 // nullptr; `found` counts its lines.
 const char* HeaderValue(const char* p, const char* end, const char* name, int* found) {
@@ -185,8 +192,7 @@ const char* HeaderValue(const char* p, const char* end, const char* name, int* f
   for (const char* line = p; line < end;) {
     const char* eol = static_cast<const char*>(std::memchr(line, '\n', end - line));
     if (eol == nullptr) eol = end;
-    if (static_cast<size_t>(eol - line) > len &&
-        std::equal(name, name + len, line, [](char a, char b) { return a == std::tolower(b); })) {
+    if (static_cast<size_t>(eol - line) > len && EqualsLower(name, len, line)) {
       value = line + len;
       ++*found;
     }
@@ -203,8 +209,7 @@ bool Token(const char* v, const char* end, const char* token) {
   while (v < eol && (*v == ' ' || *v == '\t')) ++v;
   while (eol > v && (eol[-1] == ' ' || eol[-1] == '\t')) --eol;
   const size_t len = std::strlen(token);
-  return static_cast<size_t>(eol - v) == len &&
-         std::equal(token, token + len, v, [](char a, char b) { return a == std::tolower(b); });
+  return static_cast<size_t>(eol - v) == len && EqualsLower(token, len, v);
 }
 
 // The chunked body of the request in [p, p + have), scanned from *at (a chunk-size line, or with
