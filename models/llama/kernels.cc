@@ -20,6 +20,7 @@
 #include "llama/kernels_avx2.h"
 #endif
 #if DISCO_LLAMA_AVX512
+#include "llama/attend_avx512.h"
 #include "llama/kernels_avx512.h"
 #endif
 
@@ -415,8 +416,11 @@ LLAMA_INLINE float InlineDot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-LLAMA_KERNEL void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
-                         int64_t dim, float scale, float* scores, float* out) {
+namespace {
+
+// Attend in portable vector code (AVX2 in the x86-64-v3 clone); std::exp for e^x.
+LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
+                             int64_t dim, float scale, float* scores, float* out) {
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < rep; ++j)
       scores[j * n + t] = InlineDot(q + j * dim, k + t * dim, dim) * scale;
@@ -439,6 +443,18 @@ LLAMA_KERNEL void Attend(const float* q, int64_t rep, const float* k, const floa
       for (int64_t d = 0; d < dim; ++d) o[d] += p * vt[d];
     }
   }
+}
+
+}  // namespace
+
+void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+            float scale, float* scores, float* out) {
+#if DISCO_LLAMA_AVX512
+  if ((Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16) && avx512::AttendFits(dim)) {
+    return avx512::Attend(q, rep, k, v, n, dim, scale, scores, out);
+  }
+#endif
+  AttendBase(q, rep, k, v, n, dim, scale, scores, out);
 }
 
 LLAMA_KERNEL void Add(const float* x, float* y, int64_t n) {
