@@ -51,28 +51,48 @@ trap cleanup EXIT
 "$vc" start 2 > "$out/cluster.log" 2>&1 || { cat "$out/cluster.log"; echo "FAIL: the cluster did not start"; exit 1; }
 
 # Open MPI 4.1.4 (Debian's) now and then crashes inside MPI_Init when srun --mpi=pmix starts ranks
-# on a loaded machine (about 1 job start in 40 here, beside two busy loops): a jump to address 0
-# from the TCP BTL's event callback during MPI_Init, with "A system call failed during shared memory
-# initialization" beside it (a core showed ompi_mpi_init -> opal_progress -> mca_btl_tcp.so -> 0x0).
+# on a loaded machine (1 job start in 40 to 300 here, beside two busy loops; a 10-line MPI hello
+# program crashes alike): a jump to address 0 from the TCP BTL's event callback during MPI_Init,
+# at times with "A system call failed during shared memory initialization" beside it (cores showed
+# ompi_mpi_init -> opal_progress -> mca_btl_tcp.so -> 0x0, its active-message table still empty).
 # It is Open MPI's race, before any of disco runs; a case whose log shows Open MPI's report of a
 # signal with no frame in disco's code (libdisco or a disco program) runs once more, and its line
 # says so.
+# Open MPI's report goes to a file of its own per rank (opal_stacktrace_output=file:), appended to
+# the case's log after it ran: on stderr it is lost under srun --kill-on-bad-exit (disco-run's),
+# which ends the step as soon as the rank dies, often before slurmstepd has forwarded the rank's
+# last lines ("srun: error: node1: task 0: Segmentation fault" alone: nothing to tell Open MPI's
+# crash from disco's). Every node sees the build tree, so the files land beside the logs.
 openmpi_init_crash() {
   grep -q '\*\*\* Process received signal \*\*\*' "$1" &&
     ! grep -Eq '^\[[^]]*\] \[ *[0-9]+\] .*(libdisco|/disco[-_][^/(]*\()' "$1"
+}
+# run_case LOG LIMIT CMD...: CMD with Open MPI's signal reports in files, appended to LOG.
+run_case() {
+  local log=$1 limit=$2 rc=0 reports=$out/shared/signals/${1##*/} f
+  shift 2
+  rm -rf "$reports" && mkdir -p "$reports"
+  OMPI_MCA_opal_stacktrace_output=file:$reports/rank timeout -k 5 "$limit" "$@" > "$log" 2>&1 ||
+    rc=$?
+  for f in "$reports"/rank.*; do
+    [[ -f $f ]] || continue
+    echo "--- Open MPI's signal report (rank.VPID.PID: ${f##*/}):"
+    cat "$f"
+  done >> "$log"
+  return $rc
 }
 # case NAME LIMIT CMD...: PASS when CMD exits 0 within LIMIT seconds; its output in NAME.log.
 case_() {
   local name=$1 limit=$2 t0=$SECONDS rc=0
   shift 2
   [[ -z $only || $name =~ $only ]] || return 0
-  timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  run_case "$out/$name.log" "$limit" "$@" || rc=$?
   local line retried=""
   if ((rc != 0)) && openmpi_init_crash "$out/$name.log"; then
     mv "$out/$name.log" "$out/$name.first.log"
     retried=", retried: Open MPI crashed in MPI_Init (see $name.first.log)"
     rc=0
-    timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+    run_case "$out/$name.log" "$limit" "$@" || rc=$?
   fi
   if ((rc == 0)); then
     line=$(printf 'PASS  %-40s %4d s%s' "$name" $((SECONDS - t0)) "${retried:+  (${retried#, })}")
@@ -191,7 +211,12 @@ if "$vc" slurm-start > "$out/slurm.log" 2>&1; then
     job=$("${on1[@]}" sbatch --parsable -N 2 --ntasks-per-node=1 -t 10 -o "$o" \
       --export=ALL,DISCO_LLM_SERVER_INFO="$info" "$root/jobs/llm-server.sbatch" --model "$model") ||
       return 1
-    for ((i = 0; i < 900; i++)); do [[ -s $info ]] && break; sleep 0.2; done
+    # ... while the job runs: one that ended (a rank that died) ends the wait.
+    for ((i = 0; i < 900; i++)); do
+      [[ -s $info ]] && break
+      ((i % 5 != 4)) || [[ -n $("${on1[@]}" squeue -h -j "$job" 2>/dev/null) ]] || break
+      sleep 0.2
+    done
     [[ -s $info ]] || { cat "$o"; echo "no address from the job"; "${on1[@]}" scancel "$job"; return 1; }
     cat "$o"
     port=$(sed 's|.*:||' "$info")
