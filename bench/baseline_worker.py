@@ -66,9 +66,9 @@ def open_llamacpp(a):
     import llama_cpp
     import llamacpp_llama
     m = llamacpp_llama.LlamaCpp(a.gguf, a.threads, a.max_batch, a.max_len,
-                                use_mmap=a.pages == "4k")
+                                use_mmap=a.pages == "4k", kv=a.kv)
     info = (f"llama-cpp-python {llama_cpp.__version__}, {a.threads} threads, "
-            f"{os.path.basename(a.gguf)}; "
+            f"{os.path.basename(a.gguf)}, {a.kv} kv cache; "
             + llama_cpp.llama_print_system_info().decode(errors="replace").strip())
     return m, info
 
@@ -83,6 +83,7 @@ def main(argv=None):
     p.add_argument("--max-batch", type=int, required=True)
     p.add_argument("--max-len", type=int, required=True)
     p.add_argument("--pages", choices=["4k", "2m"], default="4k")
+    p.add_argument("--kv", choices=["f32", "f16"], default="f32", help="llama.cpp's KV cache")
     a = p.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import machine

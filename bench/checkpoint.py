@@ -52,6 +52,14 @@ def load(directory, bf16_round=False):
     return cfg, W
 
 
+def kv_bytes_per_position(cfg, elem_bytes):
+    """Bytes of keys and values one position holds in the cache (every layer), which each later
+    decode step of its sequence reads."""
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return cfg["num_hidden_layers"] * 2 * kv * hd * elem_bytes
+
+
 def weight_bytes_per_token(cfg, dtype_bytes):
     """Bytes of weights a decode step reads (every matrix once: q/k/v/o, gate/up/down, the LM
     head; norms and the embedding row are negligible), for the bandwidth bound."""

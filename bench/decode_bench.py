@@ -5,7 +5,8 @@ run, on a machine measured first (docs/performance.md).
     bench/venv.sh --llama-cpp          # once: build/venv-bench with torch, gguf, llama-cpp-python
     /usr/bin/python3 bench/decode_bench.py [--models 125m,demo] [--batches 1,4]
         [--ranks 1,2] [--threads 1,2] [--dtypes float32,bfloat16,int8] [--repeats 5]
-        [--new-tokens 32] [--baselines disco,torch,llama.cpp] [--json FILE]
+        [--new-tokens 32] [--prompt-len 32] [--llamacpp-kv f32] [--baselines disco,torch,llama.cpp]
+        [--json FILE]
         [--python build/venv-bench/bin/python (the baselines': the default when it is there)]
 
 1. The machine: read and triad bandwidth at each thread count (bench/stream.c, -O3
@@ -18,8 +19,9 @@ run, on a machine measured first (docs/performance.md).
    count, one process each, bench/baseline_worker.py) runs once per batch size per repeat, in
    turn (A B C A B C ...: a slow minute of the machine hits every one); after one untimed
    warm-up of each. Medians over the repeats.
-4. The table: prefill and decode tokens/s, decode as a fraction of the bandwidth bound (weight
-   bytes per step over the read bandwidth at n threads: B tokens per step) and of the bound by
+4. The table: prefill and decode tokens/s, decode as a fraction of the bandwidth bound (the bytes
+   a step reads, every weight once and each sequence's keys and values at its mean position of
+   the decode, over the read bandwidth at n threads: B tokens per step) and of the bound by
    what n cores read beside it (before each batch of each repeat, n one-thread processes side by
    side, the median over the repeats: the host's other tenants move it), prefill as a fraction
    of sgemm peak; ratios disco n ranks / baseline n threads, refused against a baseline whose
@@ -30,7 +32,11 @@ B * (new_tokens - 1) / the time of the rest. bfloat16: disco keeps bfloat16 weig
 in float32, torch multiplies in bfloat16, llama.cpp runs a bf16 GGUF; llama.cpp q8_0 (8-bit
 weights, so not the same weights) is an extra row of the bfloat16 grid. int8: disco --dtype int8
 against llama.cpp's q8_0 GGUF of the same checkpoint (the same blocks and scales, q8.h), no torch
-row.
+row. --prompt-len L: batch 1 one prompt of L tokens, batch B lengths L/2..2L evenly (default
+32). The KV caches are float32 everywhere (torch's and disco's always; llama.cpp's by default,
+where the float32 token check compares the same arithmetic); --llamacpp-kv f16 times llama.cpp
+with its own default, float16 keys and values (half the bytes at long prompts; the token check
+still in float32), the notes saying so.
 """
 
 import argparse
@@ -71,6 +77,11 @@ def parse_args(argv):
                         "pages where the kernel gives them; baseline_worker.py)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--prompt-len", type=int, default=32,
+                   help="batch 1's prompt length; batch B's are L/2..2L evenly")
+    p.add_argument("--llamacpp-kv", choices=["f32", "f16"], default="f32",
+                   help="llama.cpp's KV cache in the timed runs (f16: its own default; the "
+                        "token check stays f32)")
     p.add_argument("--python", default=VENV_PY if os.path.exists(VENV_PY) else sys.executable,
                    help="the baselines' Python (default build/venv-bench's when it is there)")
     p.add_argument("--demo", default=os.path.join(ROOT, "build", "src", "tools", "disco-demo"))
@@ -87,6 +98,8 @@ def parse_args(argv):
         setattr(a, k, [x for x in getattr(a, k).split(",") if x])
     if a.new_tokens < 2:
         raise SystemExit("--new-tokens must be at least 2 (one prefill token, then decode)")
+    if a.prompt_len < 2:
+        raise SystemExit("--prompt-len must be at least 2 (batch B's prompts start at half of it)")
     return a
 
 
@@ -109,17 +122,19 @@ def unavailable(a):
     return why
 
 
-def make_prompts(batch, vocab, seed=0):
-    """batch 1: one 32-token prompt; else lengths 16..64 evenly (padding-free per sequence)."""
+def make_prompts(batch, vocab, length=32, seed=0):
+    """batch 1: one prompt of `length` tokens; else lengths length/2..2 length evenly
+    (padding-free per sequence)."""
     rng = np.random.default_rng(seed + batch)
-    lens = [32] if batch == 1 else [int(round(x)) for x in np.linspace(16, 64, batch)]
+    lens = ([length] if batch == 1 else
+            [int(round(x)) for x in np.linspace(length // 2, 2 * length, batch)])
     return [[int(t) for t in rng.integers(3, vocab, n)] for n in lens]
 
 
 class Worker:
     """A baseline at one thread count in its own process (bench/baseline_worker.py)."""
 
-    def __init__(self, a, who, n, model_dir, dtype, max_batch, max_len):
+    def __init__(self, a, who, n, model_dir, dtype, max_batch, max_len, kv="f32"):
         import gguf_export
         kind = "torch" if who == "torch" else "llamacpp"
         cmd = [a.python, os.path.join(HERE, "baseline_worker.py"), kind, "--model", model_dir,
@@ -128,7 +143,7 @@ class Worker:
         if kind == "llamacpp":
             qtype = "q8_0" if who.endswith("q8_0") else {"float32": "f32", "bfloat16": "bf16",
                                                           "int8": "q8_0"}[dtype]
-            cmd += ["--gguf", self._gguf(a, gguf_export, model_dir, qtype)]
+            cmd += ["--gguf", self._gguf(a, gguf_export, model_dir, qtype), "--kv", kv]
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.info = self._read().get("info", "")
 
@@ -187,7 +202,7 @@ def first_difference(x, y):
 def token_check(a, model_dir, cfg, baselines):
     """Float32, before any timing: each baseline at 1 thread against disco at 1 rank, greedy, on
     the largest batch's prompts. {baseline: why it is excluded} for those that differ."""
-    prompts = make_prompts(max(a.batches), cfg["vocab_size"])
+    prompts = make_prompts(max(a.batches), cfg["vocab_size"], a.prompt_len)
     for k in a.disco_kernels:
         r = run_disco(a, 1, model_dir, prompts, "float32", disco_who(k))
         print(f"  {disco_who(k)} kernels: {r['kernels']}", flush=True)
@@ -222,13 +237,21 @@ def configs(a, baselines, dtype):
 
 def measure_cell(a, name, model_dir, cfg, dtype, baselines):
     """The rows of one (model, dtype): every configuration, batch and repeat, interleaved."""
-    prompts = {b: make_prompts(b, cfg["vocab_size"]) for b in a.batches}
+    prompts = {b: make_prompts(b, cfg["vocab_size"], a.prompt_len) for b in a.batches}
     max_len = max(len(p) for ps in prompts.values() for p in ps) + a.new_tokens
     cfgs = configs(a, baselines, dtype)
-    workers = {c: Worker(a, c[0], c[1], model_dir, dtype, max(a.batches), max_len)
+    workers = {c: Worker(a, c[0], c[1], model_dir, dtype, max(a.batches), max_len,
+                         a.llamacpp_kv)
                for c in cfgs if not c[0].startswith("disco")}
+
+    def kv_bytes(who, b):  # what a decode step reads of the b sequences' caches, at mid-decode
+        f16 = who.startswith("llama.cpp") and a.llamacpp_kv == "f16"
+        return sum(len(p) + a.new_tokens / 2 for p in prompts[b]) * \
+            checkpoint.kv_bytes_per_position(cfg, 2 if f16 else 4)
+
     rows = {(c, b): dict(model=name, dtype=dtype, batch=b, who=c[0], n=c[1], prefill=[],
-                         decode=[], read_beside=[],
+                         decode=[], read_beside=[], kv_bytes=kv_bytes(c[0], b),
+                         prompt_len=a.prompt_len,
                          weights="q8_0" if c[0].endswith("q8_0") else dtype)
             for c in cfgs for b in a.batches}
     for c, w in workers.items():
@@ -251,7 +274,8 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
                     row["prefill"].append(r["prefill"])
                     row["decode"].append(r["decode"])
                     row["read_beside"].append(beside[c[1]])
-                    row["note"] = r["note"]
+                    row["note"] = r["note"] + (", f16 kv cache" if c[0].startswith(
+                        "llama.cpp") and a.llamacpp_kv == "f16" else "")
             print(f"  {name} {dtype} repeat {rep + 1}/{a.repeats} done", flush=True)
     finally:
         for w in workers.values():
@@ -302,6 +326,9 @@ def main(argv=None):
     build = build_flags(a)
     if build and "llama.cpp" not in why_not:
         print("llama.cpp build: " + build.replace("\n", "; "), flush=True)
+    print(f"prompts: batch 1 one of {a.prompt_len} tokens, batch B of {a.prompt_len // 2}.."
+          f"{2 * a.prompt_len} evenly; {a.new_tokens} new tokens; llama.cpp's KV cache "
+          f"{a.llamacpp_kv} in the timed runs", flush=True)
     rows = run_grid(a, why_not, m)
     refusals = report.scaling_refusals(rows)
     rs = report.ratios(rows, refusals)

@@ -5,8 +5,8 @@ Prefill is one llama_decode of every prompt's tokens (each its own sequence and 
 logits of each prompt's last token only); then each decode step is one llama_decode of B tokens.
 The next token is numpy's argmax of the returned logits (as disco's and torch's argmax: the
 first of equal maxima). The KV cache is float32 (type_k/type_v F32), as disco's and torch's, so
-that the float32 token check compares the same arithmetic; flash attention is llama.cpp's default
-(auto). A fresh context per generation (created outside the timed part) empties the cache.
+that the float32 token check compares the same arithmetic, or (kv="f16") llama.cpp's own default,
+float16; flash attention is llama.cpp's default (auto). A fresh context per generation (created outside the timed part) empties the cache.
 """
 
 import ctypes
@@ -17,7 +17,7 @@ import numpy as np
 
 import llama_cpp as L
 
-GGML_TYPE_F32 = 0
+GGML_TYPE = {"f32": 0, "f16": 1}
 
 
 def _quiet_log():
@@ -31,7 +31,7 @@ def _quiet_log():
 
 
 class LlamaCpp:
-    def __init__(self, gguf_path, threads, max_batch, max_len, use_mmap=True):
+    def __init__(self, gguf_path, threads, max_batch, max_len, use_mmap=True, kv="f32"):
         self._log = _quiet_log()  # kept alive: llama.cpp calls it
         L.llama_backend_init()
         mp = L.llama_model_default_params()
@@ -45,6 +45,7 @@ class LlamaCpp:
             raise RuntimeError(f"llama.cpp could not load {gguf_path}")
         self.vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads, self.max_batch, self.max_len = threads, max_batch, max_len
+        self.kv_type = GGML_TYPE[kv]
         self.ctx = None
 
     def _new_context(self, n_tokens):
@@ -55,7 +56,7 @@ class LlamaCpp:
         cp.n_ctx = self.max_batch * self.max_len
         cp.n_batch = cp.n_ubatch = max(n_tokens, self.max_batch)
         cp.n_threads = cp.n_threads_batch = self.threads
-        cp.type_k = cp.type_v = GGML_TYPE_F32
+        cp.type_k = cp.type_v = self.kv_type
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise RuntimeError("llama.cpp could not make a context")

@@ -29,17 +29,19 @@ def medians(rows):
 
 
 def bounds(r, cfg, machine):
-    """Adds decode_bound (tokens/s: B tokens per read of the weights at the measured read
-    bandwidth of n threads), decode_bound_beside (the same at the median of what n cores read
-    beside the row's runs, read_beside) and prefill_gflops (2 flops per weight per prompt token,
-    against sgemm peak at n threads) to row r."""
+    """Adds decode_bound (tokens/s: B tokens per step, a step reading every weight once and the
+    sequences' keys and values, kv_bytes, at the measured read bandwidth of n threads),
+    decode_bound_beside (the same at the median of what n cores read beside the row's runs,
+    read_beside) and prefill_gflops (2 flops per weight per prompt token, against sgemm peak at n
+    threads) to row r."""
     n = r["n"]
     wbytes = checkpoint.weight_bytes_per_token(cfg, BYTES[r.get("weights", r["dtype"])])
+    step = wbytes + r.get("kv_bytes", 0)
     bw = machine.get("bandwidth", {}).get(n, {}).get("read")
-    r["decode_bound"] = None if not bw else r["batch"] * bw * 1e9 / wbytes
+    r["decode_bound"] = None if not bw else r["batch"] * bw * 1e9 / step
     r["decode_of_bound"] = frac(r.get("decode_median"), r["decode_bound"])
     beside = r.get("read_beside")
-    r["decode_bound_beside"] = (r["batch"] * statistics.median(beside) * 1e9 / wbytes
+    r["decode_bound_beside"] = (r["batch"] * statistics.median(beside) * 1e9 / step
                                 if beside else None)
     r["decode_of_beside"] = frac(r.get("decode_median"), r["decode_bound_beside"])
     flops = 2.0 * checkpoint.weight_bytes_per_token(cfg, 1.0)

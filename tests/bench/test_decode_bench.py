@@ -97,6 +97,13 @@ def test_bounds():
     assert f"| {100 * r2['decode_of_bound']:.0f}% | {100 * r2['decode_of_beside']:.0f}% |" in line
     h, f, v = 64, 128, 512
     assert wbytes == 4 * (2 * (64 * 16 * (4 + 4) + 64 * 64 + 3 * h * f) + h * v)
+    # A step reads the sequences' keys and values too: 2 layers x (k, v) x 2 kv heads x 16.
+    assert checkpoint.kv_bytes_per_position(CFG, 4) == 2 * 2 * 2 * 16 * 4
+    kv = 4 * 1000 * checkpoint.kv_bytes_per_position(CFG, 4)  # 4 sequences at 1000 positions
+    r3 = report.medians([dict(row("disco", 1, 1000.0, 10000.0, batch=4), kv_bytes=kv)])[0]
+    report.bounds(r3, CFG, machine_figures)
+    assert r3["decode_bound"] == pytest.approx(4 * 10e9 / (wbytes + kv))
+    assert r3["decode_of_bound"] > r["decode_of_bound"]  # the same speed, more bytes a step
 
 
 def test_first_difference_and_prompts():
@@ -106,6 +113,8 @@ def test_first_difference_and_prompts():
     p = decode_bench.make_prompts(4, 512)
     assert [len(x) for x in p] == [16, 32, 48, 64] and all(3 <= t < 512 for x in p for t in x)
     assert [len(x) for x in decode_bench.make_prompts(1, 512)] == [32]
+    assert [len(x) for x in decode_bench.make_prompts(1, 512, 300)] == [300]
+    assert [len(x) for x in decode_bench.make_prompts(3, 512, 100)] == [50, 125, 200]
 
 
 def test_busy_machine_is_named():
