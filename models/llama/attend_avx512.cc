@@ -1,23 +1,12 @@
 #include "llama/attend_avx512.h"
 
-// GCC 12 warns inside its own avx512fintrin.h (the _mm512_undefined_* that the masked loads and
-// _mm512_reduce_*_ps start from), not on this file's code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-#include <immintrin.h>
+#include "llama/avx512_common.h"
 
 #include <algorithm>
 #include <cmath>
 
-#define LLAMA_INLINE inline __attribute__((always_inline))
-
 namespace llama::avx512 {
 namespace {
-
-LLAMA_INLINE __mmask16 Mask16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
 // e^x in 16 lanes (x <= 0 here: scores less their maximum): x = n ln 2 + r, |r| <= ln 2 / 2,
 // e^r by Cephes' expf polynomial, times 2^n by scalef (which also gives e^x's subnormals and

@@ -12,9 +12,9 @@ namespace llama::avx512 {
 bool AttendFits(int64_t dim);
 
 /// kernels.h's Attend for a head size AttendFits takes: the scores of 16 positions at a time
-/// (their products' 16 vectors summed by one transposition), e^x by a polynomial (Cephes' expf,
-/// within 2 ulp of it, NaN kept), and the values of up to 16 / (dim / 16) heads at once, each
-/// output one chain of FMAs along the positions.
+/// (their products' 16 vectors summed by one transposition), e^x by a polynomial (Cephes' expf:
+/// within 1.23 ulp of e^x where it is a normal float, NaN kept), and the values of up to 16 / (dim
+/// / 16) heads at once, each output one chain of FMAs along the positions.
 void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out);
 

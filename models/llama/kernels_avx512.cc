@@ -1,13 +1,6 @@
 #include "llama/kernels_avx512.h"
 
-// GCC 12 warns inside its own avx512fintrin.h (the _mm512_undefined_* that the masked loads and
-// _mm512_reduce_add_ps start from), not on this file's code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-
-#include <immintrin.h>
+#include "llama/avx512_common.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -18,14 +11,10 @@
 #include "llama/kernels.h"
 #include "llama/q8.h"
 
-#define LLAMA_INLINE inline __attribute__((always_inline))
-
 namespace llama::avx512 {
 namespace {
 
 constexpr int64_t kPanelBytes = 128 << 10;  // weight rows reused from L2 by each block of x
-
-LLAMA_INLINE __mmask16 Mask16(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
 // The weight format of the widening FMA kernel: 16 bfloat16 weights at w as 16 floats (Load, and
 // Tail for the last n < 16 of a row, zeros after them).
