@@ -292,6 +292,13 @@ def run_grid(a, why_not, m):
         model_dir = checkpoint.model_dir(a.cache, name, checkpoint.MODELS[name])
         with open(os.path.join(model_dir, "config.json")) as f:
             cfg = json.load(f)
+        longest = max(len(p) for b in a.batches
+                      for p in make_prompts(b, cfg["vocab_size"], a.prompt_len))
+        if longest + a.new_tokens > cfg.get("max_position_embeddings", float("inf")):
+            raise SystemExit(
+                f"--prompt-len {a.prompt_len}: prompts of up to {longest} tokens (batch "
+                f"{max(a.batches)}: up to twice it) and {a.new_tokens} new tokens pass model "
+                f"{name}'s {cfg['max_position_embeddings']} positions")
         baselines = [w for w in a.baselines if w != "disco" and w not in why_not]
         print(f"model {name}: {model_dir}", flush=True)
         excluded = token_check(a, model_dir, cfg, baselines) if "disco" not in why_not else {}

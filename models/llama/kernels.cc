@@ -449,6 +449,10 @@ LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const 
 
 void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out) {
+  if (n <= 0) {  // no positions: nothing to attend to (the model always has one)
+    std::fill(out, out + rep * dim, 0.0f);
+    return;
+  }
 #if DISCO_LLAMA_AVX512
   if ((Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16) && avx512::AttendFits(dim)) {
     return avx512::Attend(q, rep, k, v, n, dim, scale, scores, out);

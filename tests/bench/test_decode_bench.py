@@ -117,6 +117,18 @@ def test_first_difference_and_prompts():
     assert [len(x) for x in decode_bench.make_prompts(3, 512, 100)] == [50, 125, 200]
 
 
+def test_prompts_past_the_models_positions_are_refused(tmp_path, monkeypatch):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text('{"vocab_size": 512, "max_position_embeddings": 100}')
+    monkeypatch.setattr(checkpoint, "model_dir", lambda cache, name, sizes: str(d))
+    a = decode_bench.parse_args(["--models", "tiny", "--batches", "1,2", "--prompt-len", "40",
+                                 "--new-tokens", "30"])
+    with pytest.raises(SystemExit, match=r"--prompt-len 40: prompts of up to 80 tokens .*"
+                                         r"30 new tokens pass model tiny's 100 positions"):
+        decode_bench.run_grid(a, {}, {})
+
+
 def test_busy_machine_is_named():
     quiet = {"spinners": [0.99, 0.97], "loadavg_before": 0.2, "cpus": 2}
     assert machine.busy_reasons(quiet) == []

@@ -1,8 +1,8 @@
 // kernels.h's Attend against a double-precision softmax(q k^T scale) v: every head size the
 // AVX-512 kernel takes (16 to 256) and two it leaves to the portable code (48, 96), groups of 1 to
 // 8 query heads, position counts on either side of its tiles of 16; scores far apart (e^x down to
-// zero); a NaN in one key reaching every output, not hidden. Under each kernel set
-// (CTest runs this binary once per set).
+// zero); no positions giving zeros; a NaN in one key reaching every output, not hidden. Under each
+// kernel set (CTest runs this binary once per set).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,15 +27,15 @@ Case Random(int64_t rep, int64_t n, int64_t dim, float q_size, std::mt19937* rng
   c.q.resize(static_cast<size_t>(rep * dim));
   c.k.resize(static_cast<size_t>(n * dim));
   c.v.resize(c.k.size());
-  for (float& x : c.q) x = q_size * g(*rng);
+  for (float& x : c.q) x = rng != nullptr ? q_size * g(*rng) : 1.0f;
   for (float& x : c.k) x = g(*rng);
   for (float& x : c.v) x = g(*rng);
   return c;
 }
 
 std::vector<float> AttendOf(const Case& c, float scale) {
-  std::vector<float> scores(static_cast<size_t>(c.rep * c.n) + 1, -7.0f), out(c.q.size() + 1);
-  out.back() = 5.0f;
+  // Every output starts as 5: one the kernel does not write is seen.
+  std::vector<float> scores(static_cast<size_t>(c.rep * c.n) + 1, -7.0f), out(c.q.size() + 1, 5.0f);
   llama::Attend(c.q.data(), c.rep, c.k.data(), c.v.data(), c.n, c.dim, scale, scores.data(),
                 out.data());
   EXPECT_EQ(scores.back(), -7.0f) << "scores written past rep x n";
@@ -85,6 +85,14 @@ TEST_F(CpuKernels, AttendMatchesADoubleSoftmax) {
         }
       }
     }
+  }
+}
+
+TEST_F(CpuKernels, AttendOverNoPositionsGivesZeros) {
+  for (const int64_t dim : {48, 64}) {  // the portable code and the AVX-512 kernel
+    Case c = Random(3, 0, dim, 1.0f, nullptr);
+    EXPECT_EQ(AttendOf(c, 0.125f), std::vector<float>(static_cast<size_t>(3 * dim), 0.0f))
+        << "dim " << dim;
   }
 }
 
