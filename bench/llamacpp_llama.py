@@ -6,7 +6,8 @@ logits of each prompt's last token only); then each decode step is one llama_dec
 The next token is numpy's argmax of the returned logits (as disco's and torch's argmax: the
 first of equal maxima). The KV cache is float32 (type_k/type_v F32), as disco's and torch's, so
 that the float32 token check compares the same arithmetic, or (kv="f16") llama.cpp's own default,
-float16; flash attention is llama.cpp's default (auto). A fresh context per generation (created outside the timed part) empties the cache.
+float16; flash attention is llama.cpp's default (auto). A fresh context per generation (created
+outside the timed part) empties the cache.
 """
 
 import ctypes
