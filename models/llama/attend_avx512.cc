@@ -48,8 +48,9 @@ LLAMA_INLINE __m512 Sum16(const __m512 (&p)[16]) {
 }
 
 // Keys and values are asked for this many positions ahead: each head's are a short stream (1000
-// positions of 64 floats: 256 KiB) that the hardware's prefetcher alone read at 31-40 GB/s, where
-// 55-58 with these (48 heads' worth, 25 MB, read by 3 heads each).
+// positions of 64 floats: 256 KiB). 288 heads' worth from memory (152 MB, 3 query heads each; one
+// core reads 44 GB/s): 21-22 GB/s by the hardware's prefetcher alone, 41-42 with these; 48 heads'
+// (25 MB, partly in L3): 31-40 -> 55-58.
 constexpr int64_t kAhead = 32;
 
 // The `lines` cache lines from p (prefetches past the end are harmless: they do not fault).
