@@ -418,9 +418,36 @@ LLAMA_INLINE float InlineDot(const float* a, const float* b, int64_t n) {
 
 namespace {
 
-// Attend in portable vector code (AVX2 in the x86-64-v3 clone); std::exp for e^x.
+typedef int32_t I32x8 __attribute__((vector_size(32)));
+
+// e^x in 8 lanes for x <= 0 (scores less their maximum): x = n ln 2 + r, e^r by Cephes' expf
+// polynomial, 2^n built in the exponent bits. x below -87.3 is taken as -87.3 (e^x there is under
+// float's least normal, 2^-126: a weight of 1e-38 beside the largest's 1). A NaN stays NaN (its r
+// is NaN).
+LLAMA_INLINE V8 Exp8(V8 x) {
+  x = x < -87.33654f ? V8{} - 87.33654f : x;  // a NaN compares false: kept
+  V8 fx = x * 1.44269504088896341f - 0.5f;
+  fx = fx >= -127.0f ? fx : V8{} - 127.0f;              // a NaN's: converted as -127, not as a NaN
+  const I32x8 ni = __builtin_convertvector(fx, I32x8);  // truncated: rounded, as x <= 0
+  const V8 n = __builtin_convertvector(ni, V8);
+  const V8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  V8 p = V8{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const I32x8 bits = (ni + 127) << 23;
+  V8 two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return p * two_n;
+}
+
+// Attend in portable vector code (AVX2 in the x86-64-v3 clone): e^x by Exp8 (std::exp for the
+// last n % 8 scores), the values of every query head taken from each row of v as it is read.
 LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
-                             int64_t dim, float scale, float* scores, float* out) {
+                             int64_t dim, float scale, float* scores, float* __restrict out) {
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < rep; ++j)
       scores[j * n + t] = InlineDot(q + j * dim, k + t * dim, dim) * scale;
@@ -429,17 +456,24 @@ LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const 
     float* row = scores + j * n;
     float mx = row[0];
     for (int64_t t = 1; t < n; ++t) mx = std::max(mx, row[t]);
-    float sum = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      row[t] = std::exp(row[t] - mx);
-      sum += row[t];
+    V8 sums = V8{};
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+      const V8 e = Exp8(Load(row + t) - mx);
+      std::memcpy(row + t, &e, sizeof e);
+      sums += e;
     }
+    float sum = Sum(sums);
+    for (; t < n; ++t) sum += (row[t] = std::exp(row[t] - mx));
     const float inv = 1.0f / sum;
-    float* o = out + j * dim;
-    for (int64_t d = 0; d < dim; ++d) o[d] = 0.0f;
-    for (int64_t t = 0; t < n; ++t) {
-      const float p = row[t] * inv;
-      const float* vt = v + t * dim;
+    for (t = 0; t < n; ++t) row[t] *= inv;
+  }
+  std::fill(out, out + rep * dim, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* __restrict vt = v + t * dim;
+    for (int64_t j = 0; j < rep; ++j) {
+      const float p = scores[j * n + t];
+      float* __restrict o = out + j * dim;
       for (int64_t d = 0; d < dim; ++d) o[d] += p * vt[d];
     }
   }

@@ -82,8 +82,8 @@ void SiluMul(const float* g, const float* u, float* out, int64_t n);
 /// Attention of `rep` query heads (q: rep x dim, consecutive) that share one kv head, over the n
 /// keys and values at k and v (n x dim each, consecutive): out (rep x dim) = softmax(q k^T *
 /// scale) v, in float32 (zeros where n is 0). `scores` holds rep x n floats. Where the AVX-512 set
-/// is chosen and dim is 16, 32, 64, 128 or 256, attend_avx512.h's kernel (e^x by a polynomial),
-/// else portable code (std::exp).
+/// is chosen and dim is 16, 32, 64, 128 or 256, attend_avx512.h's kernel, else portable code; e^x
+/// by Cephes' expf polynomial in both.
 void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out);
 
