@@ -49,6 +49,13 @@ const char* Name(llama::WeightFormat f) {
                                            : "int8";
 }
 
+// Bytes of an n x k weight matrix in `format` (int8: q8.h's rows, scales included).
+int64_t WeightBytes(llama::WeightFormat f, int64_t n, int64_t k) {
+  return f == llama::WeightFormat::kQ8     ? n * llama::q8::RowBytes(k)
+         : f == llama::WeightFormat::kBf16 ? n * k * 2
+                                           : n * k * 4;
+}
+
 // The float32 weights w as bfloat16 bits (their top 16: truncated).
 std::vector<uint16_t> TruncatedBf16(const std::vector<float>& w) {
   std::vector<uint16_t> out(w.size());
@@ -99,16 +106,11 @@ void StepBench(llama::WeightFormat format, int64_t reps) {
     }
   }
   shapes.push_back({32000, 768});
-  auto bytes_of = [&](int64_t n, int64_t k) {
-    return format == WeightFormat::kQ8     ? n * llama::q8::RowBytes(k)
-           : format == WeightFormat::kBf16 ? n * k * 2
-                                           : n * k * 4;
-  };
   std::vector<size_t> at;
   size_t total = 0;
   for (const auto& [n, k] : shapes) {
     at.push_back(total);
-    total += (static_cast<size_t>(bytes_of(n, k)) + 63) / 64 * 64;
+    total += (static_cast<size_t>(WeightBytes(format, n, k)) + 63) / 64 * 64;
   }
   std::vector<uint8_t> buf(total);
   std::mt19937 rng(1);
@@ -179,9 +181,7 @@ int Run(int argc, char** argv) {
                       : f == WeightFormat::kBf16 ? static_cast<const void*>(wb.data())
                                                  : static_cast<const void*>(wq.data());
       const Times t = MedianSeconds(x.data(), m, k, w, f, n, reps);
-      const double bytes = f == WeightFormat::kQ8
-                               ? static_cast<double>(wq.size())
-                               : static_cast<double>(n * k) * (f == WeightFormat::kBf16 ? 2 : 4);
+      const auto bytes = static_cast<double>(WeightBytes(f, n, k));
       std::printf(
           "%s batch %lld: %.2f GB/s of weights, %.1f GFLOP/s, %.3f ms per product (%lld x %lld); "
           "by CPU time %.2f GB/s\n",

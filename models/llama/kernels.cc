@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "llama/expf_poly.h"
 #include "llama/q8.h"
 
 #if DISCO_LLAMA_AVX2
@@ -212,15 +213,15 @@ Isa Kernels() {
   return isa;
 }
 
+// An AVX-512 set chosen (avx512 or avx512bf16): float32 on the panel kernel (weights rearranged
+// by PackF32), attention on attend_avx512.h's kernel.
+bool Avx512Chosen() { return Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16; }
+
 // int8 on the AVX-512 kernel: an AVX-512 set chosen and VNNI there.
 bool Q8OnAvx512() {
-  static const bool yes =
-      (Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16) && CpuHasVnni();
+  static const bool yes = Avx512Chosen() && CpuHasVnni();
   return yes;
 }
-
-// float32 on the AVX-512 panel kernel (weights rearranged by PackF32): an AVX-512 set chosen.
-bool F32OnAvx512() { return Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16; }
 
 }  // namespace
 
@@ -259,7 +260,7 @@ void StreamingAny(const float* x, int64_t m, int64_t k, const void* w, WeightFor
   const auto* wq = static_cast<const uint8_t*>(w);
   const Isa isa = Kernels();
 #if DISCO_LLAMA_AVX512
-  if (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) {
+  if (Avx512Chosen()) {
     switch (format) {
       case WeightFormat::kQ8:
         if (Q8OnAvx512()) return avx512::StreamingQ8(x, m, k, wq, n, y, ldy);
@@ -298,7 +299,7 @@ void PackQ8(uint8_t* w, int64_t n, int64_t k) {
 
 void PackF32(float* w, int64_t n, int64_t k) {
 #if DISCO_LLAMA_AVX512
-  if (F32OnAvx512()) avx512::PackF32(w, n, k);
+  if (Avx512Chosen()) avx512::PackF32(w, n, k);
 #else
   (void)w, (void)n, (void)k;
 #endif
@@ -306,7 +307,7 @@ void PackF32(float* w, int64_t n, int64_t k) {
 
 void UnpackF32(const float* w, int64_t n, int64_t k, int64_t j0, int64_t count, float* out) {
 #if DISCO_LLAMA_AVX512
-  if (F32OnAvx512()) return avx512::UnpackF32(w, n, k, j0, count, out);
+  if (Avx512Chosen()) return avx512::UnpackF32(w, n, k, j0, count, out);
 #else
   (void)n;
 #endif
@@ -338,7 +339,7 @@ void UnpackBf16(const uint16_t* w, int64_t n, int64_t k, int64_t j0, int64_t cou
 int64_t OneOrderRows(WeightFormat format) {
 #if DISCO_LLAMA_AVX512
   const Isa isa = Kernels();
-  if ((format == WeightFormat::kF32 && F32OnAvx512()) ||
+  if ((format == WeightFormat::kF32 && Avx512Chosen()) ||
       (format == WeightFormat::kBf16 && isa == Isa::kAvx512Bf16) ||
       (format == WeightFormat::kQ8 && Q8OnAvx512())) {
     return std::numeric_limits<int64_t>::max();
@@ -425,18 +426,15 @@ typedef int32_t I32x8 __attribute__((vector_size(32)));
 // float's least normal, 2^-126: a weight of 1e-38 beside the largest's 1). A NaN stays NaN (its r
 // is NaN).
 LLAMA_INLINE V8 Exp8(V8 x) {
+  using namespace expf_poly;
   x = x < -87.33654f ? V8{} - 87.33654f : x;  // a NaN compares false: kept
-  V8 fx = x * 1.44269504088896341f - 0.5f;
+  V8 fx = x * kLog2e - 0.5f;
   fx = fx >= -127.0f ? fx : V8{} - 127.0f;              // a NaN's: converted as -127, not as a NaN
   const I32x8 ni = __builtin_convertvector(fx, I32x8);  // truncated: rounded, as x <= 0
   const V8 n = __builtin_convertvector(ni, V8);
-  const V8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  V8 p = V8{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const V8 r = (x - n * kLn2Hi) - n * kLn2Lo;
+  V8 p = V8{} + kCoef[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kCoef[i];
   p = p * r * r + r + 1.0f;
   const I32x8 bits = (ni + 127) << 23;
   V8 two_n;
@@ -488,7 +486,7 @@ void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t
     return;
   }
 #if DISCO_LLAMA_AVX512
-  if ((Kernels() == Isa::kAvx512 || Kernels() == Isa::kAvx512Bf16) && avx512::AttendFits(dim)) {
+  if (Avx512Chosen() && avx512::AttendFits(dim)) {
     return avx512::Attend(q, rep, k, v, n, dim, scale, scores, out);
   }
 #endif
