@@ -515,7 +515,8 @@ DISCO_REGISTER_GLOBAL("llama.stats")
                        PeakRssKib(),
                        s.m->WeightBytes(),
                        s.KvBytes(),
-                       s.m->HugeBytes()};
+                       s.m->HugeBytes(),
+                       s.KvHugeBytes()};
         },
         {"state"});
 

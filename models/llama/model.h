@@ -34,7 +34,8 @@
 //                                               (slot mode: [0, j] the last step's j-th slot's)
 //   llama.reset_stats(state), llama.stats(state) -> (compute us, allreduce us, calls,
 //                                                    peak RSS KiB, weight bytes, KV cache bytes,
-//                                                    bytes of weights in huge pages)
+//                                                    bytes of weights in huge pages, bytes of
+//                                                    the KV cache in huge pages)
 //
 // Model and State are opaque worker-local objects (disco::Object) in registers. dtype is
 // "float32", "bfloat16" (weights stored as bfloat16, computed in float32) or "int8" (on the CPU:

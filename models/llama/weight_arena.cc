@@ -47,13 +47,16 @@ disco::Tensor View(std::shared_ptr<WeightArena> arena, void* data, const disco::
 
 }  // namespace
 
-std::shared_ptr<WeightArena> WeightArena::Make(size_t bytes) {
+std::shared_ptr<WeightArena> WeightArena::Make(size_t bytes, const char* what) {
+  DISCO_CHECK(bytes <= (size_t{1} << 62), RuntimeError)
+      << "out of host memory: " << bytes << " bytes asked for " << what;
   const size_t size = RoundUp(bytes == 0 ? 1 : bytes, kHugePage);
   // Map one huge page more and keep the 2 MiB-aligned part (a huge page must be aligned).
   void* p =
       mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  DISCO_CHECK(p != MAP_FAILED, RuntimeError) << "out of host memory mapping " << size
-                                             << " bytes for the weights: " << std::strerror(errno);
+  DISCO_CHECK(p != MAP_FAILED, RuntimeError)
+      << "out of host memory mapping " << size << " bytes for " << what << ": "
+      << std::strerror(errno);
   const auto start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t base = RoundUp(start, kHugePage);
   if (base > start) munmap(p, base - start);
@@ -61,7 +64,9 @@ std::shared_ptr<WeightArena> WeightArena::Make(size_t bytes) {
     munmap(reinterpret_cast<void*>(base + size), start + size + kHugePage - base - size);
   }
   auto* b = reinterpret_cast<char*>(base);
-  madvise(b, size, MADV_HUGEPAGE);  // refused where THP is compiled out: then ordinary pages
+  // Refused where THP is compiled out: then ordinary pages. Not asked for less than half a huge
+  // page (a small model's KV cache): the memory written would be a whole 2 MiB page.
+  if (bytes >= kHugePage / 2) madvise(b, size, MADV_HUGEPAGE);
   return std::shared_ptr<WeightArena>(new WeightArena(b, size));
 }
 

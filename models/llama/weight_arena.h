@@ -20,8 +20,9 @@ namespace llama {
 class WeightArena : public std::enable_shared_from_this<WeightArena> {
  public:
   /// Maps `bytes` (rounded up to 2 MiB) of anonymous memory aligned to 2 MiB and asks for huge
-  /// pages; raises disco::RuntimeError naming the size when the memory cannot be had.
-  static std::shared_ptr<WeightArena> Make(size_t bytes);
+  /// pages (from 1 MiB up); raises disco::RuntimeError naming the size and `what` the memory is for
+  /// when it cannot be had. The memory reads as zeros.
+  static std::shared_ptr<WeightArena> Make(size_t bytes, const char* what = "the weights");
   ~WeightArena();
   WeightArena(const WeightArena&) = delete;
   WeightArena& operator=(const WeightArena&) = delete;
@@ -35,6 +36,8 @@ class WeightArena : public std::enable_shared_from_this<WeightArena> {
   /// Bytes of the arena the kernel backs with huge pages now (/proc/self/smaps), 0 when unknown.
   size_t HugeBytes() const;
   size_t size() const { return size_; }
+  /// The arena's first byte (2 MiB-aligned), for memory used as one block (the KV cache).
+  char* data() const { return base_; }
 
  private:
   WeightArena(char* base, size_t size) : base_(base), size_(size) {}
