@@ -194,8 +194,9 @@ class Session {
 
 /// Entry point, called on every rank. Rank 0 runs `controller` with a live session, then shuts
 /// the session down; other ranks run the worker loop until shutdown. Returns the process exit
-/// code: non-zero on every rank if any rank failed. Initializes MPI unless the program already
-/// did (and then leaves finalizing to it).
+/// code: non-zero on every rank if any rank failed. Initializes MPI (MPI_THREAD_SINGLE: call MPI
+/// from the thread that runs Main only) unless the program already did, at the level it chose
+/// (and then leaves finalizing to it).
 int Main(int argc, char** argv, std::function<int(Session&)> controller);
 
 }  // namespace disco

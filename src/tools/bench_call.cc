@@ -1,7 +1,9 @@
 // disco-bench call: the cost of a session call next to the raw MPI_Bcast of the same bytes.
 //
 // For each payload size, interleaved over several repeats (medians reported):
-//   pipelined:  K back-to-back no-op calls then one sync, per call   vs  K raw MPI_Bcasts + barrier
+//   pipelined:  K back-to-back no-op calls then one sync, per call   vs  K raw MPI_Bcasts +
+//   barrier,
+//               of the call's wire bytes (its inline frame) and of the payload's own size
 //   completion: barrier, then one call until the last worker has run it (max over ranks, median
 //               over iterations)                                      vs  barrier, then one
 //               MPI_Bcast
@@ -174,8 +176,8 @@ int RunCallBench(Session& s, const CallOptions& opts) {
       "\n# times in microseconds, medians over %d interleaved repeats%s\n", repeats,
       s.num_workers() > 2 ? " (more than 2 ranks: oversubscribed figures are not latency)" : "");
 
-  Table table({"payload_B", "wire_B", "raw_pipe_us", "call_pipe_us", "pipe_ratio", "raw_lat_us",
-               "call_lat_us", "lat_ratio"});
+  Table table({"payload_B", "wire_B", "raw_pipe_us", "call_pipe_us", "pipe_ratio",
+               "raw_payload_pipe_us", "payload_ratio", "raw_lat_us", "call_lat_us", "lat_ratio"});
   std::vector<size_t> sizes = {8, 64, 256, 1024, 4096, 16384, 65536};
   const size_t max = static_cast<size_t>(opts.max_bytes);
   sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](size_t v) { return v > max; }),
@@ -184,11 +186,14 @@ int RunCallBench(Session& s, const CallOptions& opts) {
     size_t wire = CallWireBytes(payload, inline_bytes);
     int64_t k = payload > 4096 ? iters / 4 : iters;
     Bytes data(std::string(payload, 'x'));
-    std::vector<double> rp, cp, rl, cl;
+    std::vector<double> rp, rpp, cp, rl, cl;
     for (int r = 0; r < repeats; ++r) {
       rp.push_back(s.CallPacked(raw_pipe, static_cast<int64_t>(wire), k)
                        .DebugGetFromRemote(0)
                        .cast<double>());
+      rpp.push_back(s.CallPacked(raw_pipe, static_cast<int64_t>(payload), k)
+                        .DebugGetFromRemote(0)
+                        .cast<double>());
       // Warm up the call path as the raw path warms up its own, then time.
       for (int64_t i = 0; i < k / 10; ++i) s.CallPacked(noop, data);
       s.SyncAll();
@@ -206,9 +211,11 @@ int RunCallBench(Session& s, const CallOptions& opts) {
       }
       cl.push_back(s.CallPacked(collect, lat_iters).DebugGetFromRemote(0).cast<double>());
     }
-    double mrp = Median(rp), mcp = Median(cp), mrl = Median(rl), mcl = Median(cl);
+    double mrp = Median(rp), mrpp = Median(rpp), mcp = Median(cp), mrl = Median(rl),
+           mcl = Median(cl);
     table.AddRow({std::to_string(payload), std::to_string(wire), Fmt(mrp), Fmt(mcp),
-                  Fmt(mcp / mrp, 2), Fmt(mrl), Fmt(mcl), Fmt(mcl / mrl, 2)});
+                  Fmt(mcp / mrp, 2), Fmt(mrpp), Fmt(mcp / mrpp, 2), Fmt(mrl), Fmt(mcl),
+                  Fmt(mcl / mrl, 2)});
   }
   table.Print(stdout);
 

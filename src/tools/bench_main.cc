@@ -101,6 +101,15 @@ std::vector<std::string> Metadata(Session& s) {
   std::time_t t = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   metadata.push_back("mpi=" + mpi::LibraryVersion());
+  int level = MPI_THREAD_SINGLE;
+  DISCO_MPI_CALL(MPI_Query_thread(&level));
+  // Open MPI locks in every send and wait above MPI_THREAD_SINGLE: raw figures depend on it.
+  const char* names[] = {"single", "funneled", "serialized", "multiple"};
+  const int index = level == MPI_THREAD_SINGLE       ? 0
+                    : level == MPI_THREAD_FUNNELED   ? 1
+                    : level == MPI_THREAD_SERIALIZED ? 2
+                                                     : 3;
+  metadata.push_back(std::string("mpi_thread=") + names[index]);
   metadata.push_back("disco=" DISCO_VERSION);
   metadata.push_back(std::string("date=") + date);
   return metadata;

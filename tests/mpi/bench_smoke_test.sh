@@ -20,7 +20,7 @@ disco_run="$(cd "$(dirname "$0")/../../launch" && pwd)/disco-run"
   --csv "$out/remote.csv" > "$out/remote.txt"
 cat "$out/call.txt" "$out/ccl.txt" "$out/load.txt" "$out/remote.txt"
 fail=0
-head -n 20 "$out/call.csv" | grep -q '^payload_B,wire_B,raw_pipe_us,call_pipe_us,pipe_ratio' || { echo "FAIL: call.csv columns"; fail=1; }
+head -n 20 "$out/call.csv" | grep -q '^payload_B,wire_B,raw_pipe_us,call_pipe_us,pipe_ratio,raw_payload_pipe_us,payload_ratio' || { echo "FAIL: call.csv columns"; fail=1; }
 grep -q '^# ranks=2' "$out/call.csv" || { echo "FAIL: call.csv metadata"; fail=1; }
 rows=$(grep -c '^[0-9]' "$out/call.csv" || true)
 [[ $rows -eq 5 ]] || { echo "FAIL: call.csv has $rows rows, expected 5 (8 B .. 4 KiB)"; fail=1; }
