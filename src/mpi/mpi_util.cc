@@ -75,8 +75,10 @@ std::string ToolStringSetting(const std::string& wanted) {
 #else
   // Once per process (thread-safe static), and never finalized: see the header.
   static const bool started = [] {
-    int provided = 0;
-    return MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS;
+    int initialized = 0, level = MPI_THREAD_SINGLE, provided = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Query_thread(&level);
+    return MPI_T_init_thread(level, &provided) == MPI_SUCCESS;
   }();
   if (!started) return "";
   int count = 0;

@@ -2,10 +2,15 @@
 // controller and the others serve as workers. Worker-side checks throw, so a failure on any rank
 // reaches rank 0 as a RemoteError and fails the test there; the exit code is agreed by all ranks.
 //
+// With `--mpi-thread-multiple`, the program starts MPI itself at MPI_THREAD_MULTIPLE before
+// disco::Main, which keeps that level (the suites run as under disco::Main's own SINGLE).
+//
 // With `--serve PORT_FILE`, the job instead serves its session (with every test function
 // registered) to a remote client on loopback: tests/remote runs the same suites through it.
 #include <disco/disco.h>
 #include <gtest/gtest.h>
+
+#include <mpi.h>
 
 #include <cstring>
 #include <string>
@@ -21,10 +26,16 @@ Session* g_session = nullptr;
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::string serve_port_file;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--serve") == 0) serve_port_file = argv[i + 1];
+  bool thread_multiple = false;
+  for (int i = 1; i < argc; ++i) {
+    if (i + 1 < argc && std::strcmp(argv[i], "--serve") == 0) serve_port_file = argv[i + 1];
+    if (std::strcmp(argv[i], "--mpi-thread-multiple") == 0) thread_multiple = true;
   }
-  return disco::Main(argc, argv, [&](disco::Session& session) {
+  if (thread_multiple) {
+    int provided = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return 1;
+  }
+  const int rc = disco::Main(argc, argv, [&](disco::Session& session) {
     if (!serve_port_file.empty()) {
       disco::SetLogLevel(disco::LogLevel::kInfo);
       disco::ServeOptions opts;
@@ -39,4 +50,6 @@ int main(int argc, char** argv) {
     disco::testing::g_session = nullptr;
     return rc;
   });
+  if (thread_multiple) MPI_Finalize();  // the program's MPI, the program's to finalize
+  return rc;
 }
