@@ -547,7 +547,7 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
   if (o.device == "cpu") {  // weight_arena.h: 0 where the kernel gives no huge pages
     std::printf("weights in 2 MiB pages per rank: %s MiB\n",
                 Mib(static_cast<double>(stats[0][6])).c_str());
-    std::printf("kv cache in 2 MiB pages per rank: %s MiB (the part written)\n",
+    std::printf("kv cache in 2 MiB pages per rank: %s MiB\n",
                 Mib(static_cast<double>(stats[0][7])).c_str());
   }
 }

@@ -147,6 +147,9 @@ class State {
       kv_arena = WeightArena::Make(2 * cache * sizeof(float), "the kv cache");
       kcache = reinterpret_cast<float*>(kv_arena->data());
       vcache = kcache + cache;
+      // Written now, as llama.cpp and torch clear theirs: a cache the memory cannot hold ends the
+      // job here, not in the middle of a generation.
+      std::memset(kcache, 0, 2 * cache * sizeof(float));
     }
     // Rotary tables, as Hugging Face computes them in float32: inv_freq[i] = 1 /
     // theta^(2i / dim) (scaled as rope_scaling says: Config::InvFreq), angle = position *
