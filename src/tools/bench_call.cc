@@ -1,14 +1,13 @@
 // disco-bench call: the cost of a session call next to the raw MPI_Bcast of the same bytes.
 //
 // For each payload size, interleaved over several repeats (medians reported):
-//   pipelined:  K back-to-back no-op calls then one sync, per call   vs  K raw MPI_Bcasts +
-//   barrier,
-//               of the call's wire bytes (its inline frame) and of the payload's own size
+//   pipelined:  K back-to-back no-op calls then one sync, per call   vs  K raw MPI_Bcasts and a
+//               barrier, of the call's wire bytes (its inline frame) and of the payload's size
 //   completion: barrier, then one call until the last worker has run it (max over ranks, median
 //               over iterations)                                      vs  barrier, then one
 //               MPI_Bcast
-//   sync:       SyncWorker(last) round trip                           vs  MPI_Bcast of a frame +
-//   reply
+//   sync:       SyncWorker(last) round trip                           vs  MPI_Bcast of a frame,
+//               a reply
 // Raw figures are measured by functions that run on every rank, on a communicator of their own.
 #include <mpi.h>
 
