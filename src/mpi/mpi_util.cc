@@ -75,9 +75,10 @@ std::string ToolStringSetting(const std::string& wanted) {
 #else
   // Once per process (thread-safe static), and never finalized: see the header.
   static const bool started = [] {
-    int initialized = 0, level = MPI_THREAD_SINGLE, provided = 0;
+    int initialized = 0, finalized = 0, level = MPI_THREAD_SINGLE, provided = 0;
     MPI_Initialized(&initialized);
-    if (initialized) MPI_Query_thread(&level);
+    MPI_Finalized(&finalized);  // MPI_Query_thread after MPI_Finalize aborts under Open MPI
+    if (initialized && !finalized) MPI_Query_thread(&level);
     return MPI_T_init_thread(level, &provided) == MPI_SUCCESS;
   }();
   if (!started) return "";

@@ -183,7 +183,7 @@ int RunCallBench(Session& s, const CallOptions& opts) {
               sizes.end());
   for (size_t payload : sizes) {
     size_t wire = CallWireBytes(payload, inline_bytes);
-    int64_t k = payload > 4096 ? iters / 4 : iters;
+    const int64_t k = payload > 4096 ? std::max<int64_t>(1, iters / 4) : iters;
     Bytes data(std::string(payload, 'x'));
     std::vector<double> rp, rpp, cp, rl, cl;
     for (int r = 0; r < repeats; ++r) {
@@ -220,13 +220,14 @@ int RunCallBench(Session& s, const CallOptions& opts) {
 
   // SyncWorker round trip vs a raw broadcast of the same frame plus a 9-byte reply.
   std::vector<double> rs, cs;
+  const int64_t sync_iters = std::max<int64_t>(1, iters / 4);
   for (int r = 0; r < repeats; ++r) {
-    rs.push_back(s.CallPacked(raw_sync, static_cast<int64_t>(inline_bytes), last, iters / 4)
+    rs.push_back(s.CallPacked(raw_sync, static_cast<int64_t>(inline_bytes), last, sync_iters)
                      .DebugGetFromRemote(0)
                      .cast<double>());
     std::vector<double> one;
-    one.reserve(iters / 4);
-    for (int64_t i = 0; i < iters / 4; ++i) {
+    one.reserve(sync_iters);
+    for (int64_t i = 0; i < sync_iters; ++i) {
       double t0 = NowUs();
       s.SyncWorker(last);
       one.push_back(NowUs() - t0);

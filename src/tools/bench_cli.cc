@@ -18,8 +18,12 @@ constexpr int64_t kMaxIters = 1000000000, kMaxRepeats = 1000000;
 constexpr int64_t kMaxBytes = int64_t{1} << 31;  // element counts of float32 buffers fit an int
 
 void AddOutput(CLI::App* app, Output* out) {
-  app->add_option("--csv", out->csv, "write the table to this CSV file")->type_name("FILE");
-  app->add_option("--json", out->json, "write the table to this JSON file")->type_name("FILE");
+  app->add_option("--csv", out->csv, "write the table to this CSV file")
+      ->check(cli::OutputFile())
+      ->type_name("FILE");
+  app->add_option("--json", out->json, "write the table to this JSON file")
+      ->check(cli::OutputFile())
+      ->type_name("FILE");
 }
 
 // --min-bytes and --max-bytes of a sweep: the smallest size no larger than the largest.
@@ -44,6 +48,7 @@ CLI::App* AddCall(CLI::App* app, CallOptions* o) {
   cli::AddInt(sub, "--max-bytes", &o->max_bytes, 8, kMaxBytes,
               "largest payload (sizes 8 B .. 64 KiB)");
   sub->add_option("--csv", o->csv, "write the table to this CSV file (and FILE.sync.csv)")
+      ->check(cli::OutputFile({".sync.csv"}))
       ->type_name("FILE");
   return sub;
 }

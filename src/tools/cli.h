@@ -12,6 +12,7 @@
 // CLI11 is read.
 #pragma push_macro("exit")
 #undef exit
+#include <sys/stat.h>
 #include <CLI/CLI.hpp>
 #pragma pop_macro("exit")
 
@@ -124,6 +125,31 @@ inline CLI::Validator NumberIn(double lo, double hi) {
         if (text.empty() || end == text.c_str() || *end != '\0' || errno != 0 || !(v >= lo) ||
             !(v <= hi)) {
           return "'" + text + "' is not a number in " + range;
+        }
+        return "";
+      },
+      "");
+}
+
+/// A check of an output file's path, before the run that writes it: an existing path must be a
+/// regular file (not a directory, FIFO or device: a FIFO nobody reads would block the write),
+/// and a new one's directory must exist. `suffixes`: more files written beside it (PATH + each).
+inline CLI::Validator OutputFile(std::vector<std::string> suffixes = {}) {
+  suffixes.insert(suffixes.begin(), "");
+  return CLI::Validator(
+      [suffixes](std::string& text) -> std::string {
+        for (const std::string& suffix : suffixes) {
+          const std::string path = text + suffix;
+          struct stat st;
+          if (stat(path.c_str(), &st) == 0) {
+            if (!S_ISREG(st.st_mode)) return "'" + path + "' exists and is not a regular file";
+            continue;
+          }
+          const size_t slash = path.rfind('/');
+          const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+          if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+            return "cannot write '" + path + "': no directory '" + dir + "'";
+          }
         }
         return "";
       },

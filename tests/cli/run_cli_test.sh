@@ -97,6 +97,29 @@ case $program in
     fi
     expect_help --alone remote --help -- --launch --server --iters --min-bytes --max-bytes \
       --repeats --csv --json
+    # Output files are checked before the run, not after it (a FIFO nobody reads blocked the write
+    # for good; a directory ended the finished run in MPI_Abort).
+    scratch=$(mktemp -d)
+    mkfifo "$scratch/fifo"
+    mkdir -p "$scratch/out.csv.sync.csv"
+    expect_error "--csv: '$scratch' exists and is not a regular file" call --csv "$scratch"
+    expect_error "--csv: '$scratch/fifo' exists and is not a regular file" call --csv "$scratch/fifo"
+    expect_error "'$scratch/out.csv.sync.csv' exists and is not a regular file" call \
+      --csv "$scratch/out.csv"
+    expect_error "--json: cannot write '$scratch/no/x.json': no directory '$scratch/no/'" ccl \
+      --json "$scratch/no/x.json"
+    expect_error --alone "--csv: '$scratch/fifo' exists and is not a regular file" remote \
+      --csv "$scratch/fifo"
+    # A handful of iterations still times every size: no 'inf' or 'nan' (the sizes over 4 KiB run a
+    # quarter of --iters, at least one).
+    run call --iters 3 --latency-iters 1 --repeats 1 --max-bytes 65536 --csv "$scratch/ok.csv"
+    if [[ $rc -ne 0 ]] || grep -qiE 'inf|nan' <<<"$out" || [[ ! -s $scratch/ok.csv.sync.csv ]]; then
+      bad "call --iters 3 ...: exit code $rc, or a figure that is not a number:"
+      echo "$out" | head -n 20 | sed 's/^/    /'
+    else
+      echo "ok: disco-bench call --iters 3 times every size"
+    fi
+    rm -rf "$scratch"
     # The fixed forms still run: --flag value and --flag=value.
     run call --iters=50 --latency-iters 5 --repeats 1 --max-bytes=8
     [[ $rc -eq 0 ]] && grep -qE '^ +8 ' <<<"$out" || { bad "call --iters=50 ... did not run"; echo "$out"; }
