@@ -58,10 +58,17 @@ skel() {  # skel NAME MODES ARGS...: the skeleton with no CPU cost, library coll
 # disco-bench call: 400 pipelined calls, 50 latency iterations, 100 syncs.
 call=$(DISCO_TIMEOUT=0 run disco-call "$disco_build/src/tools/disco-bench" call --iters 400 \
   --latency-iters 50 --repeats 1 --max-bytes 8)
-row=$(awk '$1 == 8 && $2 == 256' <<< "$call")
+# A figure of the 8-byte row, by its column's name (columns are added over time).
+call_column() {
+  awk -v want="$1" '$1 == "payload_B" { for (i = 1; i <= NF; ++i) col[$i] = i }
+                    $1 == 8 && $2 == 256 && (want in col) { print $(col[want]) }' <<< "$call"
+}
 sync=$(awk '/^SyncWorker/' <<< "$call")
 declare -A disco skeleton
-read -r _ _ disco[raw_pipe] disco[call_pipe] _ disco[raw_lat] disco[call_lat] _ <<< "$row"
+disco[raw_pipe]=$(call_column raw_pipe_us)
+disco[call_pipe]=$(call_column call_pipe_us)
+disco[raw_lat]=$(call_column raw_lat_us)
+disco[call_lat]=$(call_column call_lat_us)
 read -r _ disco[raw_sync] disco[sync_worker] _ <<< "$sync"
 r=$(skel call call_pipe,raw_pipe --iters 400)
 skeleton[call_pipe]=$(value_of per_call_incl_sync_us "$(grep mode=call_pipe <<< "$r")")
