@@ -77,8 +77,11 @@ std::string ToolStringSetting(const std::string& wanted) {
   static const bool started = [] {
     int initialized = 0, finalized = 0, level = MPI_THREAD_SINGLE, provided = 0;
     MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);  // MPI_Query_thread after MPI_Finalize aborts under Open MPI
-    if (initialized && !finalized) MPI_Query_thread(&level);
+    MPI_Finalized(&finalized);
+    // Not started after MPI_Finalize: Open MPI 4.1's MPI_Query_thread aborts then, and its
+    // MPI_T_init_thread frees a block twice (AddressSanitizer: opal_tsd_key_create).
+    if (finalized) return false;
+    if (initialized) MPI_Query_thread(&level);
     return MPI_T_init_thread(level, &provided) == MPI_SUCCESS;
   }();
   if (!started) return "";

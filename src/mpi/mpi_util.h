@@ -45,7 +45,8 @@ const char* FamilyName(Family family);
 /// process, never finalized: MPICH 4.0 frees its table of control variables when the last
 /// MPI_T_finalize balances the MPI_T_init_thread calls, and a later MPI_T_init_thread leaves
 /// MPI_T_cvar_get_num to dereference the freed table. It is started at the thread level MPI
-/// runs at: Open MPI 4.1's MPI_T_init_thread sets the level MPI_Query_thread reports.
+/// runs at (Open MPI 4.1's MPI_T_init_thread sets the level MPI_Query_thread reports), and not
+/// after MPI_Finalize (Open MPI's then frees a block twice): a first call then returns "".
 std::string ToolStringSetting(const std::string& name);
 
 /// Owns a communicator (freed in the destructor unless MPI is already finalized).
