@@ -12,9 +12,9 @@
 // CLI11 is read.
 #pragma push_macro("exit")
 #undef exit
-#include <sys/stat.h>
 #include <CLI/CLI.hpp>
 #pragma pop_macro("exit")
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdint>
