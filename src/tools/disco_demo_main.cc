@@ -68,8 +68,10 @@ void AddModelOptions(CLI::App* app, llama::Options* o) {
   AddInt(app, "--warmup", &o->warmup, 0, 1 << 20, "untimed generations first, each way");
   AddInt(app, "--repeat", &o->repeat, 1, 1 << 20, "timed generations");
   app->add_option("--dump-logits", o->dump_logits, "write every step's logits to this .npy file")
+      ->check(disco::cli::OutputFile())
       ->type_name("FILE.npy");
   app->add_option("--convert", o->convert, "write the model (in --dtype) to HDF5 and exit")
+      ->check(disco::cli::OutputFile())
       ->type_name("OUT.h5");
 }
 

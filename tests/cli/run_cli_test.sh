@@ -136,6 +136,10 @@ case $program in
       --hidden 100 --heads 8
     expect_error "num_attention_heads 8 is not a multiple of num_key_value_heads 3" --kv-heads 3
     expect_error "unexpected argument 'stray'" stray
+    # Output files are checked as the options are parsed, not after a whole generation.
+    expect_error "--dump-logits: '/tmp' exists and is not a regular file" --dump-logits /tmp
+    expect_error "--convert: cannot write '/nonexistent-disco-dir/m.h5': no directory" \
+      --convert /nonexistent-disco-dir/m.h5
     expect_help --help -- --mlp --model --prompt --max-new-tokens --dtype --device --calls --warmup \
       --repeat --dump-logits --convert --hidden --layers --heads --kv-heads --head-dim --ffn \
       --vocab --tie-embeddings --seed -h,--help
