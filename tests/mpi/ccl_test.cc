@@ -34,7 +34,9 @@ const char* kDTypes[] = {"int8",   "int16",  "int32",   "int64",    "uint8",   "
 // The largest count takes every path at every dtype: over the shared-memory channel's slot and
 // split sizes (256 KiB, 64 KiB) and the ring's threshold (256 KiB) even for int8, with remainders
 // that do not divide among 2..4 ranks. (Larger tensors: AllReduceOfTensorsLargerThanTheCaches.)
-const int64_t kCounts[] = {0, 1, 7, (1 << 18) + 3};
+// The ones between are a decode step's sizes: 4096 (16 KiB of float32), and just under the
+// channel's split size for 4-byte types, 16383 (over it for float64, with remainders).
+const int64_t kCounts[] = {0, 1, 7, 4096, 16383, (1 << 18) + 3};
 
 // ---- Exact values: small integers, representable in every dtype (bfloat16 included) -----------
 
@@ -880,6 +882,45 @@ TEST_F(CclTest, AllReduceInFunctionNeedsNoAgreementRound) {
   s().CallPacked(f, 7, "float32", "sum", false, false, false);
   Check("AllReduceInFunction after errors");
   EXPECT_EQ(rounds() - start, 3);
+}
+
+// Many allreduces back to back in one function, each of other values and size: ones that take
+// the shared-memory channel's single exchange (1 to 4097 floats) between ones that take its split
+// steps (20000 floats), in place and not: a rank that wrote a slot while a peer still read it, or
+// read one before its peer wrote it, gives some element a wrong value.
+DISCO_REGISTER_GLOBAL("test.ccl.in_function_rounds")
+    .set_body_typed([](int64_t rounds) {
+      const int64_t sizes[] = {1, 13, 14, 15, 4096, 1000, 4097, 14, 20000};
+      const int me = ThisWorker().worker_id, n = ThisWorker().num_workers;
+      std::vector<Tensor> a, b;
+      for (int64_t count : sizes) {
+        a.push_back(Tensor::Empty(Shape{count}, DataType("float32")));
+        b.push_back(Tensor::Empty(Shape{count}, DataType("float32")));
+      }
+      auto value = [](int r, int64_t i, int64_t j) {
+        return static_cast<float>((r + 1) * ((i * 31 + j) % 97));
+      };
+      for (int64_t i = 0; i < rounds; ++i) {
+        const int64_t count = sizes[i % 9];
+        Tensor send = a[i % 9], recv = i % 2 == 0 ? send : b[i % 9];
+        auto* in = static_cast<float*>(send.data());
+        for (int64_t j = 0; j < count; ++j) in[j] = value(me, i, j);
+        AllReduceInFunction(send, recv, ReduceOp::kSum);
+        const auto* out = static_cast<const float*>(recv.data());
+        for (int64_t j = 0; j < count; ++j) {
+          float want = 0;
+          for (int r = 0; r < n; ++r) want += value(r, i, j);
+          DISCO_CHECK(out[j] == want, ValueError)
+              << "round " << i << " (" << count << " floats" << (i % 2 == 0 ? ", in place" : "")
+              << ") element " << j << ": " << out[j] << ", expected " << want;
+        }
+      }
+    })
+    .mark_collective();
+
+TEST_F(CclTest, BackToBackAllReducesOfChangingSizesStayCorrect) {
+  s().CallPacked(F("test.ccl.in_function_rounds"), 3000);
+  Check("3000 allreduces in one function");
 }
 
 TEST_F(CclTest, ParkingRightAfterACollectiveRunsItFirstAndWakingResumes) {
