@@ -13,8 +13,11 @@ struct WorkerInfo {
   int num_workers = 1;
   int num_groups = 1;
   int group_id = 0;
+  /// This worker's rank among the workers on its node.
   int local_rank = 0;
   DLDevice device{kDLCPU, 0};
+  /// How many workers run on this node (memory a worker sizes is taken that many times there).
+  int local_size = 1;
 };
 /// The calling worker's info (valid inside functions run by the session).
 const WorkerInfo& ThisWorker();

@@ -413,7 +413,8 @@ DISCO_REGISTER_GLOBAL("llama.new_state")
               std::make_shared<State>(m, batch, max_len, max_rows, max_new, keep_logits),
               "llama.State");
         },
-        {"model", "batch", "max_len", "max_rows", "max_new_tokens", "keep_logits"});
+        {"model", "batch", "max_len", "max_rows", "max_new_tokens", "keep_logits"})
+    .mark_collective();  // the host memory check (host_memory.h)
 
 DISCO_REGISTER_GLOBAL("llama.begin_prefill")
     .set_body_typed(

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "llama/host_memory.h"
 #include "llama/shards.h"
 #include "llama/weight_arena.h"
 
@@ -144,6 +145,15 @@ class State {
       // cache as a decode step reads the weights, and in 4 KiB pages a 1000-token prompt's
       // decode read it at half the speed.
       cache_elems = cache;
+      // With the logits and the rotary tables, the buffers that grow with the arguments.
+      const size_t others =
+          static_cast<size_t>(((keep_logits ? max_new + 1 : 1) * batch * m->vocab + max_len * hd) *
+                              static_cast<int64_t>(sizeof(float)));
+      CheckNodeMemory(2 * cache * sizeof(float) + others,
+                      "llama.new_state: the kv cache of batch " + std::to_string(batch) + " x " +
+                          std::to_string(max_len) + " positions" +
+                          (keep_logits ? " and the kept logits" : ""),
+                      "lower max_len or batch, or run fewer workers per node");
       kv_arena = WeightArena::Make(2 * cache * sizeof(float), "the kv cache");
       kcache = reinterpret_cast<float*>(kv_arena->data());
       vcache = kcache + cache;

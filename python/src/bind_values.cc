@@ -162,6 +162,7 @@ void BindWorkerInfo(py::module_& m) {
       .def_readonly("num_groups", &WorkerInfo::num_groups, "Number of worker groups.")
       .def_readonly("group_id", &WorkerInfo::group_id, "This worker's group.")
       .def_readonly("local_rank", &WorkerInfo::local_rank, "This worker's rank on its node.")
+      .def_readonly("local_size", &WorkerInfo::local_size, "How many workers run on its node.")
       .def_readonly("device", &WorkerInfo::device,
                     "This worker's device: its collective library's after init_ccl (its GPU under "
                     "NCCL), else the host.")
@@ -170,7 +171,8 @@ void BindWorkerInfo(py::module_& m) {
                ", num_workers=" + std::to_string(w.num_workers) +
                ", group_id=" + std::to_string(w.group_id) +
                ", num_groups=" + std::to_string(w.num_groups) +
-               ", local_rank=" + std::to_string(w.local_rank) + ", device='" +
+               ", local_rank=" + std::to_string(w.local_rank) +
+               ", local_size=" + std::to_string(w.local_size) + ", device='" +
                DeviceToString(w.device) + "')";
       });
 }

@@ -150,11 +150,11 @@ void Progress() {
   MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE);
 }
 
-int NodeLocalRank(MPI_Comm comm) {
+NodeLocal NodeLocalRank(MPI_Comm comm) {
   MPI_Comm node = MPI_COMM_NULL;
   DISCO_MPI_CALL(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   Comm owned(node);
-  return owned.rank();
+  return {owned.rank(), owned.size()};
 }
 
 void AgreeOnSuccess(MPI_Comm comm, std::exception_ptr local, const char* what) {

@@ -105,8 +105,13 @@ class CopiedSends {
   size_t pending_bytes_ = 0;
 };
 
-/// The rank of this process among the processes on its node (MPI_COMM_TYPE_SHARED).
-int NodeLocalRank(MPI_Comm comm);
+/// The rank of this process among the processes of `comm` on its node (MPI_COMM_TYPE_SHARED),
+/// and how many they are.
+struct NodeLocal {
+  int rank = 0;
+  int size = 1;
+};
+NodeLocal NodeLocalRank(MPI_Comm comm);
 
 /// Turns MPI's progress engine once, for a rank that waits outside MPI (spinning on shared memory
 /// or a GPU stream): a message sent to it that MPI has not buffered, such as worker 0's next

@@ -239,7 +239,8 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     int rank = 0, size = 1;
     DISCO_MPI_CALL(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     DISCO_MPI_CALL(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    int local_rank = mpi::NodeLocalRank(MPI_COMM_WORLD);
+    const mpi::NodeLocal local = mpi::NodeLocalRank(MPI_COMM_WORLD);
+    const int local_rank = local.rank;
     SetProcessInfo(rank, size, local_rank);
     if (std::string why = LauncherMismatch(size); !why.empty()) {
       LogLine(LogLevel::kError, "fatal: " + why);
@@ -266,6 +267,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     info.group_id = rank / (size / info.num_groups);
     info.local_rank = local_rank;
     info.device = CPU();
+    info.local_size = local.size;
     DISCO_LOG(INFO) << "disco " << DISCO_VERSION << " rank " << rank << "/" << size
                     << " local_rank " << local_rank << " host " << GetProcessInfo().host << " pid "
                     << getpid() << " world_size " << size << " groups " << info.num_groups

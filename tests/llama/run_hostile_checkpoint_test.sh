@@ -11,7 +11,8 @@
 #     sizes that are each in bounds;
 #   - a FIFO as config.json, model.safetensors or a shard (the loader waited forever: T5);
 #   - tensor shapes whose element count wraps (T11);
-#   - llama.new_state arguments whose buffers would not fit (with the Python package).
+#   - llama.new_state arguments whose buffers would not fit (with the Python package): sizes
+#     that wrap, and a kv cache the node's memory cannot hold (which the OOM killer ended).
 #   run_hostile_checkpoint_test.sh PYTHON MPIEXEC DEMO [mpiexec flags...]
 set -uo pipefail
 py=$1 mpiexec=$2 demo=$3
@@ -179,13 +180,15 @@ def controller(sess):
     sess.init_ccl("mpi")
     model = fn("llama.open")(sys.argv[1], "float32")
     sess.sync_all()
-    for args in [(2**40, 2**40, 2**40, 1), (1, 2**62, 1, 1), (2**20, 2**20, 2**20, 2**20)]:
+    # Past the element cap (three), then under it but 4 TiB of kv cache per worker.
+    for args in [(2**40, 2**40, 2**40, 1), (1, 2**62, 1, 1), (2**20, 2**20, 2**20, 2**20),
+                 (1, 2**34, 1, 1)]:
         try:
             fn("llama.new_state")(model, *args, False)
             sess.sync_all()
             print("accepted", args, flush=True)
         except disco.RemoteError as e:
-            print("refused:", str(e).splitlines()[0][-160:], flush=True)
+            print("refused:", str(e).splitlines()[0], flush=True)
     return 0
 
 
@@ -196,6 +199,9 @@ PYEOF
   echo "$out" | grep -E "refused|accepted"
   if [[ $(grep -c "is more than 1099511627776 elements" <<<"$out") -ne 3 ]]; then
     echo "FAIL: llama.new_state with sizes that do not fit"; echo "$out" | tail -8; fail=1
+  fi
+  if ! grep -q "GiB per worker, [0-9.]* GiB for the 2 workers on this node, more than it can hold" <<<"$out"; then
+    echo "FAIL: llama.new_state past the node's memory"; echo "$out" | tail -8; fail=1
   fi
 else
   echo "skipped: llama.new_state from Python (no disco package for $py)"

@@ -3,11 +3,15 @@
 #include <disco/disco.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "ccl/context.h"
@@ -43,6 +47,12 @@ DISCO_REGISTER_GLOBAL("test.shape_append").set_body_typed([](Shape s) {
   std::vector<int64_t> dims = s.dims();
   dims.push_back(ThisWorker().worker_id);
   return Shape(dims);
+});
+DISCO_REGISTER_GLOBAL("test.host_local_rank_and_size").set_body_typed([]() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + " " + std::to_string(ThisWorker().local_rank) + " " +
+         std::to_string(ThisWorker().local_size);
 });
 // Fills a float32 tensor with worker_id * 1000 + i.
 DISCO_REGISTER_GLOBAL("test.fill_iota").set_body_typed([](Tensor t) {
@@ -98,6 +108,23 @@ TEST_F(SessionTest, WorkerIdsAndCounts) {
     EXPECT_EQ(id.DebugGetFromRemote(w).cast<int64_t>(), w);
     EXPECT_EQ(count.DebugGetFromRemote(w).cast<int64_t>(), n());
     EXPECT_EQ(dev.DebugGetFromRemote(w).cast<DLDevice>(), CPU());
+  }
+  // Per host: local ranks 0..k-1, each worker counting the k workers of its host.
+  DRef local = s().CallPacked(F("test.host_local_rank_and_size"));
+  std::map<std::string, std::set<int>> ranks;
+  std::map<std::string, int> sizes;
+  for (int w = 0; w < n(); ++w) {
+    std::istringstream in(local.DebugGetFromRemote(w).cast<std::string>());
+    std::string host;
+    int rank = -1, size = -1;
+    in >> host >> rank >> size;
+    ranks[host].insert(rank);
+    sizes[host] = size;
+  }
+  for (const auto& [host, r] : ranks) {
+    EXPECT_EQ(static_cast<int>(r.size()), sizes[host]) << host;
+    EXPECT_EQ(*r.begin(), 0) << host;
+    EXPECT_EQ(*r.rbegin(), sizes[host] - 1) << host;
   }
   s().SyncAll();
 }

@@ -451,7 +451,8 @@ def test_worker_info_repr_on_every_worker(sess):
     for w in range(n):
         assert re.fullmatch(
             r"disco\.WorkerInfo\(worker_id=%d, num_workers=%d, group_id=%d, num_groups=%d, "
-            r"local_rank=\d+, device='[a-z]+(:\d+)?'\)" % (w, n, w // (n // groups), groups),
+            r"local_rank=\d+, local_size=\d+, device='[a-z]+(:\d+)?'\)"
+            % (w, n, w // (n // groups), groups),
             r.debug_get_from_remote(w)), r.debug_get_from_remote(w)
 
 

@@ -1,9 +1,7 @@
 #include "llama/server/engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <utility>
@@ -16,31 +14,6 @@ using disco::Shape;
 using disco::Tensor;
 
 namespace {
-
-// MemAvailable of /proc/meminfo in bytes (0: unknown).
-int64_t AvailableBytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) == 0) return std::atoll(line.c_str() + 13) * 1024;
-  }
-  return 0;
-}
-
-// A rank's share of the KV cache (float32 keys and values), refused with one line when it alone
-// passes the memory this node has free (the default --max-len, max_position_embeddings, can ask
-// for far more than a machine has).
-void CheckKvCache(const llama::Config& c, int ranks, size_t max_batch, int64_t max_len) {
-  const double bytes = 2.0 * 4 * static_cast<double>(c.num_hidden_layers) *
-                       static_cast<double>(max_batch) * static_cast<double>(max_len) *
-                       static_cast<double>(c.num_key_value_heads * c.head_dim) / ranks;
-  const double available = static_cast<double>(AvailableBytes());
-  DISCO_CHECK(available == 0 || bytes <= 0.8 * available, ValueError)
-      << "--max-batch " << max_batch << " x --max-len " << max_len << " positions need "
-      << bytes / (1 << 30) << " GiB of KV cache on each of the " << ranks
-      << " rank(s), more than the " << available / (1 << 30)
-      << " GiB free here: give a smaller --max-len or --max-batch";
-}
 
 Tensor Int64Tensor(const std::vector<int64_t>& v) {
   // Tensors, not Shapes: a Shape crosses the wire with at most 64 entries.
@@ -64,10 +37,15 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
         "llama.attention", "llama.mlp", "llama.head", "llama.next_tokens"}) {
     f_[name] = s.GetGlobalFunc(name);
   }
-  CheckKvCache(c_, s.num_workers(), max_batch, max_len);
   slots_.assign(max_batch, Slot());
   state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
                          kPassRows, int64_t{1}, false);
+  try {
+    s_.SyncAll();  // a KV cache past what a node can hold is refused here, at start
+  } catch (const disco::RemoteError& e) {
+    DISCO_CHECK(false, ValueError)
+        << "--max-batch " << max_batch << " x --max-len " << max_len << ": " << e.what();
+  }
   // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length), and
   // the slots' temperatures, seeds and top_ps.
   pass_ = s_.Capture(7, [&](const std::vector<Any>& in) {
@@ -76,7 +54,7 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
     Forward();
     next_ = s_.CallPacked(f_["llama.next_tokens"], state_);
   });
-  s_.SyncAll();  // a state the workers cannot make (memory, --max-len) fails here, at start
+  s_.SyncAll();
 }
 
 void Engine::Forward() {
