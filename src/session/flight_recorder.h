@@ -28,7 +28,8 @@ const char* StepLabel();  // signal-safe
 /// Whether the running function was marked a collective (MarkCollective).
 bool MarkedCollective();  // signal-safe
 
-/// The monotonic clock the records use (mpi::NowNs), unlike std::chrono's clocks.
+/// The monotonic clock the records use: mpi::NowNs's, read at a kernel tick's resolution (1-4 ms,
+/// never ahead of mpi::NowNs) unless a trace (DISCO_TRACE) is being taken.
 int64_t NowNs();  // signal-safe
 
 /// "command #7 (call_packed 'my.fn')": a record for a log line (allocates).
