@@ -6,12 +6,17 @@
 #include <disco/tensor.h>
 #include <disco/worker.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace llama {
 namespace {
@@ -48,126 +53,202 @@ int64_t MemInfo(const std::string& key) {
   return -1;
 }
 
-// This process's cgroup path for `controller` ("" for the v2 hierarchy), or "-" when none.
-std::string CgroupPath(const std::string& controller) {
-  std::ifstream f("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(f, line)) {
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    std::stringstream names(line.substr(a + 1, b - a - 1));
-    for (std::string name; std::getline(names, name, ',');) {
-      if (name == controller) return line.substr(b + 1);
-    }
-    if (controller.empty() && b == a + 1) return line.substr(b + 1);
-  }
-  return "-";
-}
-
-// The directory of `path` under `mount`, or the mount itself where the path is not visible there
-// (a container's own cgroup namespace shows its group as the root).
-std::string CgroupDir(const std::string& mount, const std::string& path) {
-  std::ifstream probe(mount + path + "/cgroup.procs");
-  return probe ? mount + path : mount;
-}
-
-// cgroup v2: the least room under memory.max of this group and its ancestors (usage less the
-// page cache it holds, which the kernel reclaims first), and the least swap room.
-bool Cgroup2Room(int64_t* room, int64_t* swap, int64_t* limit) {
-  const std::string path = CgroupPath("");
-  if (path == "-") return false;
-  std::ifstream probe("/sys/fs/cgroup/cgroup.controllers");
-  if (!probe) return false;
-  bool any = false;
-  for (std::string dir = CgroupDir("/sys/fs/cgroup", path);;) {
-    const int64_t max = ReadNumber(dir + "/memory.max"), used = ReadNumber(dir + "/memory.current");
-    if (max >= 0 && max < kNoLimit && used >= 0) {
-      const int64_t r = max - used + StatField(dir + "/memory.stat", "file");
-      if (!any || r < *room) *room = r, *limit = max;
-      any = true;
-    }
-    const int64_t smax = ReadNumber(dir + "/memory.swap.max");
-    const int64_t sused = ReadNumber(dir + "/memory.swap.current");
-    if (smax >= 0 && smax < kNoLimit && sused >= 0) *swap = std::min(*swap, smax - sused);
-    if (dir == "/sys/fs/cgroup") break;
-    dir = dir.substr(0, dir.rfind('/'));
-  }
-  return any;
-}
-
-// cgroup v1: the room under the hierarchical limit of the memory controller.
-bool Cgroup1Room(int64_t* room, int64_t* limit) {
-  const std::string path = CgroupPath("memory");
-  if (path == "-") return false;
-  const std::string dir = CgroupDir("/sys/fs/cgroup/memory", path);
-  int64_t max = ReadNumber(dir + "/memory.limit_in_bytes");
-  const int64_t hier = StatField(dir + "/memory.stat", "hierarchical_memory_limit");
-  if (hier > 0 && (max < 0 || hier < max)) max = hier;
-  const int64_t used = ReadNumber(dir + "/memory.usage_in_bytes");
-  if (max < 0 || max >= kNoLimit || used < 0) return false;
-  *room = max - used + StatField(dir + "/memory.stat", "total_inactive_file") +
-          StatField(dir + "/memory.stat", "total_active_file");
-  *limit = max;
-  return true;
-}
-
 std::string GiB(double bytes) {
   char out[32];
   std::snprintf(out, sizeof(out), "%.2f GiB", bytes / double(int64_t{1} << 30));
   return out;
 }
 
-}  // namespace
+std::string FirstLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
 
-HostMemory ReadHostMemory() {
-  HostMemory m;
-  m.available = MemInfo("MemAvailable");
-  m.swap = std::max<int64_t>(0, MemInfo("SwapFree"));
-  m.source = "MemAvailable";
-  if (m.available < 0) return m;
-  int64_t room = 0, swap = m.swap, limit = 0;
-  if (Cgroup2Room(&room, &swap, &limit) || Cgroup1Room(&room, &limit)) {
-    m.swap = std::max<int64_t>(0, swap);
-    if (room < m.available) {
-      m.available = std::max<int64_t>(0, room);
-      m.source = "the cgroup limit of " + std::to_string(limit) + " bytes";
+// This process's cgroup path for the v1 `controller`, or for the v2 hierarchy ("" controller);
+// "-" when it has none.
+std::string CgroupPath(const std::string& controller) {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    if (controller.empty()) {
+      if (line.compare(0, a, "0") == 0 && b == a + 1) return line.substr(b + 1);
+      continue;
+    }
+    std::stringstream names(line.substr(a + 1, b - a - 1));
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name == controller) return line.substr(b + 1);
     }
   }
-  return m;
+  return "-";
 }
 
-std::string NodeMemoryShortfall(size_t bytes, int workers, const HostMemory& mem,
-                                const std::string& what, const std::string& advice) {
-  const double node = static_cast<double>(bytes) * workers;
-  if (mem.available < 0 ||
-      node <= static_cast<double>(mem.available) + static_cast<double>(mem.swap))
-    return "";
-  return what + " needs " + GiB(static_cast<double>(bytes)) + " per worker, " + GiB(node) +
-         " for the " + std::to_string(workers) + " worker" + (workers == 1 ? "" : "s") +
-         " on this node, more than it can hold: " + GiB(static_cast<double>(mem.available)) +
-         " available (" + mem.source + ") and " + GiB(static_cast<double>(mem.swap)) +
-         " of swap; " + advice;
-}
-
-void CheckNodeMemory(size_t bytes, const std::string& what, const std::string& advice) {
-  const disco::WorkerInfo& w = disco::ThisWorker();
-  const HostMemory mem = ReadHostMemory();
-  const std::string shortfall = NodeMemoryShortfall(bytes, w.local_size, mem, what, advice);
-  disco::Tensor any_short = disco::Tensor::Empty(disco::Shape{1}, disco::DataType("int64"));
-  *any_short.data_as<int64_t>() = shortfall.empty() ? 0 : 1;
-  if (w.num_workers > 1) disco::AllReduceInFunction(any_short, disco::ReduceOp::kMax);
-  DISCO_CHECK(shortfall.empty(), ValueError) << shortfall;
-  DISCO_CHECK(*any_short.data_as<int64_t>() == 0, ValueError)
-      << what << " needs " << GiB(static_cast<double>(bytes))
-      << " per worker, more than another node can hold (its workers' errors give the sizes); "
-      << advice;
-  const double node = static_cast<double>(bytes) * w.local_size;
-  if (mem.available >= 0 && node > static_cast<double>(mem.available) && w.local_rank == 0) {
-    DISCO_LOG(WARN) << what << " needs " << GiB(node) << " for the " << w.local_size
-                    << " worker(s) on this node, more than the "
-                    << GiB(static_cast<double>(mem.available)) << " available (" << mem.source
-                    << "): it will swap";
+// Where `path` of the hierarchy (v1 with the memory controller, or v2) is mounted: the mount's
+// directory for it, and the mount point (the walk up stops there). Empty when not mounted.
+std::pair<std::string, std::string> CgroupDir(bool v2, const std::string& path) {
+  std::ifstream f("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string id, parent, dev, root, point, word;
+    in >> id >> parent >> dev >> root >> point;
+    while (in >> word && word != "-") {
+    }
+    std::string fstype, source, options;
+    in >> fstype >> source >> options;
+    const bool memory = ("," + options + ",").find(",memory,") != std::string::npos;
+    if (v2 ? fstype != "cgroup2" : (fstype != "cgroup" || !memory)) continue;
+    // The mount shows the hierarchy from `root` down (a container's own cgroup namespace: "/").
+    if (root == "/") return {point + (path == "/" ? "" : path), point};
+    if (path.compare(0, root.size(), root) == 0 &&
+        (path.size() == root.size() || path[root.size()] == '/')) {
+      return {point + path.substr(root.size()), point};
+    }
+    return {point, point};  // the process sits outside what is mounted: the mount's own limits
   }
+  return {"", ""};
+}
+
+uint64_t IdOf(const std::string& s) { return std::hash<std::string>{}(s); }
+
+// The host: its name and boot (two containers of one host share its memory, two hosts do not).
+std::string HostKey() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + FirstLine("/proc/sys/kernel/random/boot_id");
+}
+
+std::string HostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// The memory cgroups above this process that set a limit, innermost first.
+void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap) {
+  // v1's memory controller where it is mounted (hybrid systems mount v2 without it), else v2.
+  const bool v1 =
+      CgroupPath("memory") != "-" && !CgroupDir(false, CgroupPath("memory")).first.empty();
+  const bool v2 = !v1;
+  const std::string path = v1 ? CgroupPath("memory") : CgroupPath("");
+  if (path == "-") return;
+  auto [dir, mount] = CgroupDir(v2, path);
+  if (dir.empty()) return;
+  for (;;) {
+    const int64_t max = ReadNumber(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+    const int64_t used = ReadNumber(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+    const std::string stat = dir + "/memory.stat";
+    const int64_t cache =
+        v2 ? StatField(stat, "file")
+           : StatField(stat, "total_inactive_file") + StatField(stat, "total_active_file");
+    if (max >= 0 && max < kNoLimit && used >= 0 &&
+        static_cast<int>(out->size()) < kMaxMemoryLimits) {
+      int64_t room_swap = swap;
+      if (v2) {
+        const int64_t smax = ReadNumber(dir + "/memory.swap.max");
+        const int64_t sused = ReadNumber(dir + "/memory.swap.current");
+        if (smax >= 0 && smax < kNoLimit && sused >= 0) {
+          room_swap = std::min(room_swap, std::max<int64_t>(0, smax - sused));
+        }
+      }
+      const int64_t free = std::max<int64_t>(0, max - used + cache);
+      MemoryLimit l;
+      l.id = IdOf(HostKey() + "|cgroup|" + dir);
+      l.room = free / 10 * 9 + room_swap;
+      l.what = "the memory cgroup " + dir + " limited to " + GiB(static_cast<double>(max)) + " (" +
+               GiB(static_cast<double>(free)) + " free, " + GiB(static_cast<double>(room_swap)) +
+               " of swap) on host " + HostName();
+      out->push_back(l);
+    }
+    if (dir.size() <= mount.size()) break;
+    dir = dir.substr(0, dir.rfind('/'));
+    if (dir.size() < mount.size()) break;
+  }
+}
+
+}  // namespace
+
+std::vector<MemoryLimit> ReadMemoryLimits() {
+  std::vector<MemoryLimit> limits;
+  const int64_t available = MemInfo("MemAvailable");
+  if (available < 0) return limits;
+  const int64_t swap = std::max<int64_t>(0, MemInfo("SwapFree"));
+  MemoryLimit host;
+  host.id = IdOf(HostKey() + "|host");
+  host.room = available / 10 * 9 + swap;
+  host.what = "host " + HostName() + " (MemAvailable " + GiB(static_cast<double>(available)) +
+              ", swap " + GiB(static_cast<double>(swap)) + ")";
+  limits.push_back(host);
+  CgroupLimits(&limits, swap);
+  return limits;
+}
+
+std::string MemoryShortfall(const std::vector<int64_t>& needs,
+                            const std::vector<std::vector<MemoryLimit>>& limits, int me,
+                            const std::string& what, const std::string& advice) {
+  for (size_t w = 0; w < limits.size(); ++w) {
+    for (const MemoryLimit& l : limits[w]) {
+      double sum = 0;
+      int bound = 0, first = -1;
+      for (size_t v = 0; v < limits.size(); ++v) {
+        for (const MemoryLimit& o : limits[v]) {
+          if (o.id != l.id) continue;
+          sum += static_cast<double>(needs[v]);
+          ++bound;
+          if (first < 0) first = static_cast<int>(v);
+          break;
+        }
+      }
+      if (first != static_cast<int>(w) || sum <= static_cast<double>(l.room)) continue;
+      // Named as this worker knows it, else by a worker it binds (its own error names it).
+      std::string name = "worker " + std::to_string(w) + "'s memory limit";
+      for (const MemoryLimit& mine : limits[me]) {
+        if (mine.id == l.id) name = mine.what;
+      }
+      return what + " needs " + GiB(static_cast<double>(needs[w])) + " per worker, " + GiB(sum) +
+             " for the " + std::to_string(bound) + " worker" + (bound == 1 ? "" : "s") +
+             " bound by " + name + ", more than the " + GiB(static_cast<double>(l.room)) +
+             " it can give (90% of its free memory, and swap); " + advice;
+    }
+  }
+  return "";
+}
+
+void CheckHostMemory(size_t bytes, const std::string& what, const std::string& advice) {
+  const disco::WorkerInfo& w = disco::ThisWorker();
+  const std::vector<MemoryLimit> mine = ReadMemoryLimits();
+  // Every worker's limits and need, gathered by a sum: each fills its own rows (id, room; the
+  // need in the first), zeros elsewhere.
+  const int64_t n = w.num_workers, k = kMaxMemoryLimits;
+  disco::Tensor all = disco::Tensor::Empty(disco::Shape{n * k * 3}, disco::DataType("int64"));
+  auto* v = all.data_as<int64_t>();
+  std::fill(v, v + n * k * 3, 0);
+  int64_t* row = v + w.worker_id * k * 3;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    row[i * 3] = static_cast<int64_t>(mine[i].id);
+    row[i * 3 + 1] = mine[i].room;
+    row[i * 3 + 2] = static_cast<int64_t>(bytes);
+  }
+  if (n > 1) disco::AllReduceInFunction(all, disco::ReduceOp::kSum);
+  std::vector<int64_t> needs(n, 0);
+  std::vector<std::vector<MemoryLimit>> limits(n);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t* e = v + (r * k + i) * 3;
+      if (e[0] == 0 && e[1] == 0 && e[2] == 0) continue;
+      needs[r] = e[2];
+      MemoryLimit l;
+      l.id = static_cast<uint64_t>(e[0]);
+      l.room = e[1];
+      limits[r].push_back(l);
+    }
+  }
+  limits[w.worker_id] = mine;
+  const std::string shortfall = MemoryShortfall(needs, limits, w.worker_id, what, advice);
+  DISCO_CHECK(shortfall.empty(), ValueError) << shortfall;
 }
 
 }  // namespace llama

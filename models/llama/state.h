@@ -145,15 +145,13 @@ class State {
       // cache as a decode step reads the weights, and in 4 KiB pages a 1000-token prompt's
       // decode read it at half the speed.
       cache_elems = cache;
-      // With the logits and the rotary tables, the buffers that grow with the arguments.
-      const size_t others =
-          static_cast<size_t>(((keep_logits ? max_new + 1 : 1) * batch * m->vocab + max_len * hd) *
-                              static_cast<int64_t>(sizeof(float)));
-      CheckNodeMemory(2 * cache * sizeof(float) + others,
-                      "llama.new_state: the kv cache of batch " + std::to_string(batch) + " x " +
-                          std::to_string(max_len) + " positions" +
-                          (keep_logits ? " and the kept logits" : ""),
-                      "lower max_len or batch, or run fewer workers per node");
+      CheckHostMemory(HostBytes(cache),
+                      "llama.new_state (batch " + std::to_string(batch) + ", max_len " +
+                          std::to_string(max_len) + ", max_rows " + std::to_string(max_rows) +
+                          ", max_new_tokens " + std::to_string(max_new) +
+                          (keep_logits ? ", logits kept" : "") + ")",
+                      "lower them (the kv cache grows with batch x max_len, the activations "
+                      "with max_rows, the kept logits with batch x max_new_tokens x vocab)");
       kv_arena = WeightArena::Make(2 * cache * sizeof(float), "the kv cache");
       kcache = reinterpret_cast<float*>(kv_arena->data());
       vcache = kcache + cache;
@@ -204,6 +202,23 @@ class State {
     logits.resize(static_cast<size_t>(batch * m->vocab));
     best = disco::Tensor::Empty(disco::Shape{batch}, disco::DataType("int64"));
     if (keep_logits) kept.assign(static_cast<size_t>(max_new * batch * m->vocab), 0.0f);
+  }
+
+  // The bytes of every host buffer the constructor makes (a kv cache of `cache` elements for
+  // keys and for values), counted before any is: what the host memory check weighs.
+  size_t HostBytes(size_t cache) const {
+    const Config& c = m->config;
+    const double h = static_cast<double>(c.hidden_size), hd = static_cast<double>(c.head_dim);
+    const double rows = static_cast<double>(max_rows), b = static_cast<double>(batch);
+    const double len = static_cast<double>(max_len), vocab = static_cast<double>(m->vocab);
+    const double floats =
+        2.0 * static_cast<double>(cache) + len * hd +  // kv cache; rotary cos and sin
+        rows * (3 * h + 2 * static_cast<double>(m->heads) * hd +
+                2 * static_cast<double>(m->kv_heads) * hd + 2 * static_cast<double>(m->ffn)) +
+        static_cast<double>(m->heads / m->kv_heads) * len + b * (h + vocab + 2) +
+        (keep_logits ? static_cast<double>(max_new) * b * vocab : 0);
+    const double int64s = b * static_cast<double>(max_new) + 3 * rows + 6 * b;
+    return static_cast<size_t>(4 * floats + 8 * int64s);
   }
 
   // Every buffer's size, formed without wrapping before anything is allocated: the arguments

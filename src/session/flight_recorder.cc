@@ -30,6 +30,7 @@ struct Recorder {
   std::atomic<const char*> step_label{nullptr};  // the call a replay is at (Step)
   std::atomic<bool> collective{false};           // the running function talks to other ranks
   std::atomic<int64_t> start_ns{0};
+  std::atomic<bool> fine_clock{false};  // NowNs at full resolution (UseFineClock)
 };
 Recorder& R() {
   static Recorder* r = new Recorder();  // never destroyed: signal handlers may read it at exit
@@ -46,10 +47,13 @@ namespace recorder {
 // a read on a VM (here, through the vDSO, against 3 ns for the coarse clock): a tenth of a
 // pipelined no-op call on each rank. Without a trace, the records serve a hang's report, which
 // prints milliseconds of commands that ran seconds: the coarse clock (a kernel tick, 1-4 ms, never
-// ahead of the fine one) does. A trace's events need the fine clock.
+// ahead of the fine one) does. A trace's events need the fine clock: the job picks once, as it
+// starts (UseFineClock), so that a trace stopped by a fatal error does not mix the two.
+void UseFineClock(bool fine) { R().fine_clock.store(fine); }
+
 int64_t NowNs() {
 #if !DISCO_SIMULATED
-  if (!trace::Enabled()) {
+  if (!R().fine_clock.load(std::memory_order_relaxed)) {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
@@ -110,8 +114,7 @@ void End() {
   if (next == 0) return;
   FlightRecord& slot = s.records[(next - 1) % kFlightRecords];
   const int64_t now = recorder::NowNs();
-  // Not negative where the clock changed under the command (a trace stopped by a fatal error).
-  slot.SetDuration(std::max<int64_t>(0, now - slot.start_ns()));
+  slot.SetDuration(now - slot.start_ns());
   if (trace::Enabled()) {  // named after the function, or the command when it runs none
     const CommandRecord r = slot.Read();
     const char* name = r.function[0] != '\0' ? r.function : r.action;

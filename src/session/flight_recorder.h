@@ -29,8 +29,11 @@ const char* StepLabel();  // signal-safe
 bool MarkedCollective();  // signal-safe
 
 /// The monotonic clock the records use: mpi::NowNs's, read at a kernel tick's resolution (1-4 ms,
-/// never ahead of mpi::NowNs) unless a trace (DISCO_TRACE) is being taken.
+/// never ahead of mpi::NowNs) unless UseFineClock(true).
 int64_t NowNs();  // signal-safe
+/// Whether the records read the clock at full resolution (a job with a trace, DISCO_TRACE, does);
+/// set once as the job starts, before any command.
+void UseFineClock(bool fine);
 
 /// "command #7 (call_packed 'my.fn')": a record for a log line (allocates).
 std::string Describe(const CommandRecord& r);

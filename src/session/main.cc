@@ -22,8 +22,10 @@
 #include "core/exit_cleanup.h"
 #include "core/launcher.h"
 #include "core/process_info.h"
+#include "core/trace.h"
 #include "mpi/mpi_util.h"
 #include "session/builtins.h"
+#include "session/flight_recorder.h"
 #include "session/liveness.h"
 #include "session/mpi_transport.h"
 #include "session/session_impl.h"
@@ -258,6 +260,7 @@ int Main(int argc, char** argv, std::function<int(Session&)> controller) {
     SessionConfig config = AgreeOnConfig(*checked);
     AgreeOnJobKnobs(rank);
     trace::StartJob(MPI_COMM_WORLD);
+    watchdog::recorder::UseFineClock(trace::Enabled());
     StartWatchdog(rank, size, static_cast<double>(config.timeout_s));
 
     WorkerInfo info;
