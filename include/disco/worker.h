@@ -16,7 +16,7 @@ struct WorkerInfo {
   /// This worker's rank among the workers on its node.
   int local_rank = 0;
   DLDevice device{kDLCPU, 0};
-  /// How many workers run on this node (memory a worker sizes is taken that many times there).
+  /// How many workers run on this node (as torchrun's LOCAL_WORLD_SIZE).
   int local_size = 1;
 };
 /// The calling worker's info (valid inside functions run by the session).

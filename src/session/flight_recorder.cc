@@ -1,8 +1,7 @@
 #include "session/flight_recorder.h"
 
-#include <disco/log.h>
-
 #include <disco/config.h>
+#include <disco/log.h>
 #include <time.h>
 
 #include <algorithm>
