@@ -6,6 +6,7 @@
 #include <disco/tensor.h>
 #include <disco/worker.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,6 +87,21 @@ std::string CgroupPath(const std::string& controller) {
   return "-";
 }
 
+// mountinfo writes a space, tab, newline or backslash in a path as an octal escape (\040).
+std::string Unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
+        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 // Where `path` of the hierarchy (v1 with the memory controller, or v2) is mounted: the mount's
 // directory for it, and the mount point (the walk up stops there). Empty when not mounted.
 std::pair<std::string, std::string> CgroupDir(bool v2, const std::string& path) {
@@ -95,6 +111,8 @@ std::pair<std::string, std::string> CgroupDir(bool v2, const std::string& path) 
     std::istringstream in(line);
     std::string id, parent, dev, root, point, word;
     in >> id >> parent >> dev >> root >> point;
+    root = Unescape(root);
+    point = Unescape(point);
     while (in >> word && word != "-") {
     }
     std::string fstype, source, options;
@@ -114,11 +132,14 @@ std::pair<std::string, std::string> CgroupDir(bool v2, const std::string& path) 
 
 uint64_t IdOf(const std::string& s) { return std::hash<std::string>{}(s); }
 
-// The host: its name and boot (two containers of one host share its memory, two hosts do not).
-std::string HostKey() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return std::string(host) + "/" + FirstLine("/proc/sys/kernel/random/boot_id");
+// The host's boot: what its processes share, whatever hostname a container gives them.
+std::string HostKey() { return FirstLine("/proc/sys/kernel/random/boot_id"); }
+
+// A cgroup directory as the kernel knows it (device and inode), not by the path one mount shows.
+std::string DirKey(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return dir;
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
 }
 
 std::string HostName() {
@@ -127,7 +148,7 @@ std::string HostName() {
   return host;
 }
 
-// The memory cgroups above this process that set a limit, innermost first.
+// The memory cgroups above this process that set a limit, innermost first (all of them).
 void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap) {
   // v1's memory controller where it is mounted (hybrid systems mount v2 without it), else v2.
   const bool v1 =
@@ -141,22 +162,24 @@ void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap) {
     const int64_t max = ReadNumber(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
     const int64_t used = ReadNumber(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
     const std::string stat = dir + "/memory.stat";
+    // The page cache of files (not shared memory, which v2's "file" counts too).
     const int64_t cache =
-        v2 ? StatField(stat, "file")
+        v2 ? StatField(stat, "inactive_file") + StatField(stat, "active_file")
            : StatField(stat, "total_inactive_file") + StatField(stat, "total_active_file");
-    if (max >= 0 && max < kNoLimit && used >= 0 &&
-        static_cast<int>(out->size()) < kMaxMemoryLimits) {
+    if (max >= 0 && max < kNoLimit && used >= 0) {
       int64_t room_swap = swap;
-      if (v2) {
-        const int64_t smax = ReadNumber(dir + "/memory.swap.max");
-        const int64_t sused = ReadNumber(dir + "/memory.swap.current");
-        if (smax >= 0 && smax < kNoLimit && sused >= 0) {
-          room_swap = std::min(room_swap, std::max<int64_t>(0, smax - sused));
-        }
+      // v2: the swap limit's room; v1: what memory + swap's limit leaves past the memory's.
+      const int64_t smax =
+          ReadNumber(dir + (v2 ? "/memory.swap.max" : "/memory.memsw.limit_in_bytes"));
+      const int64_t sused =
+          ReadNumber(dir + (v2 ? "/memory.swap.current" : "/memory.memsw.usage_in_bytes"));
+      if (smax >= 0 && smax < kNoLimit && sused >= 0) {
+        const int64_t room = v2 ? smax - sused : (smax - sused) - (max - used);
+        room_swap = std::min(room_swap, std::max<int64_t>(0, room));
       }
       const int64_t free = std::max<int64_t>(0, max - used + cache);
       MemoryLimit l;
-      l.id = IdOf(HostKey() + "|cgroup|" + dir);
+      l.id = IdOf(HostKey() + "|cgroup|" + DirKey(dir));
       l.room = free / 10 * 9 + room_swap;
       l.what = "the memory cgroup " + dir + " limited to " + GiB(static_cast<double>(max)) + " (" +
                GiB(static_cast<double>(free)) + " free, " + GiB(static_cast<double>(room_swap)) +
@@ -182,7 +205,13 @@ std::vector<MemoryLimit> ReadMemoryLimits() {
   host.what = "host " + HostName() + " (MemAvailable " + GiB(static_cast<double>(available)) +
               ", swap " + GiB(static_cast<double>(swap)) + ")";
   limits.push_back(host);
-  CgroupLimits(&limits, swap);
+  std::vector<MemoryLimit> groups;
+  CgroupLimits(&groups, swap);
+  // Past the table's size, the tightest are kept (they are the ones a need meets first).
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const MemoryLimit& a, const MemoryLimit& b) { return a.room < b.room; });
+  if (groups.size() >= static_cast<size_t>(kMaxMemoryLimits)) groups.resize(kMaxMemoryLimits - 1);
+  limits.insert(limits.end(), groups.begin(), groups.end());
   return limits;
 }
 

@@ -18,7 +18,8 @@ namespace llama {
 
 /// One bound on what some workers may write together.
 struct MemoryLimit {
-  /// The same for every worker the limit binds (its host, boot and the cgroup's directory).
+  /// The same for every worker the limit binds: the host's boot id, with the cgroup directory's
+  /// device and inode (whatever hostname, mount or namespace a worker sees it through).
   uint64_t id = 0;
   /// Bytes that may still be written: 90% of the free memory (a tenth left to what the processes
   /// take besides), the cgroup's limit less its usage but its page cache counting as free, plus
@@ -29,9 +30,9 @@ struct MemoryLimit {
   std::string what;
 };
 
-/// This process's limits: its host's, then every memory cgroup above it that sets one (at most
-/// kMaxMemoryLimits in all; the innermost cgroups kept). Empty where /proc/meminfo is not there.
-constexpr int kMaxMemoryLimits = 4;
+/// This process's limits: its host's, then the memory cgroups above it that set one (at most
+/// kMaxMemoryLimits in all; past that, the tightest). Empty where /proc/meminfo is not there.
+constexpr int kMaxMemoryLimits = 16;
 std::vector<MemoryLimit> ReadMemoryLimits();
 
 /// Workers' needs against their limits: `needs[w]` bytes for worker w, `limits[w]` its limits
