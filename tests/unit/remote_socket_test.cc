@@ -179,11 +179,12 @@ TEST(RemoteSocketTest, AddressesCountInTheirNetwork) {
 // a send or receive starts again whenever bytes move. A peer that stops is given up on at its
 // timeout plus a second per MiB still to come.
 TEST(RemoteSocketTest, SlowButSteadyPeersAreWaitedForSilentOnesAreNot) {
-  // 100 KiB sent at 4 KiB per 100 ms (2.5 s), received with a limit of 300 ms.
-  constexpr size_t kChunk = 4096, kChunks = 25;
+  // 160 KiB sent at 4 KiB per 100 ms (4 s), received with a limit of 2 s: twice the limit in
+  // all, a twentieth of it between bytes (a loaded CI machine stalled a 300 ms limit's sender).
+  constexpr size_t kChunk = 4096, kChunks = 40;
   Server slow_sender([](Socket* c) {
     std::string buf(kChunk * kChunks, '\0');
-    c->RecvAll(&buf[0], buf.size(), 300, "a slow packet");
+    c->RecvAll(&buf[0], buf.size(), 2000, "a slow packet");
   });
   Socket s = Socket::Connect("127.0.0.1", slow_sender.port(), kTimeoutMs);
   std::string out(kChunk, 'a');
@@ -193,14 +194,14 @@ TEST(RemoteSocketTest, SlowButSteadyPeersAreWaitedForSilentOnesAreNot) {
   }
   EXPECT_EQ(slow_sender.done.get(), "ok");
 
-  // 512 KiB sent with a limit of 300 ms (plus 0.5 s for the MiB) to a reader that takes 16 KiB
-  // per 50 ms (1.6 s), with small socket buffers at both ends.
+  // 512 KiB sent with a limit of 1 s (plus 0.5 s for the MiB) to a reader that takes 16 KiB
+  // per 100 ms (3.2 s), with small socket buffers at both ends.
   constexpr size_t kBytes = 512 << 10, kStep = 16 << 10;
   Server slow_reader([](Socket* c) {
     int small = 8192;
     setsockopt(c->fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
     std::string data(kBytes, 'b');
-    c->SendAll(data.data(), data.size(), 300);
+    c->SendAll(data.data(), data.size(), 1000);
   });
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int small = 8192;
@@ -213,12 +214,12 @@ TEST(RemoteSocketTest, SlowButSteadyPeersAreWaitedForSilentOnesAreNot) {
   Socket r(fd);
   std::string in(kStep, '\0');
   for (size_t got = 0; got < kBytes; got += kStep) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     r.RecvAll(&in[0], kStep, kTimeoutMs, "a slow answer");
   }
   EXPECT_EQ(slow_reader.done.get(), "ok");
 
-  // A peer that stops: given up on at 300 ms plus 0.1 s for the 96 KiB still to come.
+  // A peer that stops: given up on at 300 ms plus 0.15 s for the 156 KiB still to come.
   Server silent([](Socket* c) {
     std::string buf(kChunk * kChunks, '\0');
     c->RecvAll(&buf[0], buf.size(), 300, "a packet that stops");
