@@ -37,6 +37,11 @@ DISCO_REGISTER_GLOBAL("fault.kill_self").set_body_typed([](int64_t worker) {
 DISCO_REGISTER_GLOBAL("fault.stop_self").set_body_typed([](int64_t worker) {
   if (disco::ThisWorker().worker_id == worker) raise(SIGSTOP);
 });
+// A fatal error inside a command (std::terminate: the flight recorder's dump names the command
+// and how long it ran).
+DISCO_REGISTER_GLOBAL("fault.terminate_on").set_body_typed([](int64_t worker) {
+  if (disco::ThisWorker().worker_id == worker) std::terminate();
+});
 DISCO_REGISTER_GLOBAL("fault.throw_on_1").set_body_typed([]() {
   if (disco::ThisWorker().worker_id == 1) throw disco::ValueError("worker 1 fails on purpose");
 });
@@ -126,6 +131,12 @@ int Run(disco::Session& s, const std::string& mode) {
   if (mode == "controller-throws") {
     s.CallPacked(s.GetGlobalFunc("fault.noop"));
     throw std::runtime_error("boom from the controller");
+  }
+  if (mode == "terminate-in-command") {
+    s.CallPacked(s.GetGlobalFunc("fault.terminate_on"), s.num_workers() - 1);
+    s.SyncAll();  // the job ends at the fatal error
+    std::printf("unreachable: SyncAll returned after a worker's fatal error\n");
+    return 0;
   }
   if (mode == "kill-worker") {
     // The last worker: across nodes, one on another node than the controller.

@@ -74,6 +74,12 @@ done
 "$py" -m disco.trace "$dir/hang.json" --top 3 >"$dir/hang.txt" 2>&1 || { cat "$dir/hang.txt"; fail "disco.trace on rank files"; }
 grep -q "rank 0's own file" "$dir/hang.txt" || { cat "$dir/hang.txt"; fail "disco.trace did not say the files are unaligned"; }
 echo "ok: a hung job left one trace per rank, read merged"
+# 4. A fatal error in a short command: the dump stops the trace, and the time it says the command
+# ran is read on the clock the command began on (the coarse one had given "running for -2.3 ms").
+DISCO_TRACE=$dir/fatal.json run 2 60 "$fault" terminate-in-command
+grep -q "running for [0-9]" "$dir/out.log" || { cat "$dir/out.log"; fail "no running time in the fatal dump"; }
+! grep -q "running for -" "$dir/out.log" || { cat "$dir/out.log"; fail "a negative running time"; }
+echo "ok: a fatal error's dump under a trace gives a running time that is not negative"
 # A FIFO planted where rank 0's file goes: refused at once, rank 0's watchdog goes on to end the job.
 mkfifo "$dir/hang2.json.rank0.json"
 DISCO_TRACE=$dir/hang2.json DISCO_TIMEOUT=3 run 3 60 "$fault" skip-collective
