@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -148,16 +149,21 @@ std::string HostName() {
   return host;
 }
 
-// The memory cgroups above this process that set a limit, innermost first (all of them).
-void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap) {
+// The memory cgroups above this process that set a limit, innermost first (all of them); `host`
+// is HostKey(), `host_name` the name messages give.
+void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap, const std::string& host,
+                  const std::string& host_name) {
   // v1's memory controller where it is mounted (hybrid systems mount v2 without it), else v2.
-  const bool v1 =
-      CgroupPath("memory") != "-" && !CgroupDir(false, CgroupPath("memory")).first.empty();
-  const bool v2 = !v1;
-  const std::string path = v1 ? CgroupPath("memory") : CgroupPath("");
-  if (path == "-") return;
-  auto [dir, mount] = CgroupDir(v2, path);
-  if (dir.empty()) return;
+  bool v2 = false;
+  std::string path = CgroupPath("memory");
+  auto [dir, mount] = path == "-" ? std::pair<std::string, std::string>() : CgroupDir(false, path);
+  if (dir.empty()) {
+    v2 = true;
+    path = CgroupPath("");
+    if (path == "-") return;
+    std::tie(dir, mount) = CgroupDir(true, path);
+    if (dir.empty()) return;
+  }
   for (;;) {
     const int64_t max = ReadNumber(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
     const int64_t used = ReadNumber(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
@@ -179,11 +185,11 @@ void CgroupLimits(std::vector<MemoryLimit>* out, int64_t swap) {
       }
       const int64_t free = std::max<int64_t>(0, max - used + cache);
       MemoryLimit l;
-      l.id = IdOf(HostKey() + "|cgroup|" + DirKey(dir));
+      l.id = IdOf(host + "|cgroup|" + DirKey(dir));
       l.room = free / 10 * 9 + room_swap;
       l.what = "the memory cgroup " + dir + " limited to " + GiB(static_cast<double>(max)) + " (" +
                GiB(static_cast<double>(free)) + " free, " + GiB(static_cast<double>(room_swap)) +
-               " of swap) on host " + HostName();
+               " of swap) on host " + host_name;
       out->push_back(l);
     }
     if (dir.size() <= mount.size()) break;
@@ -199,14 +205,15 @@ std::vector<MemoryLimit> ReadMemoryLimits() {
   const int64_t available = MemInfo("MemAvailable");
   if (available < 0) return limits;
   const int64_t swap = std::max<int64_t>(0, MemInfo("SwapFree"));
+  const std::string key = HostKey(), name = HostName();
   MemoryLimit host;
-  host.id = IdOf(HostKey() + "|host");
+  host.id = IdOf(key + "|host");
   host.room = available / 10 * 9 + swap;
-  host.what = "host " + HostName() + " (MemAvailable " + GiB(static_cast<double>(available)) +
-              ", swap " + GiB(static_cast<double>(swap)) + ")";
+  host.what = "host " + name + " (MemAvailable " + GiB(static_cast<double>(available)) + ", swap " +
+              GiB(static_cast<double>(swap)) + ")";
   limits.push_back(host);
   std::vector<MemoryLimit> groups;
-  CgroupLimits(&groups, swap);
+  CgroupLimits(&groups, swap, key, name);
   // Past the table's size, the tightest are kept (they are the ones a need meets first).
   std::stable_sort(groups.begin(), groups.end(),
                    [](const MemoryLimit& a, const MemoryLimit& b) { return a.room < b.room; });
