@@ -5,7 +5,8 @@ run, on a machine measured first (docs/performance.md).
     bench/venv.sh --llama-cpp          # once: build/venv-bench with torch, gguf, llama-cpp-python
     /usr/bin/python3 bench/decode_bench.py [--models 125m,demo] [--batches 1,4]
         [--ranks 1,2] [--threads 1,2] [--dtypes float32,bfloat16,int8] [--repeats 5]
-        [--new-tokens 32] [--prompt-len 32] [--llamacpp-kv f32] [--baselines disco,torch,llama.cpp]
+        [--new-tokens 32] [--prompt-len 32] [--llamacpp-kv f32] [--disco-kv f32]
+        [--baselines disco,torch,llama.cpp]
         [--json FILE]
         [--python build/venv-bench/bin/python (the baselines': the default when it is there)]
 
@@ -36,7 +37,8 @@ row. --prompt-len L: batch 1 one prompt of L tokens, batch B lengths L/2..2L eve
 32). The KV caches are float32 everywhere (torch's and disco's always; llama.cpp's by default,
 where the float32 token check compares the same arithmetic); --llamacpp-kv f16 times llama.cpp
 with its own default, float16 keys and values (half the bytes at long prompts; the token check
-still in float32), the notes saying so.
+still in float32), the notes saying so; --disco-kv f16 times disco with its float16 cache
+(disco-demo --kv-dtype float16) likewise.
 """
 
 import argparse
@@ -82,6 +84,9 @@ def parse_args(argv):
     p.add_argument("--llamacpp-kv", choices=["f32", "f16"], default="f32",
                    help="llama.cpp's KV cache in the timed runs (f16: its own default; the "
                         "token check stays f32)")
+    p.add_argument("--disco-kv", choices=["f32", "f16"], default="f32",
+                   help="disco's KV cache in the timed runs (f16: --kv-dtype float16; the token "
+                        "check stays f32)")
     p.add_argument("--python", default=VENV_PY if os.path.exists(VENV_PY) else sys.executable,
                    help="the baselines' Python (default build/venv-bench's when it is there)")
     p.add_argument("--demo", default=os.path.join(ROOT, "build", "src", "tools", "disco-demo"))
@@ -175,10 +180,11 @@ def disco_who(kernels):
     return "disco" if kernels == "auto" else f"disco {kernels}"
 
 
-def run_disco(a, ranks, model_dir, prompts, dtype, who="disco"):
+def run_disco(a, ranks, model_dir, prompts, dtype, who="disco", kv="f32"):
     kernels = who[len("disco "):] if who != "disco" else None
     d = disco_demo.run_demo(a.demo, a.mpiexec, ranks, model_dir, prompts, a.new_tokens, dtype,
-                            a.mpiexec_flag, kernels=kernels)
+                            a.mpiexec_flag, kernels=kernels,
+                            demo_flags=["--kv-dtype", "float16"] if kv == "f16" else [])
     return {"tokens": d["tokens"], "prefill": d["prefill"], "decode": d["decode"],
             "note": f"runtime share {d['share']:.2f}%", "kernels": d["kernels"]}
 
@@ -244,10 +250,13 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
                          a.llamacpp_kv)
                for c in cfgs if not c[0].startswith("disco")}
 
+    def kv_f16(who):  # the timed runs' cache in float16
+        return (who.startswith("llama.cpp") and a.llamacpp_kv == "f16" or
+                who.startswith("disco") and a.disco_kv == "f16")
+
     def kv_bytes(who, b):  # what a decode step reads of the b sequences' caches, at mid-decode
-        f16 = who.startswith("llama.cpp") and a.llamacpp_kv == "f16"
         return sum(len(p) + a.new_tokens / 2 for p in prompts[b]) * \
-            checkpoint.kv_bytes_per_position(cfg, 2 if f16 else 4)
+            checkpoint.kv_bytes_per_position(cfg, 2 if kv_f16(who) else 4)
 
     rows = {(c, b): dict(model=name, dtype=dtype, batch=b, who=c[0], n=c[1], prefill=[],
                          decode=[], read_beside=[], kv_bytes=kv_bytes(c[0], b),
@@ -267,15 +276,14 @@ def measure_cell(a, name, model_dir, cfg, dtype, baselines):
                 beside = {n: machine.read_beside(stream, n, a.stream_mib)
                           for n in sorted({c[1] for c in cfgs})}
                 for c in cfgs:
-                    r = (run_disco(a, c[1], model_dir, prompts[b], dtype, c[0])
+                    r = (run_disco(a, c[1], model_dir, prompts[b], dtype, c[0], a.disco_kv)
                          if c[0].startswith("disco")
                          else run_worker(workers[c], prompts[b], a.new_tokens))
                     row = rows[(c, b)]
                     row["prefill"].append(r["prefill"])
                     row["decode"].append(r["decode"])
                     row["read_beside"].append(beside[c[1]])
-                    row["note"] = r["note"] + (", f16 kv cache" if c[0].startswith(
-                        "llama.cpp") and a.llamacpp_kv == "f16" else "")
+                    row["note"] = r["note"] + (", f16 kv cache" if kv_f16(c[0]) else "")
             print(f"  {name} {dtype} repeat {rep + 1}/{a.repeats} done", flush=True)
     finally:
         for w in workers.values():
@@ -334,7 +342,8 @@ def main(argv=None):
     if build and "llama.cpp" not in why_not:
         print("llama.cpp build: " + build.replace("\n", "; "), flush=True)
     print(f"prompts: batch 1 one of {a.prompt_len} tokens, batch B of {a.prompt_len // 2}.."
-          f"{2 * a.prompt_len} evenly; {a.new_tokens} new tokens; llama.cpp's KV cache "
+          f"{2 * a.prompt_len} evenly; {a.new_tokens} new tokens; disco's KV cache "
+          f"{a.disco_kv}, llama.cpp's "
           f"{a.llamacpp_kv} in the timed runs", flush=True)
     rows = run_grid(a, why_not, m)
     refusals = report.scaling_refusals(rows)

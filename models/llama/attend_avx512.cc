@@ -54,31 +54,41 @@ constexpr int64_t kAhead = 32;
 
 // The `lines` cache lines from p (prefetches past the end are harmless: they do not fault).
 template <int lines>
-LLAMA_INLINE void Prefetch(const float* p) {
-  for (int l = 0; l < lines; ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + 64 * l, _MM_HINT_T0);
+LLAMA_INLINE void Prefetch(const void* p) {
+  for (int l = 0; l < lines; ++l) _mm_prefetch(static_cast<const char*>(p) + 64 * l, _MM_HINT_T0);
+}
+// The cache lines of 16 c elements of T (at least one).
+template <typename T>
+constexpr int Lines(int c) {
+  return (16 * c * static_cast<int>(sizeof(T)) + 63) / 64;
 }
 
-// q . k_t for the 16 positions from k (heads of 16 DC floats).
-template <int DC>
-LLAMA_INLINE __m512 Dots16(const float* q, const float* k) {
+// 16 keys' or values' elements as floats: float32, or float16 (a float16 kv cache) widened
+// exactly.
+LLAMA_INLINE __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+LLAMA_INLINE __m512 Load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// q . k_t for the 16 positions from k (heads of 16 DC elements).
+template <int DC, typename T>
+LLAMA_INLINE __m512 Dots16(const float* q, const T* k) {
   __m512 qv[DC];
   for (int c = 0; c < DC; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
   __m512 p[16];
   for (int t = 0; t < 16; ++t) {
-    const float* kt = k + t * 16 * DC;
-    p[t] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kt));
-    for (int c = 1; c < DC; ++c) p[t] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + 16 * c), p[t]);
+    const T* kt = k + t * 16 * DC;
+    p[t] = _mm512_mul_ps(qv[0], Load16(kt));
+    for (int c = 1; c < DC; ++c) p[t] = _mm512_fmadd_ps(qv[c], Load16(kt + 16 * c), p[t]);
   }
   return Sum16(p);
 }
 
-template <int DC>
-LLAMA_INLINE float Dot(const float* q, const float* k) {
-  __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
-  for (int c = 1; c < DC; ++c) {
-    p = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), p);
-  }
+template <int DC, typename T>
+LLAMA_INLINE float Dot(const float* q, const T* k) {
+  __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q), Load16(k));
+  for (int c = 1; c < DC; ++c)
+    p = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), Load16(k + 16 * c), p);
   return _mm512_reduce_add_ps(p);
 }
 
@@ -113,17 +123,16 @@ void Softmax(float* row, int64_t n) {
 
 // out (jn heads of 16 DC floats) = sum_t p_j[t] v_t, for jn <= J heads whose weights are rows of
 // p (ldp apart): every v_t read once for all of them.
-template <int DC, int J>
-LLAMA_INLINE void Values(const float* p, int64_t ldp, int jn, const float* v, int64_t n,
-                         float* out) {
+template <int DC, int J, typename T>
+LLAMA_INLINE void Values(const float* p, int64_t ldp, int jn, const T* v, int64_t n, float* out) {
   __m512 acc[J][DC];
   for (int j = 0; j < J; ++j) {
     for (int c = 0; c < DC; ++c) acc[j][c] = _mm512_setzero_ps();
   }
   for (int64_t t = 0; t < n; ++t) {
-    Prefetch<DC>(v + (t + kAhead) * 16 * DC);
+    Prefetch<Lines<T>(DC)>(v + (t + kAhead) * 16 * DC);
     __m512 vt[DC];
-    for (int c = 0; c < DC; ++c) vt[c] = _mm512_loadu_ps(v + t * 16 * DC + 16 * c);
+    for (int c = 0; c < DC; ++c) vt[c] = Load16(v + t * 16 * DC + 16 * c);
     for (int j = 0; j < J && j < jn; ++j) {
       const __m512 pj = _mm512_set1_ps(p[j * ldp + t]);
       for (int c = 0; c < DC; ++c) acc[j][c] = _mm512_fmadd_ps(pj, vt[c], acc[j][c]);
@@ -134,14 +143,14 @@ LLAMA_INLINE void Values(const float* p, int64_t ldp, int jn, const float* v, in
   }
 }
 
-template <int DC>
-void AttendHeads(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
-                 float scale, float* scores, float* out) {
+template <int DC, typename T>
+void AttendHeads(const float* q, int64_t rep, const T* k, const T* v, int64_t n, float scale,
+                 float* scores, float* out) {
   constexpr int64_t dim = 16 * DC;
   const __m512 s = _mm512_set1_ps(scale);
   int64_t t = 0;
   for (; t + 16 <= n; t += 16) {  // a tile of k (16 positions) read from L1 by each head
-    Prefetch<16 * DC>(k + (t + kAhead) * dim);
+    Prefetch<Lines<T>(16 * DC)>(k + (t + kAhead) * dim);
     for (int64_t j = 0; j < rep; ++j) {
       _mm512_storeu_ps(scores + j * n + t, _mm512_mul_ps(Dots16<DC>(q + j * dim, k + t * dim), s));
     }
@@ -153,7 +162,7 @@ void AttendHeads(const float* q, int64_t rep, const float* k, const float* v, in
   constexpr int kHeads = DC >= 16 ? 1 : 16 / DC;  // accumulators: 16 of the 32 registers
   for (int64_t j = 0; j < rep; j += kHeads) {
     const int jn = static_cast<int>(std::min<int64_t>(kHeads, rep - j));
-    Values<DC, kHeads>(scores + j * n, n, jn, v, n, out + j * dim);
+    Values<DC, kHeads, T>(scores + j * n, n, jn, v, n, out + j * dim);
   }
 }
 
@@ -163,8 +172,11 @@ bool AttendFits(int64_t dim) {
   return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256;
 }
 
-void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
-            float scale, float* scores, float* out) {
+namespace {
+
+template <typename T>
+void AttendAny(const float* q, int64_t rep, const T* k, const T* v, int64_t n, int64_t dim,
+               float scale, float* scores, float* out) {
   switch (dim) {
     case 16:
       return AttendHeads<1>(q, rep, k, v, n, scale, scores, out);
@@ -179,6 +191,18 @@ void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t
     default:
       return;
   }
+}
+
+}  // namespace
+
+void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+            float scale, float* scores, float* out) {
+  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
+}
+
+void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
+            int64_t dim, float scale, float* scores, float* out) {
+  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
 }
 
 }  // namespace llama::avx512

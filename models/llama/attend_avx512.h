@@ -17,6 +17,9 @@ bool AttendFits(int64_t dim);
 /// / 16) heads at once, each output one chain of FMAs along the positions.
 void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out);
+/// The same over float16 keys and values (a float16 kv cache), widened as they are read.
+void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
+            int64_t dim, float scale, float* scores, float* out);
 
 }  // namespace llama::avx512
 

@@ -150,7 +150,7 @@ class Generator {
     std::memcpy(lengths_.data(), lengths.data(), lengths_.nbytes());
     batch_ = static_cast<int64_t>(o.prompts.size());
     state_ = s.CallPacked(f_["llama.new_state"], model_, batch_, max_len + o.max_new_tokens - 1,
-                          rows, o.max_new_tokens, !o.dump_logits.empty());
+                          rows, o.max_new_tokens, !o.dump_logits.empty(), o.kv_dtype);
     s.SyncAll();
     // A decode step as one graph: its input is the step number.
     step_graph_ = s.Capture(1, [&](const std::vector<Any>& in) { DecodeCalls(in[0]); });
@@ -541,7 +541,8 @@ void GenerateTimed(Session& s, const DRef& model, const Config& c, const Options
   std::vector<Shape> stats = gen.Stats();
   std::string peaks;
   for (const Shape& st : stats) peaks += (peaks.empty() ? "" : " ") + Mib(st[3] * 1024.0);
-  std::printf("kv cache per rank: %s MiB\n", Mib(static_cast<double>(stats[0][5])).c_str());
+  std::printf("kv cache per rank: %s MiB (%s)\n", Mib(static_cast<double>(stats[0][5])).c_str(),
+              o.kv_dtype.c_str());
   std::printf("peak rss per rank (MiB): %s\n", peaks.c_str());
   std::printf("weights per rank: %s MiB\n", Mib(static_cast<double>(stats[0][4])).c_str());
   if (o.device == "cpu") {  // weight_arena.h: 0 where the kernel gives no huge pages
@@ -632,6 +633,9 @@ void FinishOptions(Options* o) {
       << "--dtype int8 quantizes the linear layers at load for the CPU's kernels: it runs on the "
          "CPU only and --convert writes float32 or bfloat16 (leave out "
       << (o->device != "cpu" ? "--device " + o->device : std::string("--convert")) << ")";
+  DISCO_CHECK(o->kv_dtype != "float16" || o->device == "cpu", ValueError)
+      << "--kv-dtype float16 is for the CPU (leave out --device " << o->device
+      << ": a GPU's kv cache is float32)";
   DISCO_CHECK(o->texts.empty() || !o->model.empty(), ValueError)
       << "--text needs --model DIR, a checkpoint with its tokenizer (tokenizer.json or "
          "tokenizer.model); the default checkpoint has none";

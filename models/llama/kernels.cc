@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "llama/expf_poly.h"
 #include "llama/q8.h"
@@ -442,14 +443,20 @@ LLAMA_INLINE V8 Exp8(V8 x) {
   return p * two_n;
 }
 
-// Attend in portable vector code (AVX2 in the x86-64-v3 clone): e^x by Exp8 (std::exp for the
-// last n % 8 scores), the values of every query head taken from each row of v as it is read.
-LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const float* v, int64_t n,
-                             int64_t dim, float scale, float* scores, float* __restrict out) {
+// Attend in portable vector code (AVX2 in the x86-64-v3 clone), in three steps a float16 cache
+// runs on widened chunks of its positions: the scores (a dot product per position and head), their
+// softmax (e^x by Exp8, std::exp for the last n % 8), and the values of every query head taken
+// from each row of v as it is read.
+// scores[j * ld + t] = q_j . k_t * scale, t < n.
+LLAMA_KERNEL void ScoresBase(const float* q, int64_t rep, const float* k, int64_t n, int64_t dim,
+                             float scale, float* scores, int64_t ld) {
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < rep; ++j)
-      scores[j * n + t] = InlineDot(q + j * dim, k + t * dim, dim) * scale;
+      scores[j * ld + t] = InlineDot(q + j * dim, k + t * dim, dim) * scale;
   }
+}
+
+LLAMA_KERNEL void SoftmaxBase(float* scores, int64_t rep, int64_t n) {
   for (int64_t j = 0; j < rep; ++j) {
     float* row = scores + j * n;
     float mx = row[0];
@@ -466,21 +473,51 @@ LLAMA_KERNEL void AttendBase(const float* q, int64_t rep, const float* k, const 
     const float inv = 1.0f / sum;
     for (t = 0; t < n; ++t) row[t] *= inv;
   }
-  std::fill(out, out + rep * dim, 0.0f);
+}
+
+// out_j += sum_t p[j * ld + t] v_t, t < n.
+LLAMA_KERNEL void ValuesBase(const float* p, int64_t ld, int64_t rep, const float* v, int64_t n,
+                             int64_t dim, float* __restrict out) {
   for (int64_t t = 0; t < n; ++t) {
     const float* __restrict vt = v + t * dim;
     for (int64_t j = 0; j < rep; ++j) {
-      const float p = scores[j * n + t];
+      const float pj = p[j * ld + t];
       float* __restrict o = out + j * dim;
-      for (int64_t d = 0; d < dim; ++d) o[d] += p * vt[d];
+      for (int64_t d = 0; d < dim; ++d) o[d] += pj * vt[d];
     }
   }
 }
 
-}  // namespace
+void AttendBase(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+                float scale, float* scores, float* out) {
+  ScoresBase(q, rep, k, n, dim, scale, scores, n);
+  SoftmaxBase(scores, rep, n);
+  std::fill(out, out + rep * dim, 0.0f);
+  ValuesBase(scores, n, rep, v, n, dim, out);
+}
 
-void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
-            float scale, float* scores, float* out) {
+// The same over float16 keys and values, widened 64 positions at a time.
+void AttendBase(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
+                int64_t dim, float scale, float* scores, float* out) {
+  constexpr int64_t kChunk = 64;
+  std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk) * dim));
+  for (int64_t t = 0; t < n; t += kChunk) {
+    const int64_t c = std::min(kChunk, n - t);
+    FromHalf(k + t * dim, c * dim, wide.data());
+    ScoresBase(q, rep, wide.data(), c, dim, scale, scores + t, n);
+  }
+  SoftmaxBase(scores, rep, n);
+  std::fill(out, out + rep * dim, 0.0f);
+  for (int64_t t = 0; t < n; t += kChunk) {
+    const int64_t c = std::min(kChunk, n - t);
+    FromHalf(v + t * dim, c * dim, wide.data());
+    ValuesBase(scores + t, n, rep, wide.data(), c, dim, out);
+  }
+}
+
+template <typename T>
+void AttendAny(const float* q, int64_t rep, const T* k, const T* v, int64_t n, int64_t dim,
+               float scale, float* scores, float* out) {
   if (n <= 0) {  // no positions: nothing to attend to (the model always has one)
     std::fill(out, out + rep * dim, 0.0f);
     return;
@@ -491,6 +528,37 @@ void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t
   }
 #endif
   AttendBase(q, rep, k, v, n, dim, scale, scores, out);
+}
+
+}  // namespace
+
+void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+            float scale, float* scores, float* out) {
+  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
+}
+
+void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
+            int64_t dim, float scale, float* scores, float* out) {
+  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
+}
+
+bool ToHalf(const float* x, int64_t n, uint16_t* out) {
+#if DISCO_LLAMA_AVX2
+  if (Kernels() != Isa::kBase) return avx2::ToHalf(x, n, out);
+#endif
+  bool fits = true;
+  for (int64_t i = 0; i < n; ++i) {
+    fits = fits && !(std::fabs(x[i]) >= 65520.0f);
+    out[i] = q8::FloatToHalf(x[i]);
+  }
+  return fits;
+}
+
+void FromHalf(const uint16_t* h, int64_t n, float* out) {
+#if DISCO_LLAMA_AVX2
+  if (Kernels() != Isa::kBase) return avx2::FromHalf(h, n, out);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = q8::HalfToFloat(h[i]);
 }
 
 LLAMA_KERNEL void Add(const float* x, float* y, int64_t n) {

@@ -86,6 +86,15 @@ void SiluMul(const float* g, const float* u, float* out, int64_t n);
 /// by Cephes' expf polynomial in both.
 void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out);
+/// The same over float16 keys and values (IEEE half bits: a float16 kv cache), each widened
+/// exactly to float32 as it is read: the result of Attend over their float32 values.
+void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
+            int64_t dim, float scale, float* scores, float* out);
+/// out = x in float16 (IEEE half bits, to nearest even; F16C where the kernel set has AVX2);
+/// false when some |x[i]| >= 65520 (infinity included), which float16 holds as infinity.
+bool ToHalf(const float* x, int64_t n, uint16_t* out);
+/// out = h widened to float32 (exact).
+void FromHalf(const uint16_t* h, int64_t n, float* out);
 
 /// Rotary embedding of `heads` vectors of `dim` at v (consecutive), Hugging Face's rotate_half
 /// convention: for i < dim/2, (v[i], v[i + dim/2]) rotated by the angle whose cos and sin are

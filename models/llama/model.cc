@@ -138,12 +138,35 @@ void Embed(State& s) {
 // The attention of one row, for the `rep` query heads that share one kv head: softmax(q K^T *
 // scale) V over positions 0..pos of the row's sequence (with a sliding window, the positions
 // > pos - sliding_window only).
-void AttendRow(State& s, const float* q, int64_t rep, const float* kc, const float* vc, int64_t pos,
+template <typename T>
+void AttendRow(State& s, const float* q, int64_t rep, const T* kc, const T* vc, int64_t pos,
                float* out) {
   const int64_t hd = s.m->config.head_dim, window = s.m->config.sliding_window;
   const int64_t first = window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
   Attend(q, rep, kc + first * hd, vc + first * hd, pos + 1 - first, hd,
          1.0f / std::sqrt(static_cast<float>(hd)), s.scores.data(), out);
+}
+
+// Row r's keys and values (after the rotation) into its sequence's cache at its position; in
+// float16 (kv16) refused past float16's range, which would be infinity there and NaN after.
+void CacheRow(State& s, int64_t layer, int64_t r) {
+  const int64_t hd = s.m->config.head_dim, kvw = s.m->kv_heads * hd;
+  const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
+  for (int64_t g = 0; g < s.m->kv_heads; ++g) {
+    const float* k = s.k.data() + r * kvw + g * hd;
+    const float* v = s.v.data() + r * kvw + g * hd;
+    if (!s.kv16) {
+      std::memcpy(s.KCache<float>(layer, seq, g) + pos * hd, k, static_cast<size_t>(hd) * 4);
+      std::memcpy(s.VCache<float>(layer, seq, g) + pos * hd, v, static_cast<size_t>(hd) * 4);
+      continue;
+    }
+    const bool fits = ToHalf(k, hd, s.KCache<uint16_t>(layer, seq, g) + pos * hd) &&
+                      ToHalf(v, hd, s.VCache<uint16_t>(layer, seq, g) + pos * hd);
+    DISCO_CHECK(fits, ValueError)
+        << "llama.attention: layer " << layer << ", sequence " << seq << ", position " << pos
+        << ": a key or value of kv head " << g << " is past float16's range (|x| >= 65520), "
+        << "which a float16 kv cache holds as infinity; make the state with kv_dtype 'float32'";
+  }
 }
 
 void Attention(State& s, int64_t layer) {
@@ -180,22 +203,24 @@ void Attention(State& s, int64_t layer) {
   // Rotary embedding, then every row's key and value into the cache at its position.
   const int64_t half = hd / 2;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
+    const int64_t pos = s.row_pos[r];
     Rope(s.q.data() + r * qw, m.heads, hd, s.cos.data() + pos * half, s.sin.data() + pos * half);
     Rope(s.k.data() + r * kvw, m.kv_heads, hd, s.cos.data() + pos * half,
          s.sin.data() + pos * half);
-    for (int64_t g = 0; g < m.kv_heads; ++g) {
-      std::memcpy(s.KCache(layer, seq, g) + pos * hd, s.k.data() + r * kvw + g * hd,
-                  static_cast<size_t>(hd) * sizeof(float));
-      std::memcpy(s.VCache(layer, seq, g) + pos * hd, s.v.data() + r * kvw + g * hd,
-                  static_cast<size_t>(hd) * sizeof(float));
-    }
+    CacheRow(s, layer, r);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
     for (int64_t g = 0; g < m.kv_heads; ++g) {
-      AttendRow(s, s.q.data() + r * qw + g * rep * hd, rep, s.KCache(layer, seq, g),
-                s.VCache(layer, seq, g), pos, s.attn.data() + r * qw + g * rep * hd);
+      const float* q = s.q.data() + r * qw + g * rep * hd;
+      float* out = s.attn.data() + r * qw + g * rep * hd;
+      if (s.kv16) {
+        AttendRow(s, q, rep, s.KCache<uint16_t>(layer, seq, g), s.VCache<uint16_t>(layer, seq, g),
+                  pos, out);
+      } else {
+        AttendRow(s, q, rep, s.KCache<float>(layer, seq, g), s.VCache<float>(layer, seq, g), pos,
+                  out);
+      }
     }
   }
   Linear(s.attn.data(), rows, qw, w.o, wf, h, s.part.data(), h, &s.scratch);
@@ -403,17 +428,38 @@ DISCO_REGISTER_GLOBAL("llama.weight_plan")
         },
         {"model"});
 
+// llama.new_state's argument i as a T, or a TypeError naming it.
+template <typename T>
+T NewStateArg(const disco::Args& args, size_t i, const char* type) {
+  static const char* const kNames[] = {"model",          "batch",       "max_len", "max_rows",
+                                       "max_new_tokens", "keep_logits", "kv_dtype"};
+  std::optional<T> v = args[i].as<T>();
+  DISCO_CHECK(v.has_value(), TypeError)
+      << "llama.new_state: argument " << i << " (" << kNames[i] << "): expected " << type
+      << ", got " << args[i].type_name();
+  return std::move(*v);
+}
+
+// kv_dtype (the 7th argument) may be left out: float32.
 DISCO_REGISTER_GLOBAL("llama.new_state")
-    .set_body_typed(
-        [](Object model, int64_t batch, int64_t max_len, int64_t max_rows, int64_t max_new,
-           bool keep_logits) {
-          std::shared_ptr<Model> m = ModelOf(model, "llama.new_state");
-          if (!m->finalized) m->Finalize();
-          return Object::Make(
-              std::make_shared<State>(m, batch, max_len, max_rows, max_new, keep_logits),
-              "llama.State");
-        },
-        {"model", "batch", "max_len", "max_rows", "max_new_tokens", "keep_logits"})
+    .set_body_packed([](const disco::Args& args) -> disco::Any {
+      DISCO_CHECK(args.size() == 6 || args.size() == 7, TypeError)
+          << "llama.new_state: expected 6 or 7 arguments (model, batch, max_len, max_rows, "
+             "max_new_tokens, keep_logits[, kv_dtype]), got "
+          << args.size();
+      const std::string kv =
+          args.size() == 7 ? NewStateArg<std::string>(args, 6, "string") : "float32";
+      DISCO_CHECK(kv == "float32" || kv == "float16", ValueError)
+          << "llama.new_state: kv_dtype is 'float32' or 'float16', not '" << kv << "'";
+      std::shared_ptr<Model> m = ModelOf(NewStateArg<Object>(args, 0, "Object"), "llama.new_state");
+      if (!m->finalized) m->Finalize();
+      return Object::Make(
+          std::make_shared<State>(
+              m, NewStateArg<int64_t>(args, 1, "int"), NewStateArg<int64_t>(args, 2, "int"),
+              NewStateArg<int64_t>(args, 3, "int"), NewStateArg<int64_t>(args, 4, "int"),
+              NewStateArg<bool>(args, 5, "bool"), kv == "float16"),
+          "llama.State");
+    })
     .mark_collective();  // the host memory check (host_memory.h)
 
 DISCO_REGISTER_GLOBAL("llama.begin_prefill")

@@ -7,7 +7,10 @@
 //   llama.set_weight(model, name, shard)        this worker's shard of `name` (e.g. from HDF5)
 //   llama.weight(model, name) -> Tensor         this worker's shard of `name`
 //   llama.config(model) -> str                  config.json text (every field the model uses)
-//   llama.new_state(model, batch, max_len, max_rows, max_new_tokens, keep_logits) -> State
+//   llama.new_state(model, batch, max_len, max_rows, max_new_tokens, keep_logits[, kv_dtype])
+//                                               -> State; kv_dtype "float32" (the default) or
+//                                               "float16" (CPU: half the cache's bytes, as
+//                                               llama.cpp's default)
 //   llama.begin_prefill(state, tokens, lengths) the prompts, concatenated, and their lengths
 //                                               (int64 tensors; a Shape holds at most 64)
 //   llama.begin_decode(state, step)             step 1..max_new_tokens-1: the last token of each

@@ -123,17 +123,22 @@ T* Ptr(const disco::Tensor& t) {
 
 class State {
  public:
+  // kv16: the KV cache in float16 (new_state's kv_dtype "float16"; CPU only).
   State(std::shared_ptr<Model> model, int64_t batch, int64_t max_len, int64_t max_rows,
-        int64_t max_new, bool keep_logits)
+        int64_t max_new, bool keep_logits, bool kv16 = false)
       : m(std::move(model)),
         batch(batch),
         max_len(max_len),
         max_rows(max_rows),
         max_new(max_new),
-        keep_logits(keep_logits) {
+        keep_logits(keep_logits),
+        kv16(kv16) {
     DISCO_CHECK(batch >= 1 && max_len >= 1 && max_rows >= 1 && max_new >= 1, ValueError)
         << "llama.new_state: batch " << batch << ", max_len " << max_len << ", max_rows "
         << max_rows << ", max_new_tokens " << max_new << ": each must be positive";
+    DISCO_CHECK(!kv16 || !m->gpu, ValueError)
+        << "llama.new_state: kv_dtype 'float16' is for CPU workers; the model is on "
+        << disco::DeviceToString(m->device) << ", whose kv cache is float32";
     const Config& c = m->config;
     const int64_t h = c.hidden_size, hd = c.head_dim;
     CheckSizes();
@@ -149,15 +154,16 @@ class State {
                       "llama.new_state (batch " + std::to_string(batch) + ", max_len " +
                           std::to_string(max_len) + ", max_rows " + std::to_string(max_rows) +
                           ", max_new_tokens " + std::to_string(max_new) +
-                          (keep_logits ? ", logits kept" : "") + ")",
+                          (keep_logits ? ", logits kept" : "") + (kv16 ? ", kv float16" : "") +
+                          ")",
                       "lower them (the kv cache grows with batch x max_len, the activations "
                       "with max_rows, the kept logits with batch x max_new_tokens x vocab)");
-      kv_arena = WeightArena::Make(2 * cache * sizeof(float), "the kv cache");
-      kcache = reinterpret_cast<float*>(kv_arena->data());
-      vcache = kcache + cache;
+      kv_arena = WeightArena::Make(2 * cache * KvElemBytes(), "the kv cache");
+      kcache = kv_arena->data();
+      vcache = kcache + cache * KvElemBytes();
       // Written now, as llama.cpp and torch clear theirs: a cache the memory cannot hold ends the
       // job here, not in the middle of a generation.
-      std::memset(kcache, 0, 2 * cache * sizeof(float));
+      std::memset(kcache, 0, 2 * cache * KvElemBytes());
     }
     // Rotary tables, as Hugging Face computes them in float32: inv_freq[i] = 1 /
     // theta^(2i / dim) (scaled as rope_scaling says: Config::InvFreq), angle = position *
@@ -212,7 +218,7 @@ class State {
     const double rows = static_cast<double>(max_rows), b = static_cast<double>(batch);
     const double len = static_cast<double>(max_len), vocab = static_cast<double>(m->vocab);
     const double floats =
-        2.0 * static_cast<double>(cache) + len * hd +  // kv cache; rotary cos and sin
+        2.0 * static_cast<double>(cache * KvElemBytes()) / 4 + len * hd +  // kv; rotary tables
         rows * (3 * h + 2 * static_cast<double>(m->heads) * hd +
                 2 * static_cast<double>(m->kv_heads) * hd + 2 * static_cast<double>(m->ffn)) +
         static_cast<double>(m->heads / m->kv_heads) * len + b * (h + vocab + 2) +
@@ -296,14 +302,22 @@ class State {
 
   int64_t KvBytes() const {
     if (g != nullptr) return static_cast<int64_t>(g->kcache.nbytes() + g->vcache.nbytes());
-    return static_cast<int64_t>(2 * cache_elems * sizeof(float));
+    return static_cast<int64_t>(2 * cache_elems * KvElemBytes());
   }
+  size_t KvElemBytes() const { return kv16 ? 2 : 4; }
   int64_t KvHugeBytes() const { return static_cast<int64_t>(kv_arena ? kv_arena->HugeBytes() : 0); }
-  float* KCache(int64_t layer, int64_t seq, int64_t kv_head) {
-    return kcache + ((layer * batch + seq) * m->kv_heads + kv_head) * cache_stride;
+  // A kv head's keys (values) of one sequence in one layer: max_len rows of head_dim elements,
+  // float (T = float) or float16 bits (T = uint16_t, kv16).
+  template <typename T>
+  T* KCache(int64_t layer, int64_t seq, int64_t kv_head) {
+    return reinterpret_cast<T*>(kcache) + CacheOffset(layer, seq, kv_head);
   }
-  float* VCache(int64_t layer, int64_t seq, int64_t kv_head) {
-    return vcache + ((layer * batch + seq) * m->kv_heads + kv_head) * cache_stride;
+  template <typename T>
+  T* VCache(int64_t layer, int64_t seq, int64_t kv_head) {
+    return reinterpret_cast<T*>(vcache) + CacheOffset(layer, seq, kv_head);
+  }
+  int64_t CacheOffset(int64_t layer, int64_t seq, int64_t kv_head) const {
+    return ((layer * batch + seq) * m->kv_heads + kv_head) * cache_stride;
   }
 
   void CheckLayer(int64_t layer, const char* fn) const {
@@ -316,11 +330,12 @@ class State {
   std::shared_ptr<Model> m;
   const int64_t batch, max_len, max_rows, max_new;
   const bool keep_logits;
+  const bool kv16;
   int64_t cache_stride = 0;
   // [layer][sequence][kv head][position][head_dim], keys then values in one arena (host only).
   std::shared_ptr<WeightArena> kv_arena;
-  float* kcache = nullptr;
-  float* vcache = nullptr;
+  char* kcache = nullptr;
+  char* vcache = nullptr;
   size_t cache_elems = 0;
   std::vector<float> cos, sin;   // [position][head_dim / 2]
   std::vector<int64_t> seq_len;  // prompt lengths

@@ -62,6 +62,10 @@ void AddModelOptions(CLI::App* app, llama::Options* o) {
                         "float32, bfloat16 or int8 weights (int8: the linear layers' as "
                         "llama.cpp's Q8_0, on the CPU)",
                         "DTYPE");
+  disco::cli::AddChoice(app, "--kv-dtype", &o->kv_dtype, {"float32", "float16"},
+                        "the KV cache's dtype (float16: half its bytes, as llama.cpp's default; "
+                        "CPU only)",
+                        "DTYPE");
   disco::cli::AddChoice(app, "--device", &o->device, {"cpu", "cuda"},
                         "cuda: each rank's shards on its own GPU");
   app->add_flag("--calls", o->calls, "decode call by call, not by replay of a captured graph");

@@ -31,6 +31,11 @@ int main(int argc, char** argv) {
                  "weights in memory (int8: the linear layers' as llama.cpp's Q8_0, on the CPU)")
       ->check(CLI::IsMember({"float32", "bfloat16", "int8"}))
       ->capture_default_str();
+  app.add_option("--kv-dtype", o.kv_dtype,
+                 "the KV cache's dtype (float16: half its bytes, so twice the --max-batch x "
+                 "--max-len, as llama.cpp's default)")
+      ->check(CLI::IsMember({"float32", "float16"}))
+      ->capture_default_str();
   if (int code = disco::cli::Parse(&app, argc, argv); code >= 0) return code;
   // Between requests the workers sleep in a barrier instead of spinning for the next frame (as
   // disco-serve's do between clients); the next frame wakes them.

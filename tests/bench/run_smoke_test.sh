@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CTest bench.smoke: bench/decode_bench.py end to end on the tiny model, 1 repeat, 4 new tokens,
-# batches 1 and 2, 1 and 2 ranks/threads, float32 and bfloat16, with the baselines this machine
-# has: torch and llama.cpp from build/venv-bench (bench/venv.sh) when it is there, else torch
-# from the transformers environment launch/test already makes ($DISCO_HF_VENV, else .venv-hf:
-# launch/common.sh's disco_hf_venv; no second download in CI), else disco alone, saying why.
+# batches 1 and 2, 1 and 2 ranks/threads, float32 and bfloat16 (disco timed with --disco-kv f16),
+# with the baselines this machine has: torch and llama.cpp from build/venv-bench (bench/venv.sh)
+# when it is there, else torch from the transformers environment launch/test already makes
+# ($DISCO_HF_VENV, else .venv-hf: launch/common.sh's disco_hf_venv; no second download in CI),
+# else disco alone, saying why.
 # llama.cpp only where llama-cpp-python is already installed (CI never builds it: bench/venv.sh
 # --llama-cpp does, in minutes). Checks the output's shape, not its speed (no timed test).
 #   run_smoke_test.sh MPIEXEC DISCO_DEMO VENV_PYTHON [mpiexec flags...]
@@ -26,7 +27,7 @@ trap 'rm -rf "$work"' EXIT
 flags=()
 for f in "$@"; do flags+=("--mpiexec-flag=$f"); done
 "$py" "$here/../../bench/decode_bench.py" --models tiny --batches 1,2 --repeats 1 \
-  --new-tokens 4 --stream-mib 16 --python "$py" --demo "$demo" --mpiexec "$mpiexec" \
+  --new-tokens 4 --stream-mib 16 --python "$py" --demo "$demo" --mpiexec "$mpiexec" --disco-kv f16 \
   "${flags[@]}" --cache "$work/cache" --json "$work/out.json" | tee "$work/out.txt"
 "$py" - "$work/out.json" "$work/out.txt" <<'PY'
 import json, sys
@@ -50,6 +51,8 @@ for who in ("disco", "torch", "llama.cpp"):
     # what n cores read beside each run (1 repeat: one figure), and the fraction of it
     assert all(len(r["read_beside"]) == 1 and r["read_beside"][0] > 0 and r["decode_of_beside"] > 0
                for r in mine), mine
+    # disco timed with its float16 kv cache (--disco-kv f16), the others with float32 ones
+    assert all(r["note"].endswith(", f16 kv cache") == (who == "disco") for r in mine), mine
     if who != "disco":
         assert f"float32 tokens, {who} 1 thread against disco 1 rank: the same" in out, who
 assert j["machine"]["bandwidth"]["1"]["read"] > 0 and len(j["machine"]["spinners"]) == 2

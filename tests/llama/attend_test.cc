@@ -1,8 +1,10 @@
 // kernels.h's Attend against a double-precision softmax(q k^T scale) v: every head size the
 // AVX-512 kernel takes (16 to 256) and two it leaves to the portable code (48, 96), groups of 1 to
 // 8 query heads, position counts on either side of its tiles of 16; scores far apart (e^x down to
-// zero); no positions giving zeros; a NaN in one key reaching every output, not hidden. Under each
-// kernel set (CTest runs this binary once per set).
+// zero); no positions giving zeros; a NaN in one key reaching every output, not hidden. A float16
+// cache (keys and values in IEEE half bits) gives exactly what float32 keys and values of the same
+// numbers give; ToHalf and FromHalf against q8.h's scalar conversions. Under each kernel set (CTest
+// runs this binary once per set).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 
 #include "cpu_kernels_test.h"
 #include "llama/kernels.h"
+#include "llama/q8.h"
 
 namespace {
 
@@ -110,6 +113,88 @@ TEST_F(CpuKernels, AttendPassesANaNKeyOn) {
       }
     }
   }
+}
+
+// Keys and values rounded to float16 (as a float16 cache holds them) and their bits.
+struct HalfCase {
+  std::vector<uint16_t> k, v;
+};
+HalfCase Round(Case* c) {
+  HalfCase h{std::vector<uint16_t>(c->k.size()), std::vector<uint16_t>(c->v.size())};
+  EXPECT_TRUE(llama::ToHalf(c->k.data(), static_cast<int64_t>(c->k.size()), h.k.data()));
+  EXPECT_TRUE(llama::ToHalf(c->v.data(), static_cast<int64_t>(c->v.size()), h.v.data()));
+  llama::FromHalf(h.k.data(), static_cast<int64_t>(h.k.size()), c->k.data());
+  llama::FromHalf(h.v.data(), static_cast<int64_t>(h.v.size()), c->v.data());
+  return h;
+}
+
+TEST_F(CpuKernels, AttendOverAFloat16CacheIsAttendOverItsValues) {
+  std::mt19937 rng(24);
+  for (const int64_t dim : {16, 48, 64, 128, 256}) {
+    for (const int64_t rep : {1, 3, 8}) {
+      for (const int64_t n : {0, 1, 15, 16, 17, 63, 64, 65, 130}) {
+        Case c = Random(rep, n, dim, 4.0f, &rng);
+        const HalfCase h = Round(&c);
+        const std::vector<float> want = AttendOf(c, 0.125f);
+        std::vector<float> scores(static_cast<size_t>(rep * n) + 1, -7.0f);
+        std::vector<float> out(c.q.size() + 1, 5.0f);
+        llama::Attend(c.q.data(), rep, h.k.data(), h.v.data(), n, dim, 0.125f, scores.data(),
+                      out.data());
+        EXPECT_EQ(scores.back(), -7.0f) << "scores written past rep x n";
+        EXPECT_EQ(out.back(), 5.0f) << "out written past rep x dim";
+        out.pop_back();
+        ASSERT_EQ(out, want) << "dim " << dim << ", rep " << rep << ", n " << n;
+      }
+    }
+  }
+}
+
+// Every float16 bit pattern widened as q8.h's scalar code does (NaN as NaN), and floats across
+// float16's range (normal, subnormal, halfway cases, past 65504) rounded alike; the limit flagged.
+TEST_F(CpuKernels, HalfConversionsMatchTheScalarOnes) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(all.size());
+  llama::FromHalf(all.data(), static_cast<int64_t>(all.size()), wide.data());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const float want = llama::q8::HalfToFloat(all[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(wide[i])) << "half 0x" << std::hex << i;
+    } else {
+      ASSERT_EQ(wide[i], want) << "half 0x" << std::hex << i;
+    }
+  }
+  std::vector<float> x;
+  std::mt19937 rng(25);
+  std::uniform_real_distribution<float> mag(-27.0f, 15.99f);  // 2^-27 .. 65000
+  for (int i = 0; i < 20000; ++i) {
+    x.push_back((i % 2 != 0 ? -1.0f : 1.0f) * std::exp2(mag(rng)));
+  }
+  for (size_t i = 0; i < all.size(); ++i) {  // halfway between neighbours: to even
+    if (std::isfinite(wide[i]) && (all[i] & 0x7fffu) < 0x7bffu) {
+      x.push_back((wide[i] + llama::q8::HalfToFloat(static_cast<uint16_t>(all[i] + 1))) / 2);
+    }
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, -65519.99f, 5.96e-8f, 2.98e-8f, 1e-30f}) {
+    x.push_back(f);
+  }
+  std::vector<uint16_t> h(x.size());
+  for (size_t n : {x.size(), size_t{7}, size_t{0}}) {  // the vector loop and its tail
+    ASSERT_TRUE(llama::ToHalf(x.data(), static_cast<int64_t>(n), h.data()));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(h[i], llama::q8::FloatToHalf(x[i])) << "x = " << x[i];
+    }
+  }
+  for (float past : {65520.0f, -70000.0f, INFINITY, 3e38f}) {
+    for (size_t at : {size_t{0}, size_t{5}, size_t{12}}) {  // a vector's lane and the tail
+      std::vector<float> y(13, 1.0f);
+      y[at] = past;
+      EXPECT_FALSE(llama::ToHalf(y.data(), 13, h.data())) << past << " at " << at;
+    }
+  }
+  const float nan = NAN;
+  EXPECT_TRUE(llama::ToHalf(&nan, 1, h.data()));
+  EXPECT_TRUE(std::isnan(llama::q8::HalfToFloat(h[0])));
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 #   - a FIFO as config.json, model.safetensors or a shard (the loader waited forever: T5);
 #   - tensor shapes whose element count wraps (T11);
 #   - llama.new_state arguments whose buffers would not fit (with the Python package): sizes
-#     that wrap, and a kv cache the node's memory cannot hold (which the OOM killer ended).
+#     that wrap, and a kv cache the node's memory cannot hold (which the OOM killer ended);
+#     kv_dtype float16 halving the cache, a bad kv_dtype or argument count refused naming it;
+#   - keys or values past float16's range refused by a float16 kv cache (float32 decodes them).
 #   run_hostile_checkpoint_test.sh PYTHON MPIEXEC DEMO [mpiexec flags...]
 set -uo pipefail
 py=$1 mpiexec=$2 demo=$3
@@ -165,6 +167,30 @@ rm "$dir/fifo-shard/model-00002-of-00002.safetensors"
 mkfifo "$dir/fifo-shard/model-00002-of-00002.safetensors"
 expect "model-00002-of-00002.safetensors is not a regular file (a FIFO)" "$dir/fifo-shard"
 
+# Values past float16's range (65504) in layer 0's v_proj output: a float16 kv cache refuses them
+# naming the layer and position, where a float32 one decodes.
+variant huge-values "
+import numpy as np
+path = os.path.join(d, 'model.safetensors')
+raw = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+e = json.loads(raw[8:8 + n])['model.layers.0.self_attn.v_proj.weight']
+a, b = (8 + n + x for x in e['data_offsets'])
+assert e['dtype'] == 'F32'
+raw[a:b] = (np.frombuffer(bytes(raw[a:b]), np.float32) * 1e7).astype(np.float32).tobytes()
+open(path, 'wb').write(raw)"
+out=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/huge-values" --prompt 1,2 \
+  --max-new-tokens 2 --warmup 0 --kv-dtype float16 2>&1) && rc=0 || rc=$?
+if ((rc == 0 || rc == 124)) ||
+  ! grep -q "llama.attention: layer 0, sequence 0, position 0: a key or value of kv head [0-9] is past float16's range" <<<"$out"; then
+  echo "FAIL: values past float16's range in a float16 kv cache (exit $rc)"; echo "$out" | tail -5; fail=1
+elif ! timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/huge-values" --prompt 1,2 \
+  --max-new-tokens 2 --warmup 0 >/dev/null 2>&1; then
+  echo "FAIL: the huge-values checkpoint with a float32 kv cache"; fail=1
+else
+  echo "ok: huge-values: refused by a float16 kv cache, decoded with a float32 one"
+fi
+
 # llama.new_state's arguments: every buffer's size is checked before anything is allocated.
 if "$py" -c "import disco" 2>/dev/null; then
   cat >"$dir/new_state.py" <<'PYEOF'
@@ -189,6 +215,19 @@ def controller(sess):
             print("accepted", args, flush=True)
         except disco.RemoteError as e:
             print("refused:", str(e).splitlines()[0], flush=True)
+    # kv_dtype, the optional 7th argument: half the bytes in float16; a bad one or a bad count
+    # refused naming it.
+    for args in [(1, 2**34, 1, 1, False, "float16"), (1, 64, 1, 1, False, "bfloat16"),
+                 (1, 64, 1, 1, False, 16), (1, 64, 1, 1, False, "float16", 1), (1, 64, 1, 1)]:
+        try:
+            fn("llama.new_state")(model, *args)
+            sess.sync_all()
+            print("accepted", args, flush=True)
+        except (disco.RemoteError, TypeError, ValueError) as e:
+            print("refused:", str(e).splitlines()[0], flush=True)
+    fn("llama.new_state")(model, 2, 64, 8, 4, False, "float16")
+    sess.sync_all()
+    print("accepted a float16 kv cache", flush=True)
     return 0
 
 
@@ -203,6 +242,13 @@ PYEOF
   if ! grep -q "GiB per worker, [0-9.]* GiB for the 2 workers bound by host .*, more than the .* it can give" <<<"$out"; then
     echo "FAIL: llama.new_state past the node's memory"; echo "$out" | tail -8; fail=1
   fi
+  for want in "max_new_tokens 1, kv float16) needs [0-9.]* GiB per worker" \
+    "kv_dtype is 'float32' or 'float16', not 'bfloat16'" \
+    "argument 6 (kv_dtype): expected string, got int" \
+    "expected 6 or 7 arguments (model, batch, max_len, max_rows, max_new_tokens, keep_logits\[, kv_dtype\]), got 8" \
+    "got 5" "accepted a float16 kv cache"; do
+    grep -q "$want" <<<"$out" || { echo "FAIL: llama.new_state: no '$want'"; echo "$out" | tail -8; fail=1; }
+  done
 else
   echo "skipped: llama.new_state from Python (no disco package for $py)"
 fi

@@ -4,6 +4,7 @@
 #     safetensors file (F32), sharded ones with an index (F16, BF16: the same values), in bfloat16,
 #     and from the HDF5 file --convert wrote; --dump-logits holds (B, T, vocab) logits whose argmax
 #     are the generated ids; the report lines are there;
+#   - --kv-dtype float16 gives the same ids and logits close to float32's; refused on a GPU;
 #   - checkpoints that do not fit their config fail naming the tensor (and the shapes), and sizes
 #     the ranks cannot split name the number; nothing hangs;
 #   - with a Python (PYTHONPATH holding disco), examples/generate.py prints the same lines.
@@ -61,7 +62,7 @@ ref=$(grep '^generated:' <<<"$out")
 [[ $(wc -l <<<"$ref") -eq 4 ]] || { echo "FAIL: not one generated line per prompt"; exit 1; }
 for want in '^prefill: [0-9.]+ tokens/s$' '^decode: [0-9.]+ tokens/s$' \
   '^runtime share of a decode step: [0-9.]+% \(by replay\), [0-9.]+% \(call by call\)$' \
-  '^kv cache per rank: [0-9.]+ MiB$' '^peak rss per rank \(MiB\): [0-9.]+$' \
+  '^kv cache per rank: [0-9.]+ MiB \(float32\)$' '^peak rss per rank \(MiB\): [0-9.]+$' \
   '^weights per rank: [0-9.]+ MiB$'; do
   grep -Eq "$want" <<<"$out" || { echo "FAIL: no line matching $want"; fail=1; }
 done
@@ -93,6 +94,25 @@ assert logits.dtype == np.float32 and logits.shape == (4, 8, 256), (logits.dtype
 assert (logits.argmax(-1) == ids).all(), (logits.argmax(-1), ids)
 print("ok: --dump-logits", logits.shape, "argmax = the generated ids")
 EOF
+# --kv-dtype float16: the same ids, logits within float16's rounding of the keys and values of the
+# float32 cache's; the line says float16. On a GPU it is refused before anything starts.
+out=$(run 2 --model "$dir/f32" --kv-dtype float16 --dump-logits "$dir/logits16.npy")
+same "2 ranks, --kv-dtype float16" "$out"
+grep -q '^kv cache per rank: [0-9.]* MiB (float16)$' <<<"$out" ||
+  { echo "FAIL: --kv-dtype float16 not in the kv cache line"; fail=1; }
+"$py" - "$dir/logits.npy" "$dir/logits16.npy" <<'EOF' || fail=1
+import sys
+import numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+err = float(np.abs(a - b).max())
+assert 0 < err < 2e-2 * float(np.abs(a).max()), (err, float(np.abs(a).max()))
+print(f"ok: --kv-dtype float16 logits within {err:.2g} of float32's (max |logit| {np.abs(a).max():.3g})")
+EOF
+if out=$(timeout 60 "$mpiexec" -n 1 "${flags[@]}" "$demo" --kv-dtype float16 --device cuda 2>&1); then
+  echo "FAIL: --kv-dtype float16 --device cuda accepted"; fail=1
+elif ! grep -q "kv-dtype float16 is for the CPU" <<<"$out"; then
+  echo "FAIL: --kv-dtype float16 --device cuda: $out"; fail=1
+fi
 
 # HDF5: converted at 2 ranks, loaded at 1 and 4.
 run 2 --model "$dir/f32" --convert "$dir/m.h5" | grep '^converted' || fail=1

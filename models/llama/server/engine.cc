@@ -25,7 +25,8 @@ Tensor Int64Tensor(const std::vector<int64_t>& v) {
 }  // namespace
 
 Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-               std::vector<int64_t> eos, size_t max_batch, int64_t max_len)
+               std::vector<int64_t> eos, size_t max_batch, int64_t max_len,
+               const std::string& kv_dtype)
     : s_(s),
       model_(std::move(model)),
       c_(c),
@@ -39,7 +40,7 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
   }
   slots_.assign(max_batch, Slot());
   state_ = s_.CallPacked(f_["llama.new_state"], model_, static_cast<int64_t>(max_batch), max_len,
-                         kPassRows, int64_t{1}, false);
+                         kPassRows, int64_t{1}, false, kv_dtype);
   try {
     s_.SyncAll();  // a KV cache past what a node can hold is refused here, at start
   } catch (const disco::RemoteError& e) {

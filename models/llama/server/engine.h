@@ -37,9 +37,10 @@ constexpr int64_t kPassRows = 16;
 class Engine {
  public:
   /// Makes the decoder's state, `max_batch` slots of `max_len` positions (raises when the
-  /// workers cannot), and captures a pass.
+  /// workers cannot; its KV cache in `kv_dtype`, float32 or float16), and captures a pass.
   Engine(disco::Session& s, disco::DRef model, const llama::Config& c, tokenizer::Tokenizer tok,
-         std::vector<int64_t> eos, size_t max_batch, int64_t max_len);
+         std::vector<int64_t> eos, size_t max_batch, int64_t max_len,
+         const std::string& kv_dtype = "float32");
   /// Runs jobs from `queue` until `stop` is set and the running jobs have ended; then fails the
   /// jobs still waiting (503). `idle` (may be empty) runs first whenever nothing runs and no job
   /// waits.

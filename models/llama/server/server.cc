@@ -227,7 +227,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   s.SyncAll();
   if (stopper.stopped()) return StoppedEarly();
   Engine engine(s, model, c, tok, EosIdsOf(ck, o.model), static_cast<size_t>(o.max_batch),
-                h.max_len);
+                h.max_len, o.kv_dtype);
   JobQueue queue;
   ChatRenderer chat(o.model, [&] { return stopper.stopped(); });
   if (stopper.stopped()) return StoppedEarly();
@@ -251,9 +251,10 @@ int Serve(disco::Session& s, const ServerOptions& o) {
                  "tunnel\n",
                  o.host.c_str());
   }
-  std::printf("disco-llm-server: %s (%s), %d rank(s), %s, --max-batch %lld --max-len %lld\n",
-              o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(),
-              static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
+  std::printf(
+      "disco-llm-server: %s (%s), %d rank(s), %s, kv cache %s, --max-batch %lld --max-len %lld\n",
+      o.model.c_str(), c.Summary().c_str(), s.num_workers(), o.dtype.c_str(), o.kv_dtype.c_str(),
+      static_cast<long long>(o.max_batch), static_cast<long long>(h.max_len));
   std::printf("disco-llm-server: %s\n", chat.status().c_str());
   // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:PORT.
   const bool v6 = o.host.find(':') != std::string::npos;

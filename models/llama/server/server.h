@@ -21,6 +21,7 @@ struct ServerOptions {
   int64_t max_len = 0;  // 0: the config's max_position_embeddings
   std::string api_key_file;
   std::string dtype = "float32";
+  std::string kv_dtype = "float32";  // the KV cache's: float32 or float16
   /// Called on the controller before it waits for requests with none waiting: the program parks
   /// the other ranks there (a private part of the session, out of a model's reach), so that an
   /// idle server's workers sleep rather than spin in MPI. May be empty.
