@@ -21,7 +21,7 @@ struct Options {
   int64_t max_new_tokens = 16;
   std::string dtype = "float32";
   std::string kv_dtype = "float32";  // the KV cache's (float16: CPU only)
-  std::string device = "cpu";  // cuda: each rank's model on its GPU, allreduces by NCCL
+  std::string device = "cpu";        // cuda: each rank's model on its GPU, allreduces by NCCL
   std::string dump_logits;
   std::string convert;
   bool calls = false;

@@ -154,8 +154,7 @@ class State {
                       "llama.new_state (batch " + std::to_string(batch) + ", max_len " +
                           std::to_string(max_len) + ", max_rows " + std::to_string(max_rows) +
                           ", max_new_tokens " + std::to_string(max_new) +
-                          (keep_logits ? ", logits kept" : "") + (kv16 ? ", kv float16" : "") +
-                          ")",
+                          (keep_logits ? ", logits kept" : "") + (kv16 ? ", kv float16" : "") + ")",
                       "lower them (the kv cache grows with batch x max_len, the activations "
                       "with max_rows, the kept logits with batch x max_new_tokens x vocab)");
       kv_arena = WeightArena::Make(2 * cache * KvElemBytes(), "the kv cache");
