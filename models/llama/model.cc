@@ -147,9 +147,11 @@ void AttendRow(State& s, const float* q, int64_t rep, const T* kc, const T* vc, 
          1.0f / std::sqrt(static_cast<float>(hd)), s.scores.data(), out);
 }
 
-// Row r's keys and values (after the rotation) into its sequence's cache at its position; in
-// float16 (kv16) refused past float16's range, which would be infinity there and NaN after.
-void CacheRow(State& s, int64_t layer, int64_t r) {
+// Row r's keys and values (after the rotation) into its sequence's cache at its position. In
+// float16 (kv16), the first key or value past float16's range (infinity there, NaN after) is
+// described in *overflow: Attention raises it after its allreduce, which every rank must join
+// (another rank's heads may all fit).
+void CacheRow(State& s, int64_t layer, int64_t r, std::string* overflow) {
   const int64_t hd = s.m->config.head_dim, kvw = s.m->kv_heads * hd;
   const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
   for (int64_t g = 0; g < s.m->kv_heads; ++g) {
@@ -160,12 +162,16 @@ void CacheRow(State& s, int64_t layer, int64_t r) {
       std::memcpy(s.VCache<float>(layer, seq, g) + pos * hd, v, static_cast<size_t>(hd) * 4);
       continue;
     }
-    const bool fits = ToHalf(k, hd, s.KCache<uint16_t>(layer, seq, g) + pos * hd) &&
-                      ToHalf(v, hd, s.VCache<uint16_t>(layer, seq, g) + pos * hd);
-    DISCO_CHECK(fits, ValueError)
-        << "llama.attention: layer " << layer << ", sequence " << seq << ", position " << pos
-        << ": a key or value of kv head " << g << " is past float16's range (|x| >= 65520), "
-        << "which a float16 kv cache holds as infinity; make the state with kv_dtype 'float32'";
+    const bool k_fits = ToHalf(k, hd, s.KCache<uint16_t>(layer, seq, g) + pos * hd);
+    const bool v_fits = ToHalf(v, hd, s.VCache<uint16_t>(layer, seq, g) + pos * hd);
+    if ((!k_fits || !v_fits) && overflow->empty()) {
+      *overflow = "llama.attention: layer " + std::to_string(layer) + ", sequence " +
+                  std::to_string(seq) + ", position " + std::to_string(pos) + ": a key or value " +
+                  "of kv head " + std::to_string(s.m->rank * s.m->kv_heads + g) +
+                  " is past float16's range (|x| >= 65520), " +
+                  "which a float16 kv cache holds as infinity; make the state with kv_dtype " +
+                  "'float32'";
+    }
   }
 }
 
@@ -202,12 +208,13 @@ void Attention(State& s, int64_t layer) {
   }
   // Rotary embedding, then every row's key and value into the cache at its position.
   const int64_t half = hd / 2;
+  std::string overflow;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = s.row_pos[r];
     Rope(s.q.data() + r * qw, m.heads, hd, s.cos.data() + pos * half, s.sin.data() + pos * half);
     Rope(s.k.data() + r * kvw, m.kv_heads, hd, s.cos.data() + pos * half,
          s.sin.data() + pos * half);
-    CacheRow(s, layer, r);
+    CacheRow(s, layer, r, &overflow);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
@@ -229,6 +236,7 @@ void Attention(State& s, int64_t layer) {
   timer.EndAllReduce();
   Add(s.part.data(), x, rows * h);
   if (!w.o_bias.empty()) AddBias(w.o_bias.host.data(), x, rows, h);  // once: after the sum
+  DISCO_CHECK(overflow.empty(), ValueError) << overflow;
 }
 
 void Mlp(State& s, int64_t layer) {

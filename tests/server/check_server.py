@@ -4,7 +4,8 @@ completions by token ids and by text, whole and streamed, whose greedy tokens mu
 disco-demo --prompt's whatever else is in the batch; usage counts; stop strings; the errors
 (malformed JSON, wrong types, too long, huge body, wrong or missing key, unknown route, wrong
 method, sampling, what is not implemented); chat completions through the checkpoint's template;
-refusals at start (a key file others can read, no tokenizer); a client dropped
+refusals at start (a key file others can read, no tokenizer); the same tokens with a float16 KV
+cache (--kv-dtype float16); a client dropped
 mid-stream, then another request served; SIGTERM during a stream: it ends whole, and exit 0.
 
   check_server.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO [mpiexec flags...]
@@ -481,6 +482,27 @@ def check_ipv6_and_open_files(mpiexec, flags, server, model):
             proc.kill()
 
 
+def check_kv16(mpiexec, flags, server, model, key_file, want):
+    """--kv-dtype float16: the start-up line names it, and greedy tokens are disco-demo's (float32
+    cache) on the test model."""
+    proc, port, lines, rest, reader = launch(
+        [mpiexec, "-n", "2", *flags, server, "--model", model, "--port", "0", "--max-len",
+         str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file, "--kv-dtype", "float16"])
+    try:
+        if not any("kv cache float16" in line for line in lines):
+            fail(f"--kv-dtype float16 not in the start-up lines:\n{''.join(lines)}")
+        check_tokens(Client(port), want)
+        for pid in ranks_of(proc.pid, server):
+            os.kill(pid, signal.SIGTERM)
+        if proc.wait(timeout=TIMEOUT) != 0:
+            fail(f"--kv-dtype float16 after SIGTERM: exit {proc.returncode}:\n"
+                 f"{''.join(lines + rest)}")
+        reader.join(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def make_model(tmp):
     """The test checkpoint (with CHAT_TEMPLATE) and a key file in `tmp`: (model, key_file)."""
     model = os.path.join(tmp, "model")
@@ -502,6 +524,7 @@ def main():
         check_startup_errors(mpiexec, flags, server, tmp, model)
         check_stop_during_start(mpiexec, flags, server, tmp, model)
         check_ipv6_and_open_files(mpiexec, flags, server, model)
+        check_kv16(mpiexec, flags, server, model, key_file, want)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)
