@@ -172,11 +172,9 @@ bool AttendFits(int64_t dim) {
   return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256;
 }
 
-namespace {
-
 template <typename T>
-void AttendAny(const float* q, int64_t rep, const T* k, const T* v, int64_t n, int64_t dim,
-               float scale, float* scores, float* out) {
+void Attend(const float* q, int64_t rep, const T* k, const T* v, int64_t n, int64_t dim,
+            float scale, float* scores, float* out) {
   switch (dim) {
     case 16:
       return AttendHeads<1>(q, rep, k, v, n, scale, scores, out);
@@ -193,16 +191,9 @@ void AttendAny(const float* q, int64_t rep, const T* k, const T* v, int64_t n, i
   }
 }
 
-}  // namespace
-
-void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
-            float scale, float* scores, float* out) {
-  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
-}
-
-void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
-            int64_t dim, float scale, float* scores, float* out) {
-  AttendAny(q, rep, k, v, n, dim, scale, scores, out);
-}
+template void Attend(const float*, int64_t, const float*, const float*, int64_t, int64_t, float,
+                     float*, float*);
+template void Attend(const float*, int64_t, const uint16_t*, const uint16_t*, int64_t, int64_t,
+                     float, float*, float*);
 
 }  // namespace llama::avx512

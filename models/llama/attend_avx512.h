@@ -15,11 +15,10 @@ bool AttendFits(int64_t dim);
 /// (their products' 16 vectors summed by one transposition), e^x by a polynomial (Cephes' expf:
 /// within 1.23 ulp of e^x where it is a normal float, NaN kept), and the values of up to 16 / (dim
 /// / 16) heads at once, each output one chain of FMAs along the positions.
-void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t n, int64_t dim,
+/// T: float, or uint16_t (float16 bits: a float16 kv cache, widened as it is read).
+template <typename T>
+void Attend(const float* q, int64_t rep, const T* k, const T* v, int64_t n, int64_t dim,
             float scale, float* scores, float* out);
-/// The same over float16 keys and values (a float16 kv cache), widened as they are read.
-void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
-            int64_t dim, float scale, float* scores, float* out);
 
 }  // namespace llama::avx512
 
