@@ -15,6 +15,7 @@ next request while the other slot's request still runs. With --max-batch 18: a s
 import http.client
 import json
 import os
+import re
 import random
 import subprocess
 import sys
@@ -309,8 +310,12 @@ def refused_kv_cache(mpiexec, ranks, flags, server, model, tmp):
     r = subprocess.run([mpiexec, "-n", ranks, *flags, server, "--model", big, "--port", "0",
                         "--max-batch", "256", "--max-len", str(1 << 20)],
                        capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    if (r.returncode == 0 or "--max-len 1048576: " not in r.stderr
-            or "it can give" not in r.stderr or "listening" in r.stdout):
+    # One line in the server's flags: no rank prefix twice, no other worker's copy of it.
+    want = (r"^disco-llm-server: \[rank 0/\d+ [^]]+\] --max-batch 256 x --max-len 1048576 "
+            r"\(kv cache float32\) needs [0-9.]+ GiB per worker, .* it can give \(.*\); lower "
+            r"--max-batch or --max-len, or give --kv-dtype float16 \(half the bytes\)$")
+    if (r.returncode == 0 or not re.search(want, r.stderr, re.M) or r.stderr.count("[rank") != 1
+            or "listening" in r.stdout):
         fail(f"a KV cache past the memory: exit {r.returncode}:\n{r.stdout}\n{r.stderr}")
 
 

@@ -44,8 +44,16 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
   try {
     s_.SyncAll();  // a KV cache past what a node can hold is refused here, at start
   } catch (const disco::RemoteError& e) {
-    DISCO_CHECK(false, ValueError)
-        << "--max-batch " << max_batch << " x --max-len " << max_len << ": " << e.what();
+    // The memory check's refusal said in the server's flags (the figures from its first line);
+    // any other failure as it came.
+    const std::string what = e.what();
+    const size_t from = what.find(" needs "), to = what.find("; lower them");
+    const std::string flags = "--max-batch " + std::to_string(max_batch) + " x --max-len " +
+                              std::to_string(max_len) + " (kv cache " + kv_dtype + ")";
+    DISCO_CHECK(from == std::string::npos || to == std::string::npos || to < from, ValueError)
+        << flags << what.substr(from, to - from) << "; lower --max-batch or --max-len"
+        << (kv_dtype == "float16" ? "" : ", or give --kv-dtype float16 (half the bytes)");
+    DISCO_CHECK(false, ValueError) << flags << ": " << what;
   }
   // One pass: its inputs are the slots, positions, counts and tokens (tensors of any length), and
   // the slots' temperatures, seeds and top_ps.
