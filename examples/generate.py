@@ -121,6 +121,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "int8"],
                     help="int8: the linear layers' weights as llama.cpp's Q8_0, on the CPU")
+    ap.add_argument("--kv-dtype", default="float32", choices=["float32", "float16"],
+                    help="the KV cache's dtype (float16: half its bytes; the CPU)")
     ap.add_argument("--calls", action="store_true", help="decode steps call by call, not replays")
     ap.add_argument("--library", help="path of libdisco_llama.so")
     ap.add_argument("--dump-logits", metavar="FILE.npy",
@@ -150,7 +152,7 @@ def main():
         tokens = np.array([t for p in prompts for t in p], dtype=np.int64)
         lengths = np.array([len(p) for p in prompts], dtype=np.int64)
         state = fn("llama.new_state")(model, len(prompts), int(lengths.max()) + steps - 1,
-                                      len(tokens), steps, bool(args.dump_logits))
+                                      len(tokens), steps, bool(args.dump_logits), args.kv_dtype)
         sess.sync_all()
         embed, attention, mlp, head = (fn("llama." + n) for n in ("embed", "attention", "mlp",
                                                                    "head"))

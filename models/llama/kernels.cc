@@ -500,7 +500,8 @@ void AttendBase(const float* q, int64_t rep, const float* k, const float* v, int
 void AttendBase(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
                 int64_t dim, float scale, float* scores, float* out) {
   constexpr int64_t kChunk = 64;
-  std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk) * dim));
+  thread_local std::vector<float> wide;  // a call per row and kv head: kept between them
+  wide.resize(std::max(wide.size(), static_cast<size_t>(std::min(n, kChunk) * dim)));
   for (int64_t t = 0; t < n; t += kChunk) {
     const int64_t c = std::min(kChunk, n - t);
     FromHalf(k + t * dim, c * dim, wide.data());

@@ -168,9 +168,8 @@ void CacheRow(State& s, int64_t layer, int64_t r, std::string* overflow) {
       *overflow = "llama.attention: layer " + std::to_string(layer) + ", sequence " +
                   std::to_string(seq) + ", position " + std::to_string(pos) + ": a key or value " +
                   "of kv head " + std::to_string(s.m->rank * s.m->kv_heads + g) +
-                  " is past float16's range (|x| >= 65520), " +
-                  "which a float16 kv cache holds as infinity; make the state with kv_dtype " +
-                  "'float32'";
+                  " is past float16's range (|x| >= 65520), which a float16 kv cache holds as " +
+                  "infinity (a float32 one, kv_dtype 'float32', holds finite values to 3.4e38)";
     }
   }
 }
@@ -236,7 +235,10 @@ void Attention(State& s, int64_t layer) {
   timer.EndAllReduce();
   Add(s.part.data(), x, rows * h);
   if (!w.o_bias.empty()) AddBias(w.o_bias.host.data(), x, rows, h);  // once: after the sum
-  DISCO_CHECK(overflow.empty(), ValueError) << overflow;
+  // Slot mode leaves it to the head: the slot's rows are no longer finite on any rank, and its
+  // next token is -1 while the other slots of the step go on (disco-llm-server fails that
+  // request alone).
+  DISCO_CHECK(overflow.empty() || s.stepping, ValueError) << overflow;
 }
 
 void Mlp(State& s, int64_t layer) {
@@ -315,6 +317,13 @@ void Head(State& s) {
   }
   Linear(s.hsel.data(), b, h, m.lm_head, m.Format(), vl, s.logits.data(), vl, &s.scratch);
   auto* best = s.best.data_as<int64_t>();
+  // A row that is no longer finite (NaN or infinite weights, a float16 cache's overflow) has no
+  // next token: every rank holds the same x, so every rank decides alike.
+  std::vector<bool> broken(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) {
+    const float* xi = x + s.last_row[i] * h;
+    for (int64_t j = 0; j < h && !broken[i]; ++j) broken[i] = !std::isfinite(xi[j]);
+  }
   const std::vector<float> floors = NucleusFloors(s, &timer);
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
@@ -337,10 +346,16 @@ void Head(State& s) {
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
   if (s.stepping) {
-    for (int64_t i = 0; i < s.outs; ++i) s.next[i] = UnpackIndex(best[i]);
+    for (int64_t i = 0; i < s.outs; ++i) s.next[i] = broken[i] ? -1 : UnpackIndex(best[i]);
     return;
   }
-  for (int64_t i = 0; i < b; ++i) s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
+  for (int64_t i = 0; i < b; ++i) {
+    DISCO_CHECK(!broken[i], ValueError)
+        << "llama.head: sequence " << i << "'s hidden state at position "
+        << s.row_pos[s.last_row[i]] << " is NaN or infinite (the checkpoint's weights, or "
+        << "activations past their dtype's range): it has no next token";
+    s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
+  }
 }
 
 // ---- Registration -------------------------------------------------------------------------------
@@ -436,6 +451,14 @@ DISCO_REGISTER_GLOBAL("llama.weight_plan")
         },
         {"model"});
 
+// A caller's string as an error message may show it: its first 40 bytes, each outside printable
+// ASCII as '?' (no NUL cuts the message short, no newline forges a line of it).
+std::string Shown(const std::string& v) {
+  std::string out = v.substr(0, 40);
+  for (char& c : out) c = c < 0x20 || c > 0x7e ? '?' : c;
+  return v.size() > 40 ? out + "... (" + std::to_string(v.size()) + " bytes)" : out;
+}
+
 // llama.new_state's argument i as a T, or a TypeError naming it.
 template <typename T>
 T NewStateArg(const disco::Args& args, size_t i, const char* type) {
@@ -458,7 +481,7 @@ DISCO_REGISTER_GLOBAL("llama.new_state")
       const std::string kv =
           args.size() == 7 ? NewStateArg<std::string>(args, 6, "string") : "float32";
       DISCO_CHECK(kv == "float32" || kv == "float16", ValueError)
-          << "llama.new_state: kv_dtype is 'float32' or 'float16', not '" << kv << "'";
+          << "llama.new_state: kv_dtype is 'float32' or 'float16', not '" << Shown(kv) << "'";
       std::shared_ptr<Model> m = ModelOf(NewStateArg<Object>(args, 0, "Object"), "llama.new_state");
       if (!m->finalized) m->Finalize();
       return Object::Make(

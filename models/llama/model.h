@@ -27,7 +27,9 @@
 //                                               whole vocabulary, an allreduce): the same draw at
 //                                               any batch
 //   llama.next_tokens(state) -> Tensor int64 (slots)  the token llama.head picked for each listed
-//                                               slot (after its last row), in the step's order
+//                                               slot (after its last row), in the step's order;
+//                                               -1 for a slot whose row is NaN or infinite (a
+//                                               float16 cache's overflow, broken weights)
 //   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)
 //   llama.attention(state, layer)               x += attention block (one allreduce)
 //   llama.mlp(state, layer)                     x += MLP block (one allreduce)

@@ -58,5 +58,6 @@ for who in ("disco", "torch", "llama.cpp"):
 assert j["machine"]["bandwidth"]["1"]["read"] > 0 and len(j["machine"]["spinners"]) == 2
 assert "| model | dtype | batch | who |" in out and "| of read beside |" in out and "disco ranks = threads" in out
 assert ("the machine was LOADED" in out) == bool(j["loaded"])
+assert "float32 tokens, disco's float16 kv cache against its float32 one: " in out
 print("bench.smoke: PASS")
 PY

@@ -5,7 +5,7 @@ disco-demo --prompt's whatever else is in the batch; usage counts; stop strings;
 (malformed JSON, wrong types, too long, huge body, wrong or missing key, unknown route, wrong
 method, sampling, what is not implemented); chat completions through the checkpoint's template;
 refusals at start (a key file others can read, no tokenizer); the same tokens with a float16 KV
-cache (--kv-dtype float16); a client dropped
+cache (--kv-dtype float16), where a request past float16's range fails alone; a client dropped
 mid-stream, then another request served; SIGTERM during a stream: it ends whole, and exit 0.
 
   check_server.py MPIEXEC DISCO_LLM_SERVER DISCO_DEMO [mpiexec flags...]
@@ -15,8 +15,10 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -503,6 +505,77 @@ def check_kv16(mpiexec, flags, server, model, key_file, want):
             proc.kill()
 
 
+def overflow_model(tmp, model):
+    """A copy of the test model in which token 300 alone makes a layer-0 value (kv head 3's, rank
+    1's at 2 ranks) of about 70000, past float16's range: its embedding is one component, which
+    the norm (weight 1 there) makes sqrt(hidden) exactly, where any other token's is smaller."""
+    import numpy as np
+    out = os.path.join(tmp, "overflow")
+    shutil.copytree(model, out)
+    path = os.path.join(out, "model.safetensors")
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    h, hd = cfg["hidden_size"], cfg["head_dim"]
+
+    def tensor(name):
+        e = header[name]
+        assert e["dtype"] == "F32", e
+        a, b = (8 + n + x for x in e["data_offsets"])
+        return np.frombuffer(raw, np.float32, (b - a) // 4, a).reshape(e["shape"])
+
+    tensor("model.embed_tokens.weight")[300] = 0
+    tensor("model.embed_tokens.weight")[300, 0] = 1024
+    tensor("model.layers.0.input_layernorm.weight")[0] = 1
+    tensor("model.layers.0.self_attn.v_proj.weight")[3 * hd + 5, 0] = 70000 / np.sqrt(h)
+    with open(path, "wb") as f:
+        f.write(raw)
+    return out
+
+
+def check_kv16_overflow(mpiexec, flags, server, tmp, model, key_file):
+    """--kv-dtype float16: a request whose values pass float16's range fails alone (400, saying
+    so), and the requests decoded beside it get the tokens they get alone."""
+    proc, port, lines, rest, reader = launch(
+        [mpiexec, "-n", "2", *flags, server, "--model", overflow_model(tmp, model), "--port", "0",
+         "--max-len", str(MAX_LEN), "--max-batch", "4", "--api-key-file", key_file,
+         "--kv-dtype", "float16"])
+    try:
+        client = Client(port)
+        body = lambda p: {"prompt": p, "max_tokens": NEW, "return_token_ids": True}  # noqa: E731
+        alone = [client.complete(body(p))["choices"][0]["token_ids"] for p in PROMPTS[:3]]
+        got = {}
+
+        def one(i, p):
+            got[i] = client.request("POST", "/v1/completions", body(p))
+
+        threads = [threading.Thread(target=one, args=(i, p))
+                   for i, p in enumerate(PROMPTS[:3] + [[1, 300, 2]])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        status, text = got[3]
+        if status != 400 or "pass float16's range" not in text:
+            fail(f"the request past float16's range: HTTP {status}: {text}")
+        for i in range(3):
+            status, text = got[i]
+            if status != 200 or json.loads(text)["choices"][0]["token_ids"] != alone[i]:
+                fail(f"prompt {i} beside a request past float16's range: HTTP {status}: {text} "
+                     f"(alone: {alone[i]})")
+        for pid in ranks_of(proc.pid, server):
+            os.kill(pid, signal.SIGTERM)
+        if proc.wait(timeout=TIMEOUT) != 0:
+            fail(f"after SIGTERM: exit {proc.returncode}:\n{''.join(lines + rest)}")
+        reader.join(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def make_model(tmp):
     """The test checkpoint (with CHAT_TEMPLATE) and a key file in `tmp`: (model, key_file)."""
     model = os.path.join(tmp, "model")
@@ -525,6 +598,7 @@ def main():
         check_stop_during_start(mpiexec, flags, server, tmp, model)
         check_ipv6_and_open_files(mpiexec, flags, server, model)
         check_kv16(mpiexec, flags, server, model, key_file, want)
+        check_kv16_overflow(mpiexec, flags, server, tmp, model, key_file)
         proc, port, lines, rest, reader = start(mpiexec, flags, server, model, key_file)
         try:
             client = Client(port)
