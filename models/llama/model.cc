@@ -154,6 +154,7 @@ void AttendRow(State& s, const float* q, int64_t rep, const T* kc, const T* vc, 
 void CacheRow(State& s, int64_t layer, int64_t r, std::string* overflow) {
   const int64_t hd = s.m->config.head_dim, kvw = s.m->kv_heads * hd;
   const int64_t pos = s.row_pos[r], seq = s.row_seq[r];
+  if (layer == 0 && pos == 0) s.past_half[seq] = 0;  // the sequence's cache written anew
   for (int64_t g = 0; g < s.m->kv_heads; ++g) {
     const float* k = s.k.data() + r * kvw + g * hd;
     const float* v = s.v.data() + r * kvw + g * hd;
@@ -164,6 +165,7 @@ void CacheRow(State& s, int64_t layer, int64_t r, std::string* overflow) {
     }
     const bool k_fits = ToHalf(k, hd, s.KCache<uint16_t>(layer, seq, g) + pos * hd);
     const bool v_fits = ToHalf(v, hd, s.VCache<uint16_t>(layer, seq, g) + pos * hd);
+    if (!k_fits || !v_fits) s.past_half[seq] = 1;
     if ((!k_fits || !v_fits) && overflow->empty()) {
       *overflow = "llama.attention: layer " + std::to_string(layer) + ", sequence " +
                   std::to_string(seq) + ", position " + std::to_string(pos) + ": a key or value " +
@@ -235,9 +237,8 @@ void Attention(State& s, int64_t layer) {
   timer.EndAllReduce();
   Add(s.part.data(), x, rows * h);
   if (!w.o_bias.empty()) AddBias(w.o_bias.host.data(), x, rows, h);  // once: after the sum
-  // Slot mode leaves it to the head: the slot's rows are no longer finite on any rank, and its
-  // next token is -1 while the other slots of the step go on (disco-llm-server fails that
-  // request alone).
+  // Slot mode leaves it to the head (past_half): that slot's next token is -2 while the other
+  // slots of the step go on (disco-llm-server fails that request alone).
   DISCO_CHECK(overflow.empty() || s.stepping, ValueError) << overflow;
 }
 
@@ -301,6 +302,30 @@ std::vector<float> NucleusFloors(State& s, Timer* timer) {
   return floors;
 }
 
+// Keys no finite pick packs (PackBest of a finite value stays below 0x7F800000 << 32): a
+// sequence whose cached keys or values passed float16's range (known on the rank that
+// holds them), and one whose row or logits are NaN or infinite (a rank's slice of the
+// vocabulary). The allreduce(max) of the picks makes either every rank's.
+constexpr int64_t kPastHalf = std::numeric_limits<int64_t>::max();
+constexpr int64_t kNotFinite = kPastHalf - 1;
+
+void MarkBroken(const State& s, int64_t b, int64_t vl, int64_t* best) {
+  const int64_t h = s.m->config.hidden_size;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t r = s.last_row[i];
+    if (s.past_half[s.row_seq[r]] != 0) {
+      best[i] = kPastHalf;
+      continue;
+    }
+    const float* xi = s.x.data() + r * h;
+    const float* li = s.logits.data() + i * vl;
+    bool finite = true;
+    for (int64_t j = 0; j < h; ++j) finite = finite && std::isfinite(xi[j]);
+    for (int64_t j = 0; j < vl; ++j) finite = finite && std::isfinite(li[j]);
+    if (!finite) best[i] = kNotFinite;
+  }
+}
+
 void Head(State& s) {
   DISCO_CHECK(s.rows > 0, ValueError) << "llama.head: no batch (llama.begin_prefill first)";
   s.head_step = s.step;
@@ -317,13 +342,6 @@ void Head(State& s) {
   }
   Linear(s.hsel.data(), b, h, m.lm_head, m.Format(), vl, s.logits.data(), vl, &s.scratch);
   auto* best = s.best.data_as<int64_t>();
-  // A row that is no longer finite (NaN or infinite weights, a float16 cache's overflow) has no
-  // next token: every rank holds the same x, so every rank decides alike.
-  std::vector<bool> broken(static_cast<size_t>(b));
-  for (int64_t i = 0; i < b; ++i) {
-    const float* xi = x + s.last_row[i] * h;
-    for (int64_t j = 0; j < h && !broken[i]; ++j) broken[i] = !std::isfinite(xi[j]);
-  }
   const std::vector<float> floors = NucleusFloors(s, &timer);
   for (int64_t i = 0; i < b; ++i) {
     const float* row = s.logits.data() + i * vl;
@@ -338,6 +356,7 @@ void Head(State& s) {
     }
     best[i] = PackBest(row[arg], m.vocab_start + arg);
   }
+  MarkBroken(s, b, vl, best);
   if (s.keep_logits) {  // slot mode: the step's listed slots, at the start
     std::memcpy(s.kept.data() + s.step * b * vl, s.logits.data(),
                 static_cast<size_t>((s.stepping ? s.outs : b) * vl) * sizeof(float));
@@ -346,14 +365,21 @@ void Head(State& s) {
   disco::AllReduceInFunction(s.best, disco::ReduceOp::kMax);
   timer.EndAllReduce();
   if (s.stepping) {
-    for (int64_t i = 0; i < s.outs; ++i) s.next[i] = broken[i] ? -1 : UnpackIndex(best[i]);
+    for (int64_t i = 0; i < s.outs; ++i) {
+      s.next[i] = best[i] == kPastHalf ? -2 : best[i] == kNotFinite ? -1 : UnpackIndex(best[i]);
+    }
     return;
   }
   for (int64_t i = 0; i < b; ++i) {
-    DISCO_CHECK(!broken[i], ValueError)
-        << "llama.head: sequence " << i << "'s hidden state at position "
-        << s.row_pos[s.last_row[i]] << " is NaN or infinite (the checkpoint's weights, or "
-        << "activations past their dtype's range): it has no next token";
+    const int64_t seq = s.row_seq[s.last_row[i]], pos = s.row_pos[s.last_row[i]];
+    DISCO_CHECK(best[i] != kPastHalf, ValueError)
+        << "llama.head: sequence " << seq << ": a cached key or value passed float16's range "
+        << "(kv_dtype 'float16'; llama.attention names where, on the rank that holds it; a "
+        << "float32 kv cache holds it)";
+    DISCO_CHECK(best[i] != kNotFinite, ValueError)
+        << "llama.head: sequence " << seq << "'s hidden state or logits at position " << pos
+        << " are NaN or infinite (the checkpoint's weights, or activations past their dtype's "
+        << "range): it has no next token";
     s.tokens[i * s.max_new + s.step] = UnpackIndex(best[i]);
   }
 }

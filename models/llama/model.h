@@ -28,8 +28,9 @@
 //                                               any batch
 //   llama.next_tokens(state) -> Tensor int64 (slots)  the token llama.head picked for each listed
 //                                               slot (after its last row), in the step's order;
-//                                               -1 for a slot whose row is NaN or infinite (a
-//                                               float16 cache's overflow, broken weights)
+//                                               -2 for a slot whose keys or values passed
+//                                               float16's range in the step, -1 for one whose
+//                                               row or logits are NaN or infinite
 //   llama.embed(state)                          x = embedding of the batch's tokens (allreduce)
 //   llama.attention(state, layer)               x += attention block (one allreduce)
 //   llama.mlp(state, layer)                     x += MLP block (one allreduce)

@@ -179,6 +179,7 @@ class State {
       }
     }
     seq_len.assign(static_cast<size_t>(batch), 0);
+    past_half.assign(static_cast<size_t>(batch), 0);
     tokens.assign(static_cast<size_t>(batch * max_new), -1);
     last_row.assign(static_cast<size_t>(batch), 0);
     next.assign(static_cast<size_t>(batch), -1);
@@ -354,6 +355,9 @@ class State {
   bool stepping = false, next_ready = false;
   int64_t heads = 0, outs = 0;
   std::vector<int64_t> next;
+  // The sequences whose cached keys or values passed float16's range, on this rank (kv16): set
+  // as they are written, cleared when position 0 is written again, read by llama.head.
+  std::vector<uint8_t> past_half;
   std::vector<float> temperature;  // each listed slot's (0: greedy), llama.set_sampling's
   std::vector<float> top_p;        // each listed slot's nucleus (1: the whole vocabulary)
   std::vector<uint64_t> seed;

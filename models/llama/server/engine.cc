@@ -32,8 +32,7 @@ Engine::Engine(disco::Session& s, DRef model, const llama::Config& c, tokenizer:
       c_(c),
       tok_(std::move(tok)),
       eos_(std::move(eos)),
-      max_len_(max_len),
-      kv16_(kv_dtype == "float16") {
+      max_len_(max_len) {
   for (const char* name :
        {"llama.new_state", "llama.begin_step", "llama.set_sampling", "llama.embed",
         "llama.attention", "llama.mlp", "llama.head", "llama.next_tokens"}) {
@@ -177,10 +176,14 @@ void Engine::RunPass(const std::vector<Entry>& pass) {
     if (x.fed < static_cast<int64_t>(x.job->prompt().size())) x.fed += e.count;
     if (!e.emits) continue;
     x.last = next.data_as<int64_t>()[j];
-    if (x.last < 0) {  // this request's values went past what the cache or weights hold
-      x.job->Fail(400, kv16_ ? "the request's keys or values pass float16's range (the server "
-                               "runs --kv-dtype float16; --kv-dtype float32 holds them)"
-                             : "the model's values went NaN or infinite on this request");
+    if (x.last < 0) {      // this request's values went past what the cache or weights hold
+      if (x.last == -2) {  // past float16's range: the request's own tokens, the client's to change
+        x.job->Fail(400,
+                    "the request's keys or values pass float16's range (the server runs "
+                    "--kv-dtype float16; --kv-dtype float32 holds them)");
+      } else {  // the model's weights (NaN, infinite or huge): the server's
+        x.job->Fail(500, "the model's values went NaN or infinite on this request");
+      }
       Free(e.slot);
       continue;
     }

@@ -83,7 +83,6 @@ class Engine {
   disco::Graph pass_;
   std::vector<Slot> slots_;
   int64_t max_len_ = 0, admitted_ = 0;
-  bool kv16_ = false;                               // --kv-dtype float16
   std::mt19937_64 random_{std::random_device{}()};  // seeds of requests that give none
 };
 
