@@ -433,6 +433,15 @@ def open_files_limit(pid):
     return None
 
 
+def terminate(proc, server, lines, rest, reader, what):
+    """SIGTERM to every rank of a launched server (as scancel does), which must then exit 0."""
+    for pid in ranks_of(proc.pid, server):
+        os.kill(pid, signal.SIGTERM)
+    if proc.wait(timeout=TIMEOUT) != 0:
+        fail(f"{what}: after SIGTERM, exit {proc.returncode}:\n{''.join(lines + rest)}")
+    reader.join(timeout=TIMEOUT)
+
+
 def check_ipv6_and_open_files(mpiexec, flags, server, model):
     """--host ::1: the address printed as a URL has it ([::1]), and it answers there. Started with
     a soft open-file limit of 1024, the server raises it to the hard one (a connection is a
@@ -474,11 +483,7 @@ def check_ipv6_and_open_files(mpiexec, flags, server, model):
                 answer += chunk
         if not answer.startswith(b"HTTP/1.1 200") or b'"ok"' not in answer:
             fail(f"GET /health over [::1]: {answer!r}")
-        for pid in ranks_of(proc.pid, server):
-            os.kill(pid, signal.SIGTERM)
-        if proc.wait(timeout=TIMEOUT) != 0:
-            fail(f"--host ::1 after SIGTERM: exit {proc.returncode}:\n{''.join(lines + rest)}")
-        reader.join(timeout=TIMEOUT)
+        terminate(proc, server, lines, rest, reader, "--host ::1")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -494,12 +499,7 @@ def check_kv16(mpiexec, flags, server, model, key_file, want):
         if not any("kv cache float16" in line for line in lines):
             fail(f"--kv-dtype float16 not in the start-up lines:\n{''.join(lines)}")
         check_tokens(Client(port), want)
-        for pid in ranks_of(proc.pid, server):
-            os.kill(pid, signal.SIGTERM)
-        if proc.wait(timeout=TIMEOUT) != 0:
-            fail(f"--kv-dtype float16 after SIGTERM: exit {proc.returncode}:\n"
-                 f"{''.join(lines + rest)}")
-        reader.join(timeout=TIMEOUT)
+        terminate(proc, server, lines, rest, reader, "--kv-dtype float16")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -566,11 +566,7 @@ def check_kv16_overflow(mpiexec, flags, server, tmp, model, key_file):
             if status != 200 or json.loads(text)["choices"][0]["token_ids"] != alone[i]:
                 fail(f"prompt {i} beside a request past float16's range: HTTP {status}: {text} "
                      f"(alone: {alone[i]})")
-        for pid in ranks_of(proc.pid, server):
-            os.kill(pid, signal.SIGTERM)
-        if proc.wait(timeout=TIMEOUT) != 0:
-            fail(f"after SIGTERM: exit {proc.returncode}:\n{''.join(lines + rest)}")
-        reader.join(timeout=TIMEOUT)
+        terminate(proc, server, lines, rest, reader, "past float16's range")
     finally:
         if proc.poll() is None:
             proc.kill()
