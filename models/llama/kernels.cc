@@ -549,7 +549,7 @@ bool ToHalf(const float* x, int64_t n, uint16_t* out) {
 #endif
   bool fits = true;
   for (int64_t i = 0; i < n; ++i) {
-    fits = fits && !(std::fabs(x[i]) >= 65520.0f);
+    fits = fits && !(std::fabs(x[i]) >= 65520.0f && std::isfinite(x[i]));
     out[i] = q8::FloatToHalf(x[i]);
   }
   return fits;

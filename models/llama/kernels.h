@@ -91,7 +91,8 @@ void Attend(const float* q, int64_t rep, const float* k, const float* v, int64_t
 void Attend(const float* q, int64_t rep, const uint16_t* k, const uint16_t* v, int64_t n,
             int64_t dim, float scale, float* scores, float* out);
 /// out = x in float16 (IEEE half bits, to nearest even; F16C where the kernel set has AVX2);
-/// false when some |x[i]| >= 65520 (infinity included), which float16 holds as infinity.
+/// false when some finite x[i] has |x[i]| >= 65520, which float16 holds as infinity (an infinity
+/// or NaN in x was not float16's doing: it stays what it is, and true).
 bool ToHalf(const float* x, int64_t n, uint16_t* out);
 /// out = h widened to float32 (exact).
 void FromHalf(const uint16_t* h, int64_t n, float* out);

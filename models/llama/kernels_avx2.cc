@@ -155,19 +155,21 @@ void StreamingQ8(const float* x, int64_t m, int64_t k, const uint8_t* w, int64_t
 }
 
 bool ToHalf(const float* x, int64_t n, uint16_t* out) {
-  const __m256 limit = _mm256_set1_ps(65520.0f),
+  const __m256 limit = _mm256_set1_ps(65520.0f), inf = _mm256_set1_ps(INFINITY),
                abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 past = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    past = _mm256_or_ps(past, _mm256_cmp_ps(_mm256_and_ps(v, abs), limit, _CMP_GE_OQ));
+    const __m256 a = _mm256_and_ps(v, abs);
+    past = _mm256_or_ps(past, _mm256_and_ps(_mm256_cmp_ps(a, limit, _CMP_GE_OQ),
+                                            _mm256_cmp_ps(a, inf, _CMP_LT_OQ)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   bool fits = _mm256_movemask_ps(past) == 0;
   for (; i < n; ++i) {
-    fits = fits && !(std::fabs(x[i]) >= 65520.0f);
+    fits = fits && !(std::fabs(x[i]) >= 65520.0f && std::isfinite(x[i]));
     out[i] = static_cast<uint16_t>(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   return fits;
