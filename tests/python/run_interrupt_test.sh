@@ -67,11 +67,25 @@ run_case() {  # name ranks mode [expected exit code] [rank0: SIGINT to rank 0 on
     sed 's/^/    /' "$log"
   fi
 }
+# A handler case whose controller did not reach Python's handler within the runtime's 2 s (the
+# rule for a controller stuck in the runtime: a loaded machine starved it; seen once in a CI run
+# of MPICH's stage, where the sanitizer build runs beside the tests) runs once more, saying so;
+# any other failure, or that one twice, fails.
+run_handler_case() {
+  local before=$fail
+  run_case "$@"
+  if ((fail != before)) && grep -q 'waits in the runtime; ending the job' "$log" &&
+    ! grep -q '^KeyboardInterrupt taken' "$log"; then
+    echo "    (the handler was not reached within 2 s: the machine starved it; once more)"
+    fail=$before
+    run_case "$1 (again)" "${@:2}"
+  fi
+}
 MPI=("$@")
 run_case "alone, in Python" 1 python
 run_case "alone, in the runtime" 1 runtime
 run_case "mpirun 2, in Python" 2 python
 run_case "mpirun 2, in the runtime" 2 runtime
-run_case "alone, handler saves 4 s" 1 handler 3
-run_case "mpirun 2, handler saves 4 s" 2 handler 3 rank0
+run_handler_case "alone, handler saves 4 s" 1 handler 3
+run_handler_case "mpirun 2, handler saves 4 s" 2 handler 3 rank0
 exit $fail
