@@ -256,8 +256,8 @@ std::string MemoryShortfall(const std::vector<int64_t>& needs,
 void CheckHostMemory(size_t bytes, const std::string& what, const std::string& advice) {
   const disco::WorkerInfo& w = disco::ThisWorker();
   const std::vector<MemoryLimit> mine = ReadMemoryLimits();
-  // Every worker's limits and need, gathered by a sum: each fills its own rows (id, room; the
-  // need in the first), zeros elsewhere.
+  // Every worker's limits and need, gathered by a sum: each fills its own rows (id, room, need),
+  // zeros elsewhere.
   const int64_t n = w.num_workers, k = kMaxMemoryLimits;
   disco::Tensor all = disco::Tensor::Empty(disco::Shape{n * k * 3}, disco::DataType("int64"));
   auto* v = all.data_as<int64_t>();

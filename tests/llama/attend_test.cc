@@ -36,15 +36,19 @@ Case Random(int64_t rep, int64_t n, int64_t dim, float q_size, std::mt19937* rng
   return c;
 }
 
-std::vector<float> AttendOf(const Case& c, float scale) {
+// Attend over c's q and the keys and values k, v (c's own: float32; or float16 bits).
+template <typename T>
+std::vector<float> AttendOf(const Case& c, float scale, const T* k, const T* v) {
   // Every output starts as 5: one the kernel does not write is seen.
   std::vector<float> scores(static_cast<size_t>(c.rep * c.n) + 1, -7.0f), out(c.q.size() + 1, 5.0f);
-  llama::Attend(c.q.data(), c.rep, c.k.data(), c.v.data(), c.n, c.dim, scale, scores.data(),
-                out.data());
+  llama::Attend(c.q.data(), c.rep, k, v, c.n, c.dim, scale, scores.data(), out.data());
   EXPECT_EQ(scores.back(), -7.0f) << "scores written past rep x n";
   EXPECT_EQ(out.back(), 5.0f) << "out written past rep x dim";
   out.pop_back();
   return out;
+}
+std::vector<float> AttendOf(const Case& c, float scale) {
+  return AttendOf(c, scale, c.k.data(), c.v.data());
 }
 
 std::vector<double> Reference(const Case& c, float scale) {
@@ -135,15 +139,8 @@ TEST_F(CpuKernels, AttendOverAFloat16CacheIsAttendOverItsValues) {
       for (const int64_t n : {0, 1, 15, 16, 17, 63, 64, 65, 130}) {
         Case c = Random(rep, n, dim, 4.0f, &rng);
         const HalfCase h = Round(&c);
-        const std::vector<float> want = AttendOf(c, 0.125f);
-        std::vector<float> scores(static_cast<size_t>(rep * n) + 1, -7.0f);
-        std::vector<float> out(c.q.size() + 1, 5.0f);
-        llama::Attend(c.q.data(), rep, h.k.data(), h.v.data(), n, dim, 0.125f, scores.data(),
-                      out.data());
-        EXPECT_EQ(scores.back(), -7.0f) << "scores written past rep x n";
-        EXPECT_EQ(out.back(), 5.0f) << "out written past rep x dim";
-        out.pop_back();
-        ASSERT_EQ(out, want) << "dim " << dim << ", rep " << rep << ", n " << n;
+        ASSERT_EQ(AttendOf(c, 0.125f, h.k.data(), h.v.data()), AttendOf(c, 0.125f))
+            << "dim " << dim << ", rep " << rep << ", n " << n;
       }
     }
   }
