@@ -70,9 +70,20 @@ __global__ void RmsNormKernel(const float* x, const int64_t* rows_of, const floa
   const float* row = x + (rows_of != nullptr ? rows_of[i] : i) * h;
   float ss = 0;
   for (int64_t j = threadIdx.x; j < h; j += kThreads) ss += row[j] * row[j];
-  const float inv = 1.0f / sqrtf(BlockReduce<false>(ss, shared) / static_cast<float>(h) + eps);
+  const float total = BlockReduce<false>(ss, shared);
+  // Squares past float's range (|x| above about 1.8e19) would make the row zeros (1 / inf): then
+  // the row is scaled by its largest magnitude first (as the CPU kernel's float64 sum, in float).
+  float scale = 1.0f, inv = 1.0f / sqrtf(total / static_cast<float>(h) + eps);
+  if (isinf(total)) {
+    float m = 0;
+    for (int64_t j = threadIdx.x; j < h; j += kThreads) m = fmaxf(m, fabsf(row[j]));
+    scale = 1.0f / BlockReduce<true>(m, shared);
+    float sc = 0;
+    for (int64_t j = threadIdx.x; j < h; j += kThreads) sc += (row[j] * scale) * (row[j] * scale);
+    inv = 1.0f / sqrtf(BlockReduce<false>(sc, shared) / static_cast<float>(h));
+  }
   for (int64_t j = threadIdx.x; j < h; j += kThreads) {
-    const float v = w[j] * (row[j] * inv);
+    const float v = w[j] * ((row[j] * scale) * inv);
     out[i * h + j] = v;
     if (out_bf16 != nullptr) out_bf16[i * h + j] = __float2bfloat16(v);
   }

@@ -401,6 +401,16 @@ LLAMA_KERNEL void RmsNorm(const float* x, const float* w, int64_t n, float eps, 
   }
   float ss = Sum(acc);
   for (; i < n; ++i) ss += x[i] * x[i];
+  if (std::isinf(ss)) {
+    // Squares past float's range (|x| above about 1.8e19): 1 / inf would make the row zeros and
+    // the step's tokens silently 0. float64 holds every finite float's square; NaN and infinite
+    // inputs still give NaN (x * 0), which the head refuses.
+    double dss = 0;
+    for (i = 0; i < n; ++i) dss += static_cast<double>(x[i]) * x[i];
+    const double dinv = 1.0 / std::sqrt(dss / static_cast<double>(n) + eps);
+    for (i = 0; i < n; ++i) out[i] = w[i] * static_cast<float>(x[i] * dinv);
+    return;
+  }
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
   for (i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }

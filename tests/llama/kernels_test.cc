@@ -118,6 +118,36 @@ TEST_F(CpuKernels, ANonFiniteInputIsNotHidden) {
   }
 }
 
+// RmsNorm of rows whose squares pass float's range (a checkpoint with huge but finite values):
+// the normalized row, as a float64 reference gives it, not the zeros that 1 / inf makes; in place
+// too (q_norm and k_norm write over their input); an infinite or NaN value still shows as NaN.
+TEST(RmsNorm, RowsPastFloatsSquaresAreNormalizedNotZeroed) {
+  std::mt19937 rng(14);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int64_t n : {1, 7, 64, 768}) {
+    for (const float size : {1.0f, 1e18f, 1e20f, 1e30f, 3e38f}) {
+      std::vector<float> x(static_cast<size_t>(n)), w(x.size()), out(x.size());
+      for (float& v : x) v = u(rng) * size;
+      for (float& v : w) v = u(rng);
+      double ss = 0;
+      for (const float v : x) ss += double{v} * v;
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + 1e-5);
+      llama::RmsNorm(x.data(), w.data(), n, 1e-5f, out.data());
+      std::vector<float> in_place = x;
+      llama::RmsNorm(in_place.data(), w.data(), n, 1e-5f, in_place.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = w[i] * (x[i] * inv);
+        ASSERT_NEAR(out[i], ref, 1e-5 * std::max(1.0, std::abs(ref)))
+            << "n " << n << ", values of " << size << ": element " << i;
+        ASSERT_EQ(Bits(in_place[i]), Bits(out[i])) << "in place, n " << n << ", element " << i;
+      }
+      x[static_cast<size_t>(n / 2)] = INFINITY;
+      llama::RmsNorm(x.data(), w.data(), n, 1e-5f, out.data());
+      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(n / 2)])) << "n " << n << ", " << size;
+    }
+  }
+}
+
 // float32 and bfloat16 weights as PackF32 and PackBf16 left them (the AVX-512 kernels' panels of
 // 64 rows, a last panel of fewer rows, an odd row's last bfloat16 weight alone) give back every
 // row as given (UnpackF32, UnpackBf16), and Linear's products against a double reference, at
