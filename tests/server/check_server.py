@@ -566,6 +566,13 @@ def check_kv16_overflow(mpiexec, flags, server, tmp, model, key_file):
             if status != 200 or json.loads(text)["choices"][0]["token_ids"] != alone[i]:
                 fail(f"prompt {i} beside a request past float16's range: HTTP {status}: {text} "
                      f"(alone: {alone[i]})")
+        # Streamed, it fails before its first token: its status, not 200 and an error event.
+        status, text = client.request("POST", "/v1/completions", dict(body([1, 300, 2]),
+                                                                      stream=True))
+        if status != 400 or "pass float16's range" not in text or "data:" in text:
+            fail(f"the streamed request past float16's range: HTTP {status}: {text}")
+        if client.stream(body(PROMPTS[1]))[1] != alone[1]:
+            fail("a stream after the one past float16's range: other tokens")
         terminate(proc, server, lines, rest, reader, "past float16's range")
     finally:
         if proc.poll() is None:

@@ -66,6 +66,18 @@ bool WriteNext(Stream& st, httplib::DataSink& sink) {
   return ok;
 }
 
+// Waits until `job` has a piece or has ended. Nothing is written meanwhile, so a client that has
+// gone is seen by looking at its socket (`conn`; none: not looked at): its job is cancelled (its
+// slot freed at the next step, as a stream's) and the answer is 499.
+void AwaitPiece(Job* job, const Connection* conn) {
+  while (!job->Ready(std::chrono::milliseconds(200))) {
+    if (conn != nullptr && conn->PeerGone()) {
+      job->Cancel();
+      throw ApiError(499, "the client went away");
+    }
+  }
+}
+
 }  // namespace
 
 bool KeyMatches(const std::string& expected, const std::string& given) {
@@ -312,7 +324,15 @@ void HttpFront::Complete(CompletionRequest r, std::vector<int64_t> prompt, httpl
   st->model = o_.model_name;
   st->created = std::time(nullptr);
   if (!queue_->Push(st->job)) throw ApiError(503, "the server is shutting down");
+  const Connection* conn = Connection::Current();
   if (r.stream) {
+    // The status goes out with the headers, so they wait for the first piece: a request that
+    // fails before it (a prompt past float16's range, a broken step) gets its own status, as a
+    // request not streamed does; a failure after it comes as an error event.
+    AwaitPiece(st->job.get(), conn);
+    if (st->job->FailedBeforeOutput()) {
+      throw ApiError(st->job->error_status(), st->job->error_message());
+    }
     res.set_chunked_content_provider(
         "text/event-stream",
         [st](size_t, httplib::DataSink& sink) { return st->ended || WriteNext(*st, sink); },
@@ -321,17 +341,10 @@ void HttpFront::Complete(CompletionRequest r, std::vector<int64_t> prompt, httpl
         });
     return;
   }
-  // Not streamed: nothing is written until the end, so a client that has gone is seen by looking
-  // at its socket while waiting (it frees the job's slot at the next step, as a stream's does).
-  const Connection* conn = Connection::Current();
+  // Not streamed: nothing is written until the end.
   Piece all, p;
   for (;;) {
-    while (conn != nullptr && !st->job->Ready(std::chrono::milliseconds(200))) {
-      if (conn->PeerGone()) {
-        st->job->Cancel();
-        throw ApiError(499, "the client went away");
-      }
-    }
+    AwaitPiece(st->job.get(), conn);
     if (!st->job->Next(&p)) break;
     all.text += p.text;
     all.ids.insert(all.ids.end(), p.ids.begin(), p.ids.end());

@@ -6,6 +6,7 @@ void Job::Push(Piece piece) {
   std::lock_guard<std::mutex> lock(mu_);
   if (done_) return;
   if (!piece.finish_reason.empty()) done_ = true;
+  pushed_ = true;
   pieces_.push_back(std::move(piece));
   cv_.notify_all();
 }
@@ -31,6 +32,11 @@ bool Job::Next(Piece* piece) {
 bool Job::Ready(std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, wait, [this] { return !pieces_.empty() || done_; });
+}
+
+bool Job::FailedBeforeOutput() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_status_ != 0 && !pushed_;
 }
 
 int Job::error_status() const {

@@ -35,6 +35,8 @@ class Job {
   bool Ready(std::chrono::milliseconds wait);
   /// The error that ended the job (status 0: none).
   int error_status() const;
+  /// Whether the job ended in an error before it had any piece.
+  bool FailedBeforeOutput() const;
   std::string error_message() const;
 
   /// The client went away: the scheduler stops producing for it.
@@ -49,7 +51,7 @@ class Job {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Piece> pieces_;
-  bool done_ = false, cancelled_ = false;
+  bool done_ = false, cancelled_ = false, pushed_ = false;
   int error_status_ = 0;
   std::string error_message_;
 };
