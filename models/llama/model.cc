@@ -63,6 +63,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -75,6 +76,7 @@
 
 #include "llama/config.h"
 #include "llama/cuda_kernels.h"
+#include "llama/host_memory.h"
 #include "llama/kernels.h"
 #include "llama/q8.h"
 #include "llama/safetensors.h"
@@ -404,20 +406,55 @@ const char* const kNames[] = {
     "llama.mlp",        "llama.head",         "llama.tokens",        "llama.next_tokens",
     "llama.logits",     "llama.reset_stats",  "llama.stats",         "llama.weight_plan"};
 
+// Collective: whether every worker got this far. A worker that failed (`failed`) rethrows its
+// own error; the others raise one that points at it, so none waits in the collective after this
+// for a worker that never comes.
+void AgreeOrRethrow(const std::exception_ptr& failed, const std::string& what) {
+  const disco::WorkerInfo& w = disco::ThisWorker();
+  int64_t first = failed ? w.worker_id : w.num_workers;
+  if (w.num_workers > 1) {
+    Tensor t = Tensor::Empty(disco::Shape{1}, disco::DataType("int64"));
+    *t.data_as<int64_t>() = first;
+    disco::AllReduceInFunction(t, disco::ReduceOp::kMin);
+    first = *t.data_as<int64_t>();
+  }
+  if (failed) std::rethrow_exception(failed);
+  DISCO_CHECK(first == w.num_workers, ValueError)
+      << what << ": worker " << first << " failed (its error says why)";
+}
+
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
         [](std::string path, std::string dtype) {
           const disco::WorkerInfo& w = disco::ThisWorker();
-          const RunDType dt = ParseRunDType(dtype);
-          Checkpoint ck = Checkpoint::Open(path);
-          ck.config().CheckSplit(w.num_workers);
-          ck.CheckWeights();
-          auto m = std::make_shared<Model>(ck.config(), dt, w.worker_id, w.num_workers, w.device);
-          m->LoadFrom(ck);
+          const std::string what = "llama.open('" + path + "', '" + dtype + "')";
+          std::optional<Checkpoint> ck;
+          std::shared_ptr<Model> m;
+          std::exception_ptr failed;
+          try {
+            const RunDType dt = ParseRunDType(dtype);
+            ck.emplace(Checkpoint::Open(path));
+            ck->config().CheckSplit(w.num_workers);
+            ck->CheckWeights();
+            m = std::make_shared<Model>(ck->config(), dt, w.worker_id, w.num_workers, w.device);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+          // A checkpoint one node cannot read fails there alone; every worker then meets the
+          // memory check, which sums what the workers of a node will hold: a model too large
+          // for the node is a message here, not the OOM killer in the middle of the load.
+          AgreeOrRethrow(failed, what);
+          CheckHostMemory(m->HostLoadBytes(),
+                          what + " (the weights of 1 of " + std::to_string(w.num_workers) +
+                              " worker" + (w.num_workers == 1 ? "" : "s") + ")",
+                          "run more ranks (each holds 1/N of the weights), on more nodes, or "
+                          "give a smaller dtype (bfloat16 holds half of float32, int8 a quarter)");
+          m->LoadFrom(*ck);
           m->Finalize();
           return Object::Make(m, "llama.Model");
         },
-        {"path", "dtype"});
+        {"path", "dtype"})
+    .mark_collective();  // the agreement and the host memory check
 
 DISCO_REGISTER_GLOBAL("llama.new_model")
     .set_body_typed(

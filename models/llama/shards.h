@@ -10,6 +10,7 @@
 #include <disco/tensor.h>
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -128,45 +129,62 @@ class Model {
     }
   }
 
+  // With int8, each linear layer's float32 shard is read into one buffer and quantized into the
+  // arena at once: the load holds one such shard in float32 at a time, not the whole model.
   void LoadFrom(const Checkpoint& ck) {
     if (!gpu) arena = WeightArena::Make(StreamedBytes());
+    disco::Tensor staged;  // int8: the float32 shard being quantized
     for (const WeightSpec& w : WeightSpecs(config)) {
       const TensorInfo* info = ck.Find(w.name);
       DISCO_CHECK(info != nullptr, ValueError) << "tensor '" << w.name << "' is missing";
-      const std::vector<int64_t> shard = ShardShape(w, ranks);
-      disco::Tensor t = arena && !q8 && Streamed(w.name)
-                            ? arena->Take(disco::Shape(shard), ToDL(dtype))
-                            : disco::Tensor::Empty(disco::Shape(shard), ToDL(dtype));
+      const disco::Shape shard(ShardShape(w, ranks));
+      const bool quantized = q8 && QuantizedLinear(w);
+      if (quantized && (!staged.defined() || staged.numel() < shard.Numel())) {
+        staged = disco::Tensor::Empty(disco::Shape{shard.Numel()}, ToDL(dtype));
+      }
+      disco::Tensor t = quantized ? staged
+                        : arena && !q8 && Streamed(w.name)
+                            ? arena->Take(shard, ToDL(dtype))
+                            : disco::Tensor::Empty(shard, ToDL(dtype));
       int64_t r0, r1, c0, c1;
       Range(w, &r0, &r1, &c0, &c1);
       ck.ReadSlice(*info, r0, r1, c0, c1, dtype, t.data());
-      weights[w.name] = OnDevice(t, device);
+      weights[w.name] = quantized ? QuantizeShard(w.name, t.data_as<float>(), shard[0], shard[1])
+                                  : OnDevice(t, device);
     }
   }
 
   // With dtype int8: every linear layer's float32 shard replaced by its int8 blocks (q8.h), and a
   // tied LM head's quantized copy of the embedding (which stays float32 for the embedding).
+  // Shards LoadFrom quantized are int8 already.
   void Quantize() {
-    auto quantize = [&](const std::string& name, const disco::Tensor& f) {
-      const int64_t rows = f.shape()[0], cols = f.shape()[1];
-      const disco::Shape shape{rows, q8::RowBytes(cols)};
-      disco::Tensor t = arena ? arena->Take(shape, disco::DataType("uint8"))
-                              : disco::Tensor::Empty(shape, disco::DataType("uint8"));
-      q8::Quantize(f.data_as<float>(), rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
-      PackQ8(t.data_as<uint8_t>(), rows, cols);
-      return t;
-    };
     for (const WeightSpec& w : WeightSpecs(config)) {
       auto it = weights.find(w.name);
-      if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight" || it == weights.end()) {
+      if (!QuantizedLinear(w) || it == weights.end() || it->second.dtype().code == kDLUInt) {
         continue;
       }
-      it->second = quantize(w.name, it->second);
+      const disco::Tensor& f = it->second;
+      it->second = QuantizeShard(w.name, f.data_as<float>(), f.shape()[0], f.shape()[1]);
     }
     auto embed_it = weights.find("model.embed_tokens.weight");
     if (config.tie_word_embeddings && embed_it != weights.end()) {
-      tied_head_q8 = quantize("model.embed_tokens.weight (as the LM head)", embed_it->second);
+      const disco::Tensor& f = embed_it->second;
+      tied_head_q8 = QuantizeShard("model.embed_tokens.weight (as the LM head)", f.data_as<float>(),
+                                   f.shape()[0], f.shape()[1]);
     }
+  }
+  // Whether int8 quantizes weight `w`: the linear layers' matrices, not the embedding.
+  static bool QuantizedLinear(const WeightSpec& w) {
+    return w.shape.size() == 2 && w.name != "model.embed_tokens.weight";
+  }
+  // The Q8_0 blocks of float32 rows x cols (in the arena when there is one), packed for Linear.
+  disco::Tensor QuantizeShard(const std::string& name, const float* f, int64_t rows, int64_t cols) {
+    const disco::Shape shape{rows, q8::RowBytes(cols)};
+    disco::Tensor t = arena ? arena->Take(shape, disco::DataType("uint8"))
+                            : disco::Tensor::Empty(shape, disco::DataType("uint8"));
+    q8::Quantize(f, rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
+    PackQ8(t.data_as<uint8_t>(), rows, cols);
+    return t;
   }
 
   // Whether a decode step streams the weight `name` through Linear (weight_arena.h): the linear
@@ -188,6 +206,22 @@ class Model {
                          : static_cast<size_t>(disco::Shape(shard).Numel() * DTypeSize(dtype)));
     }
     return ArenaBytes(bytes);
+  }
+  // The host bytes this rank's weights take while LoadFrom loads them: the arena, the shards
+  // outside it in the run's dtype and, with int8, the largest linear shard in float32 (LoadFrom's
+  // buffer). None on a GPU, whose weights pass through the host one at a time.
+  size_t HostLoadBytes() const {
+    if (gpu) return 0;
+    size_t bytes = StreamedBytes(), staged = 0;
+    for (const WeightSpec& w : WeightSpecs(config)) {
+      const auto shard = static_cast<size_t>(disco::Shape(ShardShape(w, ranks)).Numel());
+      if (q8 && QuantizedLinear(w)) {
+        staged = std::max(staged, shard * DTypeSize(dtype));
+      } else if (q8 || !Streamed(w.name)) {
+        bytes += shard * DTypeSize(dtype);
+      }
+    }
+    return bytes + staged;
   }
   // The streamed weights given by llama.set_weight, copied into an arena in the order LoadFrom
   // would have loaded them (a model LoadFrom loaded has its arena: llama.open finalizes it at

@@ -194,6 +194,42 @@ else
   echo "ok: huge-values: refused by a float16 kv cache, decoded with a float32 one"
 fi
 
+# Weights the node's memory cannot hold (a sparse file of 120 GB in bfloat16 whose float32 shards
+# would take 113 GiB per worker): refused by llama.open naming the sizes and the limit, at once,
+# not ended by the OOM killer in the middle of the load.
+mkdir "$dir/huge"
+"$py" - "$dir/good" "$dir/huge" <<'PYEOF' || { echo "FAIL: making huge"; fail=1; }
+import json, os, struct, sys
+cfg = json.load(open(os.path.join(sys.argv[1], "config.json")))
+cfg.update(hidden_size=16384, intermediate_size=65536, num_hidden_layers=16,
+           num_attention_heads=128, num_key_value_heads=8, head_dim=128, vocab_size=32000,
+           tie_word_embeddings=False)
+h, f, v, kv = 16384, 65536, 32000, 8 * 128
+shapes = {"model.embed_tokens.weight": [v, h], "model.norm.weight": [h], "lm_head.weight": [v, h]}
+for i in range(16):
+    p = f"model.layers.{i}."
+    shapes.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
+                   p + "self_attn.q_proj.weight": [h, h], p + "self_attn.k_proj.weight": [kv, h],
+                   p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, h],
+                   p + "mlp.gate_proj.weight": [f, h], p + "mlp.up_proj.weight": [f, h],
+                   p + "mlp.down_proj.weight": [h, f]})
+header, at = {}, 0
+for name, shape in shapes.items():
+    n = 2 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+    header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [at, at + n]}
+    at += n
+raw = json.dumps(header).encode()
+raw += b" " * (-len(raw) % 8)
+json.dump(cfg, open(os.path.join(sys.argv[2], "config.json"), "w"))
+with open(os.path.join(sys.argv[2], "model.safetensors"), "wb") as out:
+    out.write(struct.pack("<Q", len(raw)) + raw)
+    out.truncate(8 + len(raw) + at)  # sparse: no disk taken
+PYEOF
+expect "llama.open('$dir/huge', 'float32') (the weights of 1 of 2 workers) needs 11" "$dir/huge"
+expect "more than the " "$dir/huge"
+expect "or give a smaller dtype (bfloat16 holds half of float32, int8 a quarter)" "$dir/huge"
+rm -f "$dir/huge/model.safetensors"
+
 # llama.new_state's arguments: every buffer's size is checked before anything is allocated.
 if "$py" -c "import disco" 2>/dev/null; then
   cat >"$dir/new_state.py" <<'PYEOF'
@@ -252,6 +288,38 @@ PYEOF
     "got 5" "accepted a float16 kv cache"; do
     grep -q "$want" <<<"$out" || { echo "FAIL: llama.new_state: no '$want'"; echo "$out" | tail -8; fail=1; }
   done
+  # A checkpoint that one worker cannot open (a relative path, the ranks in other directories):
+  # that worker's error first, the other's pointing at it; no wait in llama.open's memory check.
+  cat >"$dir/open_one.py" <<'PYEOF'
+import sys
+import disco
+sys.path.insert(0, sys.argv[1])
+from generate import find_library
+
+
+def controller(sess):
+    fn = sess.get_global_func
+    fn("disco.load_library")(find_library(None))
+    sess.init_ccl("mpi")
+    fn("llama.open")("good", "float32")
+    try:
+        sess.sync_all()
+        print("accepted", flush=True)
+    except disco.RemoteError as e:
+        print("refused:", str(e), flush=True)
+    return 0
+
+
+sys.exit(disco.main(controller))
+PYEOF
+  mkdir -p "$dir/elsewhere"
+  out=$(timeout 120 "$mpiexec" "${flags[@]}" -n 1 -wdir "$dir" "$py" "$dir/open_one.py"     "$here/../../examples" : -n 1 -wdir "$dir/elsewhere" "$py" "$dir/open_one.py"     "$here/../../examples" 2>&1)
+  if ! grep -q "^refused: worker 1 failed in 'llama.open' .*good" <<<"$out" ||
+    ! grep -q "worker 0 in 'llama.open' .*: worker 1 failed (its error says why)" <<<"$out"; then
+    echo "FAIL: llama.open that one worker cannot open"; echo "$out" | tail -8; fail=1
+  else
+    echo "ok: llama.open that one worker cannot open: $(grep '^refused' <<<"$out" | cut -c1-150)"
+  fi
 else
   echo "skipped: llama.new_state from Python (no disco package for $py)"
 fi
