@@ -129,14 +129,15 @@ inline void Pause() {
 #endif
 }
 
-// Memory shared by the ranks of one node (MPI_Win_allocate_shared), freed with the window: two
-// areas of `bytes` (a flag line then the payload), 128-byte aligned.
+// Memory shared by the ranks of one node (MPI_Win_allocate_shared), freed with the window:
+// `areas` areas of `bytes` (a flag line then the payload), 128-byte aligned.
 class SharedAreas {
  public:
-  SharedAreas(MPI_Comm node, size_t bytes) : stride_((bytes + 128 + 127) / 128 * 128) {
+  SharedAreas(MPI_Comm node, size_t bytes, int areas = 2)
+      : stride_((bytes + 128 + 127) / 128 * 128) {
     int rank = 0;
     MPI_Comm_rank(node, &rank);
-    const auto size = static_cast<MPI_Aint>(rank == 0 ? 2 * stride_ + 128 : 0);
+    const auto size = static_cast<MPI_Aint>(rank == 0 ? areas * stride_ + 128 : 0);
     void* mine = nullptr;
     DISCO_MPI_CALL(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, node, &mine, &win_));
     MPI_Aint got = 0;
@@ -214,6 +215,54 @@ DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int
   return took;
 });
 
+// The least a 2-rank allreduce of `bytes` of float32 can cost on these two cores: both ranks at
+// once write their data into shared memory, publish a step number, wait for the other's, and sum
+// the two in rank order (reading the other's lines together: a prefetch of each first), as the
+// session's channel does (ccl/mpi/shm.h: two areas per rank, alternate steps), with no runtime
+// around it. Mean microseconds per exchange on rank 0 (-1 as bench.ccl_pingpong).
+DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int64_t bytes) {
+  mpi::Comm node;
+  {
+    MPI_Comm c = MPI_COMM_NULL;
+    DISCO_MPI_CALL(
+        MPI_Comm_split_type(RawComm().get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c));
+    node = mpi::Comm(c);
+  }
+  if (node.size() != 2 || RawComm().size() != 2) return -1.0;
+  const auto n = static_cast<size_t>(bytes) / 4;
+  SharedAreas areas(node.get(), n * 4, 4);  // rank r: areas 2r (its flag) and 2r + 1
+  const int me = node.rank();
+  areas.Flag(2 * me)->store(0, std::memory_order_relaxed);
+  std::vector<float> mine(n, static_cast<float>(me + 1)), out(n);
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  auto step = [&](uint64_t i) {
+    auto slot = [&](int r) { return reinterpret_cast<float*>(areas.Payload(2 * r + i % 2)); };
+    std::memcpy(slot(me), mine.data(), n * 4);
+    areas.Flag(2 * me)->store(i, std::memory_order_release);
+    for (int spins = 0; areas.Flag(2 * (1 - me))->load(std::memory_order_acquire) < i; ++spins) {
+      if (spins < 256) {
+        Pause();
+      } else {
+        sched_yield();
+      }
+    }
+    const float* peer = slot(1 - me);
+    for (size_t b = 0; b < n * 4; b += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(peer) + b);
+    const float* first = slot(0);
+    const float* second = slot(1);
+    for (size_t k = 0; k < n; ++k) out[k] = first[k] + second[k];
+  };
+  const auto count = static_cast<uint64_t>(iters);
+  for (uint64_t i = 1; i <= count / 10; ++i) step(i);  // warm-up
+  const double t0 = NowUs();
+  for (uint64_t i = 1 + count / 10; i <= count / 10 + count; ++i) step(i);
+  double took = (NowUs() - t0) / static_cast<double>(count);
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
+  return out[0] == 3.0f ? took : -2.0;  // -2: a wrong sum
+});
+
 // `iters` allreduces of `t` by AllReduceInFunction, as a decode step's layers call it (no frame
 // per call): the max over ranks of the mean time per call in microseconds.
 DISCO_REGISTER_GLOBAL("bench.ccl_in_function").set_body_typed([](Tensor t, int64_t iters) {
@@ -254,25 +303,32 @@ DRef SessionCall(Session& s, const std::string& kind, const DRef& send, const DR
 }
 
 // At 2 ranks on one node: a 4 KiB allreduce inside a function (as a decode step's) against a bare
-// cache-line ping-pong round trip between the two ranks and one carrying 4 KiB each way, medians
-// of `repeats`, in one line.
+// cache-line ping-pong round trip between the two ranks, one carrying 4 KiB each way, and the
+// bare exchange of 4 KiB both ways at once (bench.ccl_exchange: the least such an allreduce
+// costs here), medians of `repeats` interleaved, in one line.
 std::string SmallAllReduceLine(Session& s, int repeats) {
   const int64_t iters = 20000, bytes = 4096;
   DRef t = s.Empty(Shape{bytes / 4}, DataType("float32"));
   s.CallPacked(s.GetGlobalFunc("bench.ccl_fill"), t);
   DRef pingpong = s.GetGlobalFunc("bench.ccl_pingpong");
+  DRef exchange = s.GetGlobalFunc("bench.ccl_exchange");
   DRef in_function = s.GetGlobalFunc("bench.ccl_in_function");
-  std::vector<double> line, data, ar;
+  std::vector<double> line, data, both, ar;
   for (int r = 0; r < repeats; ++r) {
     line.push_back(s.CallPacked(pingpong, iters, int64_t{0}).DebugGetFromRemote(0).cast<double>());
     data.push_back(s.CallPacked(pingpong, iters, bytes).DebugGetFromRemote(0).cast<double>());
+    both.push_back(s.CallPacked(exchange, iters, bytes).DebugGetFromRemote(0).cast<double>());
     ar.push_back(s.CallPacked(in_function, t, iters).DebugGetFromRemote(0).cast<double>());
   }
   if (Median(line) < 0) return "small_allreduce: the ranks are not on one node: no ping-pong";
-  const double a = Median(ar), l = Median(line), d = Median(data);
+  DISCO_CHECK(*std::min_element(both.begin(), both.end()) > 0, RuntimeError)
+      << "bench.ccl_exchange summed wrong";
+  const double a = Median(ar), l = Median(line), d = Median(data), e = Median(both);
   return "small_allreduce: 4096 B allreduce in a function " + Fmt(a, 3) +
          " us; ping-pong round trip of a cache line " + Fmt(l, 3) + " us (ratio " + Fmt(a / l, 2) +
-         "), of 4096 B each way " + Fmt(d, 3) + " us (ratio " + Fmt(a / d, 2) + ")";
+         "), of 4096 B each way " + Fmt(d, 3) + " us (ratio " + Fmt(a / d, 2) +
+         "); bare exchange of 4096 B both ways at once " + Fmt(e, 3) + " us (ratio " +
+         Fmt(a / e, 2) + "; itself " + Fmt(e / l, 2) + "x the line's round trip)";
 }
 
 }  // namespace
