@@ -77,6 +77,7 @@
 #include "llama/config.h"
 #include "llama/cuda_kernels.h"
 #include "llama/host_memory.h"
+#include "llama/json.h"
 #include "llama/kernels.h"
 #include "llama/q8.h"
 #include "llama/safetensors.h"
@@ -406,36 +407,77 @@ const char* const kNames[] = {
     "llama.mlp",        "llama.head",         "llama.tokens",        "llama.next_tokens",
     "llama.logits",     "llama.reset_stats",  "llama.stats",         "llama.weight_plan"};
 
-// Collective: whether every worker got this far. A worker that failed (`failed`) rethrows its
-// own error; the others raise one that points at it, so none waits in the collective after this
-// for a worker that never comes.
-void AgreeOrRethrow(const std::exception_ptr& failed, const std::string& what) {
-  const disco::WorkerInfo& w = disco::ThisWorker();
-  int64_t first = failed ? w.worker_id : w.num_workers;
-  if (w.num_workers > 1) {
-    Tensor t = Tensor::Empty(disco::Shape{1}, disco::DataType("int64"));
-    *t.data_as<int64_t>() = first;
-    disco::AllReduceInFunction(t, disco::ReduceOp::kMin);
-    first = *t.data_as<int64_t>();
+// A caller's string as an error message may show it: its first 40 bytes, each outside printable
+// ASCII as '?' (no NUL cuts the message short, no newline forges a line of it).
+std::string Shown(const std::string& v) {
+  std::string out = v.substr(0, 40);
+  for (char& c : out) c = c < 0x20 || c > 0x7e ? '?' : c;
+  return v.size() > 40 ? out + "... (" + std::to_string(v.size()) + " bytes)" : out;
+}
+
+// What the workers must agree on about a checkpoint: its config (parsed, so whitespace does not
+// count) and each weight's dtype and shape, hashed (FNV-1a, 62 bits).
+int64_t Fingerprint(const Checkpoint& ck) {
+  uint64_t h = 1469598103934665603ull;
+  auto add = [&](const std::string& s) {
+    for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    h = (h ^ 0xFF) * 1099511628211ull;  // a separator no text byte of UTF-8 is
+  };
+  add(Json::Parse(ck.config_text(), "config.json").Dump());
+  for (const WeightSpec& w : WeightSpecs(ck.config())) {
+    const TensorInfo* t = ck.Find(w.name);
+    add(w.name + " " + t->dtype_name + " " + ShapeString(t->shape));
   }
+  return static_cast<int64_t>(h >> 2);
+}
+
+// Collective: whether every worker opened the same checkpoint (`fingerprint`, -1 where `failed`).
+// A worker that failed rethrows its own error; the others raise one that points at it, so none
+// waits in a collective after this for a worker that never comes. Workers whose checkpoint is not
+// worker 0's (a relative path, another version on some node) are refused on every worker.
+void AgreeOnCheckpoint(const std::exception_ptr& failed, int64_t fingerprint,
+                       const std::string& what) {
+  const disco::WorkerInfo& w = disco::ThisWorker();
+  const int64_t n = w.num_workers;
+  Tensor t = Tensor::Empty(disco::Shape{n}, disco::DataType("int64"));
+  int64_t* all = t.data_as<int64_t>();
+  std::fill(all, all + n, 0);
+  all[w.worker_id] = failed ? -1 : fingerprint;
+  if (n > 1) disco::AllReduceInFunction(t, disco::ReduceOp::kSum);
   if (failed) std::rethrow_exception(failed);
-  DISCO_CHECK(first == w.num_workers, ValueError)
-      << what << ": worker " << first << " failed (its error says why)";
+  const int64_t* bad = std::find(all, all + n, -1);
+  DISCO_CHECK(bad == all + n, ValueError)
+      << what << ": worker " << bad - all << " failed (its error says why)";
+  std::string differ;
+  for (int64_t r = 1; r < n; ++r) {
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  DISCO_CHECK(differ.empty(), ValueError)
+      << what << ": the workers did not open the same checkpoint: worker"
+      << (differ.find(',') == std::string::npos ? " " : "s ") << differ
+      << " found a config.json or weights (dtypes, shapes) other than worker 0's (a relative "
+         "path, or another version of the checkpoint on some node)";
 }
 
 DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
         [](std::string path, std::string dtype) {
           const disco::WorkerInfo& w = disco::ThisWorker();
-          const std::string what = "llama.open('" + path + "', '" + dtype + "')";
+          std::string shown = path;  // control bytes (a NUL, a newline) as '?'
+          for (char& c : shown) c = (c >= 0 && c < 0x20) || c == 0x7f ? '?' : c;
+          const std::string what = "llama.open('" + shown + "', '" + Shown(dtype) + "')";
           std::optional<Checkpoint> ck;
           std::shared_ptr<Model> m;
           std::exception_ptr failed;
+          int64_t fingerprint = 0;
           try {
+            DISCO_CHECK(path.find('\0') == std::string::npos, ValueError)
+                << what << ": the path holds a NUL byte (at byte " << path.find('\0') << ")";
             const RunDType dt = ParseRunDType(dtype);
             ck.emplace(Checkpoint::Open(path));
             ck->config().CheckSplit(w.num_workers);
             ck->CheckWeights();
+            fingerprint = Fingerprint(*ck);
             m = std::make_shared<Model>(ck->config(), dt, w.worker_id, w.num_workers, w.device);
           } catch (...) {
             failed = std::current_exception();
@@ -443,7 +485,7 @@ DISCO_REGISTER_GLOBAL("llama.open")
           // A checkpoint one node cannot read fails there alone; every worker then meets the
           // memory check, which sums what the workers of a node will hold: a model too large
           // for the node is a message here, not the OOM killer in the middle of the load.
-          AgreeOrRethrow(failed, what);
+          AgreeOnCheckpoint(failed, fingerprint, what);
           CheckHostMemory(m->HostLoadBytes(),
                           what + " (the weights of 1 of " + std::to_string(w.num_workers) +
                               " worker" + (w.num_workers == 1 ? "" : "s") + ")",
@@ -513,14 +555,6 @@ DISCO_REGISTER_GLOBAL("llama.weight_plan")
           return out + "}";
         },
         {"model"});
-
-// A caller's string as an error message may show it: its first 40 bytes, each outside printable
-// ASCII as '?' (no NUL cuts the message short, no newline forges a line of it).
-std::string Shown(const std::string& v) {
-  std::string out = v.substr(0, 40);
-  for (char& c : out) c = c < 0x20 || c > 0x7e ? '?' : c;
-  return v.size() > 40 ? out + "... (" + std::to_string(v.size()) + " bytes)" : out;
-}
 
 // llama.new_state's argument i as a T, or a TypeError naming it.
 template <typename T>

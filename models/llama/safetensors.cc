@@ -107,9 +107,8 @@ std::string Join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// Parses the header of one safetensors file into `out` (name -> info).
-void ReadHeader(const std::string& path, std::map<std::string, TensorInfo>* out) {
-  File f(path, O_RDONLY);
+// Parses the header of one safetensors file (`f`, open at `path`) into `out` (name -> info).
+void ReadHeader(const File& f, const std::string& path, std::map<std::string, TensorInfo>* out) {
   const uint64_t size = f.Size();
   DISCO_CHECK(size >= 8, ValueError)
       << path << " is not a safetensors file: it has " << size << " bytes (a header needs 8)";
@@ -263,6 +262,18 @@ std::string ReadFile(const std::string& path) {
   return text;
 }
 
+class OpenedFile {
+ public:
+  explicit OpenedFile(const std::string& path) : file(path, O_RDONLY) {}
+  File file;
+};
+
+void Checkpoint::ReadHeaderOf(const std::string& path, std::map<std::string, TensorInfo>* out) {
+  auto opened = std::make_shared<const OpenedFile>(path);
+  ReadHeader(opened->file, path, out);
+  files_[path] = std::move(opened);
+}
+
 Checkpoint Checkpoint::Open(const std::string& dir) {
   DISCO_CHECK(IsDirectory(dir), ValueError)
       << dir << " is not a directory (a Hugging Face checkpoint: config.json and safetensors)";
@@ -276,7 +287,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
   const std::string single = Join(dir, "model.safetensors");
   const std::string index = Join(dir, "model.safetensors.index.json");
   if (Exists(single)) {
-    ReadHeader(single, &ck.tensors_);
+    ck.ReadHeaderOf(single, &ck.tensors_);
     return ck;
   }
   DISCO_CHECK(Exists(index), ValueError)
@@ -296,7 +307,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
   }
   std::map<std::string, std::map<std::string, TensorInfo>> shards;
   for (const auto& [name, file] : file_of) {
-    if (shards.count(file) == 0) ReadHeader(Join(dir, file), &shards[file]);
+    if (shards.count(file) == 0) ck.ReadHeaderOf(Join(dir, file), &shards[file]);
   }
   for (const auto& [name, file] : file_of) {
     auto& in_file = shards[file];
@@ -353,7 +364,9 @@ void Checkpoint::ReadSlice(const TensorInfo& t, int64_t r0, int64_t r1, int64_t 
   DISCO_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= cols, ValueError)
       << "tensor '" << t.name << "': slice rows [" << r0 << ", " << r1 << ") columns [" << c0
       << ", " << c1 << ") is outside its shape " << ShapeString(t.shape);
-  File f(t.file, O_RDONLY);
+  auto opened = files_.find(t.file);
+  DISCO_ICHECK(opened != files_.end()) << t.file << " was not opened with the checkpoint";
+  const File& f = opened->second->file;
   const int es = DTypeSize(t.dtype), ds = DTypeSize(to);
   const std::string what = "tensor '" + t.name + "'";
   auto* out = static_cast<char*>(dst);

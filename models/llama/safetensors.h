@@ -42,6 +42,8 @@ struct TensorInfo {
   uint64_t nbytes = 0;
 };
 
+class OpenedFile;
+
 /// The tensors of a Hugging Face checkpoint directory. Opening reads config.json and every
 /// safetensors header and checks them (JSON, header length, offsets inside the file, sizes that
 /// match shape and dtype); errors name the file, and the tensor where there is one.
@@ -63,10 +65,16 @@ class Checkpoint {
                  void* dst) const;
 
  private:
+  // Opens the safetensors file at `path`, keeps it open and parses its header into `out`.
+  void ReadHeaderOf(const std::string& path, std::map<std::string, TensorInfo>* out);
+
   std::string dir_;
   std::string config_text_;
   Config config_;
   std::map<std::string, TensorInfo> tensors_;
+  // Each safetensors file, open from its header's reading on: the slices come from the file whose
+  // header was checked, even when another file is moved over its name during the load.
+  std::map<std::string, std::shared_ptr<const OpenedFile>> files_;
 };
 
 /// Reads a whole file into a string; throws ValueError naming it.

@@ -288,8 +288,10 @@ PYEOF
     "got 5" "accepted a float16 kv cache"; do
     grep -q "$want" <<<"$out" || { echo "FAIL: llama.new_state: no '$want'"; echo "$out" | tail -8; fail=1; }
   done
-  # A checkpoint that one worker cannot open (a relative path, the ranks in other directories):
-  # that worker's error first, the other's pointing at it; no wait in llama.open's memory check.
+  # Checkpoints the workers do not agree on (relative paths, the ranks in other directories): one
+  # that a worker cannot open (that worker's error first, the other's pointing at it), one that is
+  # another model on one worker (refused on both, not decoded from mixed shards), and a path with
+  # a NUL byte (named, not cut short). No wait in llama.open's collectives.
   cat >"$dir/open_one.py" <<'PYEOF'
 import sys
 import disco
@@ -301,25 +303,32 @@ def controller(sess):
     fn = sess.get_global_func
     fn("disco.load_library")(find_library(None))
     sess.init_ccl("mpi")
-    fn("llama.open")("good", "float32")
-    try:
-        sess.sync_all()
-        print("accepted", flush=True)
-    except disco.RemoteError as e:
-        print("refused:", str(e), flush=True)
+    for path in ["good", "same", "good\0x"]:
+        fn("llama.open")(path, "float32")
+        try:
+            sess.sync_all()
+            print("accepted", flush=True)
+        except disco.RemoteError as e:
+            print("refused:", str(e), flush=True)
     return 0
 
 
 sys.exit(disco.main(controller))
 PYEOF
+  "$py" "$here/tiny_checkpoint.py" "$dir/other" --layers 3 || exit 1
   mkdir -p "$dir/elsewhere"
-  out=$(timeout 120 "$mpiexec" "${flags[@]}" -n 1 -wdir "$dir" "$py" "$dir/open_one.py"     "$here/../../examples" : -n 1 -wdir "$dir/elsewhere" "$py" "$dir/open_one.py"     "$here/../../examples" 2>&1)
-  if ! grep -q "^refused: worker 1 failed in 'llama.open' .*good" <<<"$out" ||
-    ! grep -q "worker 0 in 'llama.open' .*: worker 1 failed (its error says why)" <<<"$out"; then
-    echo "FAIL: llama.open that one worker cannot open"; echo "$out" | tail -8; fail=1
-  else
-    echo "ok: llama.open that one worker cannot open: $(grep '^refused' <<<"$out" | cut -c1-150)"
-  fi
+  ln -s "$dir/good" "$dir/same"
+  ln -s "$dir/other" "$dir/elsewhere/same"
+  out=$(timeout 120 "$mpiexec" "${flags[@]}" -n 1 -wdir "$dir" "$py" "$dir/open_one.py" \
+    "$here/../../examples" : -n 1 -wdir "$dir/elsewhere" "$py" "$dir/open_one.py" \
+    "$here/../../examples" 2>&1)
+  for want in "^refused: worker 1 failed in 'llama.open' .*good is not a directory" \
+    "worker 0 in 'llama.open' .*: worker 1 failed (its error says why)" \
+    "^refused: worker 0 failed in 'llama.open' .*llama.open('same', 'float32'): the workers did not open the same checkpoint: worker 1 found a config.json or weights" \
+    "^refused: worker 0 .*llama.open('good?x', 'float32'): the path holds a NUL byte (at byte 4)"; do
+    grep -q "$want" <<<"$out" || { echo "FAIL: llama.open on other checkpoints: no '$want'"; echo "$out" | tail -12; fail=1; }
+  done
+  ((fail == 0)) && echo "ok: llama.open on checkpoints the workers do not agree on"
 else
   echo "skipped: llama.new_state from Python (no disco package for $py)"
 fi

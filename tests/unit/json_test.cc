@@ -338,4 +338,40 @@ TEST_F(HeaderMemoryTest, LargeMetadataIsCheckedAndDropped) {
   EXPECT_LE(kib, static_cast<int64_t>(3 * kHeaderBytes / 1024)) << "peak grew by " << kib << " KiB";
 }
 
+// A safetensors file moved over the checkpoint's name after Checkpoint::Open (a download or sync
+// finishing mid-load): the slices still come from the file whose header was read, not a mix.
+TEST(CheckpointTest, SlicesComeFromTheFileOpened) {
+  char tmpl[] = "/tmp/disco-ckpt-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::ofstream(dir + "/config.json")
+      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "vocab_size": 256, "max_position_embeddings": 128, "torch_dtype": "float32"})";
+  auto write = [&](const std::string& name, float first) {
+    const std::string header = kTensor;
+    const std::string text = "{" + header + "}";
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    const uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+    f << text;
+    for (int i = 0; i < 6; ++i) {
+      const float v = first + static_cast<float>(i);
+      f.write(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+  };
+  write("model.safetensors", 1);
+  llama::Checkpoint ck = llama::Checkpoint::Open(dir);
+  write("next.safetensors", 7);
+  ASSERT_EQ(std::rename((dir + "/next.safetensors").c_str(), (dir + "/model.safetensors").c_str()),
+            0);
+  float got[6] = {};
+  ck.ReadSlice(*ck.Find("w"), 0, 2, 0, 3, llama::DType::kF32, got);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[i], 1.0f + static_cast<float>(i)) << "element " << i;
+  std::remove((dir + "/model.safetensors").c_str());
+  std::remove((dir + "/config.json").c_str());
+  ::rmdir(dir.c_str());
+}
+
 }  // namespace
