@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "ccl/reduce.h"
 #include "mpi/mpi_util.h"
 #include "tools/bench_common.h"
 
@@ -130,14 +131,15 @@ inline void Pause() {
 }
 
 // Memory shared by the ranks of one node (MPI_Win_allocate_shared), freed with the window:
-// `areas` areas of `bytes` (a flag line then the payload), 128-byte aligned.
+// `areas` areas of `bytes`, each a flag line then the payload from byte `align` (128, or 4096 for
+// payloads that start a page, as the channel's slots do: the hardware prefetchers stop at pages).
 class SharedAreas {
  public:
-  SharedAreas(MPI_Comm node, size_t bytes, int areas = 2)
-      : stride_((bytes + 128 + 127) / 128 * 128) {
+  SharedAreas(MPI_Comm node, size_t bytes, int areas = 2, size_t align = 128)
+      : align_(align), stride_((bytes + 2 * align - 1) / align * align) {
     int rank = 0;
     MPI_Comm_rank(node, &rank);
-    const auto size = static_cast<MPI_Aint>(rank == 0 ? areas * stride_ + 128 : 0);
+    const auto size = static_cast<MPI_Aint>(rank == 0 ? areas * stride_ + align : 0);
     void* mine = nullptr;
     DISCO_MPI_CALL(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, node, &mine, &win_));
     MPI_Aint got = 0;
@@ -147,18 +149,18 @@ class SharedAreas {
   ~SharedAreas() { MPI_Win_free(&win_); }
   SharedAreas(const SharedAreas&) = delete;
   SharedAreas& operator=(const SharedAreas&) = delete;
-  // Area i's flag (its first 8 bytes) and payload (from byte 128).
+  // Area i's flag (its first 8 bytes) and payload (from byte `align`).
   std::atomic<uint64_t>* Flag(int i) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(At(i));
   }
-  char* Payload(int i) const { return At(i) + 128; }
+  char* Payload(int i) const { return At(i) + align_; }
 
  private:
   char* At(int i) const {
-    const auto addr = (reinterpret_cast<uintptr_t>(base_) + 127) / 128 * 128;
+    const auto addr = (reinterpret_cast<uintptr_t>(base_) + align_ - 1) / align_ * align_;
     return reinterpret_cast<char*>(addr) + static_cast<size_t>(i) * stride_;
   }
-  size_t stride_;
+  size_t align_, stride_;
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
 };
@@ -215,11 +217,12 @@ DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int
   return took;
 });
 
-// The least a 2-rank allreduce of `bytes` of float32 can cost on these two cores: both ranks at
+// A 2-rank allreduce of `bytes` of float32 on these two cores without the runtime: both ranks at
 // once write their data into shared memory, publish a step number, wait for the other's, and sum
-// the two in rank order (reading the other's lines together: a prefetch of each first), as the
-// session's channel does (ccl/mpi/shm.h: two areas per rank, alternate steps), with no runtime
-// around it. Mean microseconds per exchange on rank 0 (-1 as bench.ccl_pingpong).
+// the two in rank order (a prefetch of each of the other's lines first; the channel's own sum
+// kernel), the steps of the session's channel (ccl/mpi/shm.h: two page-aligned areas per rank,
+// alternate steps) and nothing else. Mean microseconds per exchange on rank 0 (-1 as
+// bench.ccl_pingpong; -2 for a wrong sum).
 DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int64_t bytes) {
   mpi::Comm node;
   {
@@ -230,7 +233,7 @@ DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int
   }
   if (node.size() != 2 || RawComm().size() != 2) return -1.0;
   const auto n = static_cast<size_t>(bytes) / 4;
-  SharedAreas areas(node.get(), n * 4, 4);  // rank r: areas 2r (its flag) and 2r + 1
+  SharedAreas areas(node.get(), n * 4, 4, 4096);  // rank r: areas 2r (its flag) and 2r + 1
   const int me = node.rank();
   areas.Flag(2 * me)->store(0, std::memory_order_relaxed);
   std::vector<float> mine(n, static_cast<float>(me + 1)), out(n);
@@ -249,9 +252,8 @@ DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int
     const float* peer = slot(1 - me);
     for (size_t b = 0; b < n * 4; b += 64)
       __builtin_prefetch(reinterpret_cast<const char*>(peer) + b);
-    const float* first = slot(0);
-    const float* second = slot(1);
-    for (size_t k = 0; k < n; ++k) out[k] = first[k] + second[k];
+    ccl::Reduce(out.data(), slot(0), slot(1), static_cast<int64_t>(n), DataType("float32"),
+                ReduceOp::kSum);  // the channel's own sum
   };
   const auto count = static_cast<uint64_t>(iters);
   for (uint64_t i = 1; i <= count / 10; ++i) step(i);  // warm-up
@@ -260,7 +262,8 @@ DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int
   double took = (NowUs() - t0) / static_cast<double>(count);
   DISCO_MPI_CALL(MPI_Barrier(node.get()));
   DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
-  return out[0] == 3.0f ? took : -2.0;  // -2: a wrong sum
+  const bool right = std::all_of(out.begin(), out.end(), [](float v) { return v == 3.0f; });
+  return right ? took : -2.0;
 });
 
 // `iters` allreduces of `t` by AllReduceInFunction, as a decode step's layers call it (no frame
@@ -304,8 +307,8 @@ DRef SessionCall(Session& s, const std::string& kind, const DRef& send, const DR
 
 // At 2 ranks on one node: a 4 KiB allreduce inside a function (as a decode step's) against a bare
 // cache-line ping-pong round trip between the two ranks, one carrying 4 KiB each way, and the
-// bare exchange of 4 KiB both ways at once (bench.ccl_exchange: the least such an allreduce
-// costs here), medians of `repeats` interleaved, in one line.
+// channel's steps alone (bench.ccl_exchange: what moving 4 KiB both ways at once costs here),
+// medians of `repeats` interleaved, in one line.
 std::string SmallAllReduceLine(Session& s, int repeats) {
   const int64_t iters = 20000, bytes = 4096;
   DRef t = s.Empty(Shape{bytes / 4}, DataType("float32"));
@@ -327,8 +330,8 @@ std::string SmallAllReduceLine(Session& s, int repeats) {
   return "small_allreduce: 4096 B allreduce in a function " + Fmt(a, 3) +
          " us; ping-pong round trip of a cache line " + Fmt(l, 3) + " us (ratio " + Fmt(a / l, 2) +
          "), of 4096 B each way " + Fmt(d, 3) + " us (ratio " + Fmt(a / d, 2) +
-         "); bare exchange of 4096 B both ways at once " + Fmt(e, 3) + " us (ratio " +
-         Fmt(a / e, 2) + "; itself " + Fmt(e / l, 2) + "x the line's round trip)";
+         "); the channel's steps alone (4096 B both ways at once, no runtime) " + Fmt(e, 3) +
+         " us (ratio " + Fmt(a / e, 2) + "; itself " + Fmt(e / l, 2) + "x the line's round trip)";
 }
 
 }  // namespace
