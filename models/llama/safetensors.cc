@@ -252,6 +252,22 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+namespace {
+
+// Whether anything is at `path`; a symbolic link that leads nowhere (its target gone, as in a
+// Hugging Face cache whose blob a partial download never wrote, or a loop) is an error naming it,
+// not an absent file.
+bool Present(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return true;
+  const int err = errno;
+  if (::lstat(path.c_str(), &st) != 0) return false;
+  DISCO_THROW(ValueError) << path
+                          << " is a symbolic link that leads nowhere: " << std::strerror(err);
+}
+
+}  // namespace
+
 std::string ReadFile(const std::string& path) {
   File f(path, O_RDONLY);
   const uint64_t size = f.Size();
@@ -280,17 +296,17 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
   Checkpoint ck;
   ck.dir_ = dir;
   const std::string config_path = Join(dir, "config.json");
-  DISCO_CHECK(Exists(config_path), ValueError) << dir << " has no config.json";
+  DISCO_CHECK(Present(config_path), ValueError) << dir << " has no config.json";
   ck.config_text_ = ReadFile(config_path);
   ck.config_ = Config::FromText(ck.config_text_, config_path);
 
   const std::string single = Join(dir, "model.safetensors");
   const std::string index = Join(dir, "model.safetensors.index.json");
-  if (Exists(single)) {
+  if (Present(single)) {
     ck.ReadHeaderOf(single, &ck.tensors_);
     return ck;
   }
-  DISCO_CHECK(Exists(index), ValueError)
+  DISCO_CHECK(Present(index), ValueError)
       << dir << " holds neither model.safetensors nor model.safetensors.index.json";
   Json j = Json::Parse(ReadFile(index), index);
   const Json* map = j.Find("weight_map");

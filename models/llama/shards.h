@@ -149,7 +149,7 @@ class Model {
       int64_t r0, r1, c0, c1;
       Range(w, &r0, &r1, &c0, &c1);
       ck.ReadSlice(*info, r0, r1, c0, c1, dtype, t.data());
-      weights[w.name] = quantized ? QuantizeShard(w.name, t.data_as<float>(), shard[0], shard[1])
+      weights[w.name] = quantized ? QuantizeShard(w, "", t.data_as<float>(), shard[0], shard[1])
                                   : OnDevice(t, device);
     }
   }
@@ -164,25 +164,34 @@ class Model {
         continue;
       }
       const disco::Tensor& f = it->second;
-      it->second = QuantizeShard(w.name, f.data_as<float>(), f.shape()[0], f.shape()[1]);
+      it->second = QuantizeShard(w, "", f.data_as<float>(), f.shape()[0], f.shape()[1]);
     }
     auto embed_it = weights.find("model.embed_tokens.weight");
     if (config.tie_word_embeddings && embed_it != weights.end()) {
       const disco::Tensor& f = embed_it->second;
-      tied_head_q8 = QuantizeShard("model.embed_tokens.weight (as the LM head)", f.data_as<float>(),
-                                   f.shape()[0], f.shape()[1]);
+      tied_head_q8 = QuantizeShard(Spec("model.embed_tokens.weight"), " (as the LM head)",
+                                   f.data_as<float>(), f.shape()[0], f.shape()[1]);
     }
   }
   // Whether int8 quantizes weight `w`: the linear layers' matrices, not the embedding.
   static bool QuantizedLinear(const WeightSpec& w) {
     return w.shape.size() == 2 && w.name != "model.embed_tokens.weight";
   }
-  // The Q8_0 blocks of float32 rows x cols (in the arena when there is one), packed for Linear.
-  disco::Tensor QuantizeShard(const std::string& name, const float* f, int64_t rows, int64_t cols) {
+  // The Q8_0 blocks of this rank's shard of `w` (float32 rows x cols; in the arena when there is
+  // one), packed for Linear. Its errors name the row and column in the full tensor.
+  disco::Tensor QuantizeShard(const WeightSpec& w, const char* as, const float* f, int64_t rows,
+                              int64_t cols) {
+    int64_t r0, r1, c0, c1;
+    Range(w, &r0, &r1, &c0, &c1);
     const disco::Shape shape{rows, q8::RowBytes(cols)};
     disco::Tensor t = arena ? arena->Take(shape, disco::DataType("uint8"))
                             : disco::Tensor::Empty(shape, disco::DataType("uint8"));
-    q8::Quantize(f, rows, cols, t.data_as<uint8_t>(), "weight '" + name + "'");
+    const std::string what =
+        "weight '" + w.name + "'" + as +
+        (r0 == 0 && c0 == 0 ? std::string()
+                            : " (this worker's shard: its row 0 is row " + std::to_string(r0) +
+                                  ", its column 0 column " + std::to_string(c0) + ")");
+    q8::Quantize(f, rows, cols, t.data_as<uint8_t>(), what);
     PackQ8(t.data_as<uint8_t>(), rows, cols);
     return t;
   }

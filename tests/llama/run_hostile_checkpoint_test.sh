@@ -166,6 +166,15 @@ done
 rm "$dir/fifo-shard/model-00002-of-00002.safetensors"
 mkfifo "$dir/fifo-shard/model-00002-of-00002.safetensors"
 expect "model-00002-of-00002.safetensors is not a regular file (a FIFO)" "$dir/fifo-shard"
+# Symbolic links that lead nowhere (a Hugging Face cache whose blob was never written; a loop):
+# named as such, not "has no config.json".
+for f in config.json model.safetensors; do
+  cp -r "$dir/good" "$dir/link-$f"
+  rm "$dir/link-$f/$f" && ln -s "$dir/no-such-blob" "$dir/link-$f/$f"
+  expect "$dir/link-$f/$f is a symbolic link that leads nowhere: No such file" "$dir/link-$f"
+done
+rm "$dir/link-config.json/config.json" && ln -s config.json "$dir/link-config.json/config.json"
+expect "config.json is a symbolic link that leads nowhere: Too many levels" "$dir/link-config.json"
 
 # Values past float16's range (65504) in layer 0's values of kv head 2 (rank 1's: rank 0's all
 # fit): a float16 kv cache refuses them naming the layer, position and head, without leaving rank
@@ -192,6 +201,26 @@ elif ! timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/huge-valu
   echo "FAIL: the huge-values checkpoint with a float32 kv cache"; fail=1
 else
   echo "ok: huge-values: refused by a float16 kv cache, decoded with a float32 one"
+fi
+
+# A NaN weight that int8 cannot quantize, in rank 1's rows of q_proj: named by its row in the full
+# tensor (40), with the shard's own (8).
+variant nan-weight "
+import numpy as np
+path = os.path.join(d, 'model.safetensors')
+raw = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+e = json.loads(raw[8:8 + n])['model.layers.0.self_attn.q_proj.weight']
+assert e['dtype'] == 'F32' and e['shape'] == [64, 64]
+at = 8 + n + e['data_offsets'][0] + 4 * (40 * 64 + 3)
+raw[at:at + 4] = struct.pack('<f', float('nan'))
+open(path, 'wb').write(raw)"
+out=$(timeout 120 "$mpiexec" -n 2 "${flags[@]}" "$demo" --model "$dir/nan-weight" --prompt 1,2 \
+  --max-new-tokens 2 --warmup 0 --dtype int8 2>&1) && rc=0 || rc=$?
+if ((rc == 0 || rc == 124)) || ! grep -qF "weight 'model.layers.0.self_attn.q_proj.weight' (this worker's shard: its row 0 is row 32, its column 0 column 0): row 8, column 3 is nan" <<<"$out"; then
+  echo "FAIL: a NaN weight under int8 (exit $rc)"; echo "$out" | tail -5; fail=1
+else
+  echo "ok: nan-weight: int8 names the weight's row in the full tensor"
 fi
 
 # Weights the node's memory cannot hold (a sparse file of 120 GB in bfloat16 whose float32 shards
