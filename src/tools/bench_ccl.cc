@@ -165,56 +165,66 @@ class SharedAreas {
   void* base_ = nullptr;
 };
 
+// The node communicator of a 2-rank job whose ranks share a node; a null one otherwise.
+mpi::Comm PairOnOneNode() {
+  MPI_Comm c = MPI_COMM_NULL;
+  DISCO_MPI_CALL(MPI_Comm_split_type(RawComm().get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c));
+  mpi::Comm node(c);
+  return node.size() == 2 && RawComm().size() == 2 ? std::move(node) : mpi::Comm();
+}
+
+// Spins until `flag` reaches `step`, a few microseconds (an exchange takes well under one), then
+// yields too: on a loaded node, or with both ranks on one core, the peer may need this core.
+void AwaitStep(const std::atomic<uint64_t>* flag, uint64_t step) {
+  for (int spins = 0; flag->load(std::memory_order_acquire) < step; ++spins) {
+    if (spins < 256) {
+      Pause();
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+// Runs `step`(i) for i = 1.. (a tenth of `iters` to warm up, then `iters` timed) on both ranks of
+// `node`: the mean microseconds per step on rank 0, on every rank.
+template <typename Step>
+double TimeSteps(const mpi::Comm& node, int64_t iters, Step step) {
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  const auto count = static_cast<uint64_t>(iters);
+  for (uint64_t i = 1; i <= count / 10; ++i) step(i);
+  const double t0 = NowUs();
+  for (uint64_t i = 1 + count / 10; i <= count / 10 + count; ++i) step(i);
+  double took = (NowUs() - t0) / static_cast<double>(count);
+  DISCO_MPI_CALL(MPI_Barrier(node.get()));
+  DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
+  return took;
+}
+
 // A ping-pong between the two ranks of a 2-rank job on one node: rank 0 writes `bytes` of payload
 // (none: a bare cache line) and stores i in its flag; rank 1 spins until it sees i, reads the
 // payload, writes its own and stores i in its flag; rank 0 waits for that and reads. The mean
 // round trip in microseconds on rank 0 (-1 on a job of other than 2 ranks or across nodes): the
 // least an exchange between the two cores costs, which a 2-rank allreduce is measured against.
 DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int64_t bytes) {
-  mpi::Comm node;
-  {
-    MPI_Comm c = MPI_COMM_NULL;
-    DISCO_MPI_CALL(
-        MPI_Comm_split_type(RawComm().get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c));
-    node = mpi::Comm(c);
-  }
-  if (node.size() != 2 || RawComm().size() != 2) return -1.0;
+  const mpi::Comm node = PairOnOneNode();
+  if (node.get() == MPI_COMM_NULL) return -1.0;
   const auto n = static_cast<size_t>(bytes);
   SharedAreas areas(node.get(), n);
   const int me = node.rank();
   areas.Flag(me)->store(0, std::memory_order_relaxed);
   std::vector<char> out(n, static_cast<char>(me + 1)), in(n);
-  DISCO_MPI_CALL(MPI_Barrier(node.get()));
   auto send = [&](uint64_t i) {
     std::memcpy(areas.Payload(me), out.data(), n);
     areas.Flag(me)->store(i, std::memory_order_release);
   };
   auto receive = [&](uint64_t i) {
-    // Spins a few microseconds (a round trip takes well under one), then yields too: on a
-    // loaded node, or with both ranks on one core, the peer may need this core.
-    for (int spins = 0; areas.Flag(1 - me)->load(std::memory_order_acquire) != i; ++spins) {
-      if (spins < 256) {
-        Pause();
-      } else {
-        sched_yield();
-      }
-    }
+    AwaitStep(areas.Flag(1 - me), i);
     std::memcpy(in.data(), areas.Payload(1 - me), n);
   };
-  auto run = [&](uint64_t from, uint64_t to) {
-    for (uint64_t i = from; i < to; ++i) {
-      if (me == 0) send(i), receive(i);
-      if (me == 1) receive(i), send(i);
-    }
-  };
-  const auto count = static_cast<uint64_t>(iters);
-  run(1, 1 + count / 10);  // warm-up
-  const double t0 = NowUs();
-  run(1 + count / 10, 1 + count / 10 + count);
-  double took = (NowUs() - t0) / static_cast<double>(count);
-  DISCO_MPI_CALL(MPI_Barrier(node.get()));
-  DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
-  return took;
+  return TimeSteps(node, iters, [&](uint64_t i) {
+    if (me == 0) send(i), receive(i);
+    if (me == 1) receive(i), send(i);
+  });
 });
 
 // A 2-rank allreduce of `bytes` of float32 on these two cores without the runtime: both ranks at
@@ -224,44 +234,23 @@ DISCO_REGISTER_GLOBAL("bench.ccl_pingpong").set_body_typed([](int64_t iters, int
 // alternate steps) and nothing else. Mean microseconds per exchange on rank 0 (-1 as
 // bench.ccl_pingpong; -2 for a wrong sum).
 DISCO_REGISTER_GLOBAL("bench.ccl_exchange").set_body_typed([](int64_t iters, int64_t bytes) {
-  mpi::Comm node;
-  {
-    MPI_Comm c = MPI_COMM_NULL;
-    DISCO_MPI_CALL(
-        MPI_Comm_split_type(RawComm().get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &c));
-    node = mpi::Comm(c);
-  }
-  if (node.size() != 2 || RawComm().size() != 2) return -1.0;
+  const mpi::Comm node = PairOnOneNode();
+  if (node.get() == MPI_COMM_NULL) return -1.0;
   const auto n = static_cast<size_t>(bytes) / 4;
   SharedAreas areas(node.get(), n * 4, 4, 4096);  // rank r: areas 2r (its flag) and 2r + 1
   const int me = node.rank();
   areas.Flag(2 * me)->store(0, std::memory_order_relaxed);
   std::vector<float> mine(n, static_cast<float>(me + 1)), out(n);
-  DISCO_MPI_CALL(MPI_Barrier(node.get()));
-  auto step = [&](uint64_t i) {
+  const double took = TimeSteps(node, iters, [&](uint64_t i) {
     auto slot = [&](int r) { return reinterpret_cast<float*>(areas.Payload(2 * r + i % 2)); };
     std::memcpy(slot(me), mine.data(), n * 4);
     areas.Flag(2 * me)->store(i, std::memory_order_release);
-    for (int spins = 0; areas.Flag(2 * (1 - me))->load(std::memory_order_acquire) < i; ++spins) {
-      if (spins < 256) {
-        Pause();
-      } else {
-        sched_yield();
-      }
-    }
-    const float* peer = slot(1 - me);
-    for (size_t b = 0; b < n * 4; b += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(peer) + b);
+    AwaitStep(areas.Flag(2 * (1 - me)), i);
+    const auto* peer = reinterpret_cast<const char*>(slot(1 - me));
+    for (size_t b = 0; b < n * 4; b += 64) __builtin_prefetch(peer + b);
     ccl::Reduce(out.data(), slot(0), slot(1), static_cast<int64_t>(n), DataType("float32"),
                 ReduceOp::kSum);  // the channel's own sum
-  };
-  const auto count = static_cast<uint64_t>(iters);
-  for (uint64_t i = 1; i <= count / 10; ++i) step(i);  // warm-up
-  const double t0 = NowUs();
-  for (uint64_t i = 1 + count / 10; i <= count / 10 + count; ++i) step(i);
-  double took = (NowUs() - t0) / static_cast<double>(count);
-  DISCO_MPI_CALL(MPI_Barrier(node.get()));
-  DISCO_MPI_CALL(MPI_Bcast(&took, 1, MPI_DOUBLE, 0, RawComm().get()));
+  });
   const bool right = std::all_of(out.begin(), out.end(), [](float v) { return v == 3.0f; });
   return right ? took : -2.0;
 });
