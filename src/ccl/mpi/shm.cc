@@ -77,15 +77,30 @@ inline void CpuRelax() {
 #endif
 }
 
-// More ranks on this node than online CPUs: waiting ranks must give their core away at once.
+// More ranks on this node than the CPUs they may run on (the union of their affinity masks:
+// taskset, a cpuset of Slurm or a container, binding; at most the online CPUs): waiting ranks must
+// give their core away at once, or two ranks on one core spin out each other's time slices.
 bool NodeOversubscribed() {
   static const bool oversubscribed = [] {
     MPI_Comm node = MPI_COMM_NULL;
     DISCO_MPI_CALL(
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     mpi::Comm owned(node);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 && owned.size() > cpus;
+    cpu_set_t mine, all;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);  // unknown: one CPU
+    DISCO_MPI_CALL(
+        MPI_Allreduce(&mine, &all, static_cast<int>(sizeof mine), MPI_BYTE, MPI_BOR, owned.get()));
+    long cpus = CPU_COUNT(&all);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (online > 0) cpus = std::min(cpus, online);
+    const bool over = owned.size() > cpus;
+    if (over) {
+      DISCO_LOG(INFO) << "collectives: " << owned.size() << " ranks on this node may run on "
+                      << cpus << " CPU" << (cpus == 1 ? "" : "s")
+                      << "; their waits yield at once instead of spinning";
+    }
+    return over;
   }();
   return oversubscribed;
 }

@@ -23,8 +23,9 @@
 // (floating-point sums included), as with MPI's and NCCL's allreduce.
 //
 // Waiting spins (with a pause instruction) for a short while and then yields the CPU: when the
-// node runs more ranks than it has cores (mpirun --oversubscribe), pure spinning would starve the
-// peer being waited for, so then waits yield at once.
+// node's ranks may run on fewer CPUs than there are ranks (mpirun --oversubscribe, or their
+// affinity masks: taskset, a cpuset of Slurm or a container), pure spinning would starve the peer
+// being waited for, so then waits yield at once.
 #ifndef DISCO_CCL_MPI_SHM_H_
 #define DISCO_CCL_MPI_SHM_H_
 
