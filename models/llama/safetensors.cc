@@ -53,12 +53,13 @@ class File {
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
-  uint64_t Size() const {
+  struct stat Stat() const {
     struct stat st;
     DISCO_CHECK(::fstat(fd_, &st) == 0, ValueError)
         << "cannot stat " << path_ << ": " << std::strerror(errno);
-    return static_cast<uint64_t>(st.st_size);
+    return st;
   }
+  uint64_t Size() const { return static_cast<uint64_t>(Stat().st_size); }
   // Exactly `n` bytes at `offset`, or an error naming the file and `what`.
   void ReadAt(void* dst, size_t n, uint64_t offset, const std::string& what) const {
     auto* p = static_cast<char*>(dst);
@@ -280,14 +281,32 @@ std::string ReadFile(const std::string& path) {
 
 class OpenedFile {
  public:
-  explicit OpenedFile(const std::string& path) : file(path, O_RDONLY) {}
+  explicit OpenedFile(const std::string& path) : file(path, O_RDONLY), path(path) {
+    at_open = file.Stat();
+  }
   File file;
+  std::string path;
+  struct stat at_open;  // size and modification time when the header was read
 };
 
 void Checkpoint::ReadHeaderOf(const std::string& path, std::map<std::string, TensorInfo>* out) {
   auto opened = std::make_shared<const OpenedFile>(path);
   ReadHeader(opened->file, path, out);
   files_[path] = std::move(opened);
+}
+
+void Checkpoint::CheckUnchanged() const {
+  auto same = [](const timespec& a, const timespec& b) {
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+  };
+  for (const auto& [path, opened] : files_) {
+    const struct stat now = opened->file.Stat(), &then = opened->at_open;
+    // Not the change time: moving another file over the name changes this one's (its link count).
+    DISCO_CHECK(now.st_size == then.st_size && same(now.st_mtim, then.st_mtim), ValueError)
+        << path << " changed while the weights were read from it (" << then.st_size << " bytes, "
+        << now.st_size << " now): a copy or download still writing it? Load it again once it is "
+        << "done";
+  }
 }
 
 Checkpoint Checkpoint::Open(const std::string& dir) {

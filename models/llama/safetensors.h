@@ -63,6 +63,9 @@ class Checkpoint {
   /// into `dst`, compact, converted to `to` (kF32 or kBF16).
   void ReadSlice(const TensorInfo& t, int64_t r0, int64_t r1, int64_t c0, int64_t c1, DType to,
                  void* dst) const;
+  /// Throws ValueError naming a safetensors file whose size or modification time changed since
+  /// its header was read (written in place meanwhile: the slices read may mix two versions).
+  void CheckUnchanged() const;
 
  private:
   // Opens the safetensors file at `path`, keeps it open and parses its header into `out`.

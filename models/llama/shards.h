@@ -152,6 +152,7 @@ class Model {
       weights[w.name] = quantized ? QuantizeShard(w, "", t.data_as<float>(), shard[0], shard[1])
                                   : OnDevice(t, device);
     }
+    ck.CheckUnchanged();
   }
 
   // With dtype int8: every linear layer's float32 shard replaced by its int8 blocks (q8.h), and a

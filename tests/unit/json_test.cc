@@ -7,11 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "llama/json.h"
 #include "llama/safetensors.h"
@@ -369,6 +371,25 @@ TEST(CheckpointTest, SlicesComeFromTheFileOpened) {
   float got[6] = {};
   ck.ReadSlice(*ck.Find("w"), 0, 2, 0, 3, llama::DType::kF32, got);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(got[i], 1.0f + static_cast<float>(i)) << "element " << i;
+  EXPECT_NO_THROW(ck.CheckUnchanged());
+  // Written in place (cp, scp, rsync --inplace over it): the same descriptor reads the new bytes,
+  // so the load is refused. Past the file times' granularity (a clock tick) first.
+  llama::Checkpoint again = llama::Checkpoint::Open(dir);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::fstream f(dir + "/model.safetensors", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(-4, std::ios::end);
+    const float v = 42;
+    f.write(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  try {
+    again.CheckUnchanged();
+    ADD_FAILURE() << "a file written in place was not seen";
+  } catch (const disco::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed while the weights were read from it"),
+              std::string::npos)
+        << e.what();
+  }
   std::remove((dir + "/model.safetensors").c_str());
   std::remove((dir + "/config.json").c_str());
   ::rmdir(dir.c_str());

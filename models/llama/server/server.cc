@@ -15,7 +15,9 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "llama/config.h"
 #include "llama/model.h"
@@ -208,10 +210,14 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   DISCO_CHECK(llama::IsDirectory(o.model), ValueError)
       << "--model " << o.model
       << ": give a Hugging Face checkpoint directory (config.json, safetensors and the tokenizer)";
-  llama::Checkpoint ck = llama::Checkpoint::Open(o.model);
-  ck.config().CheckSplit(s.num_workers());
-  ck.CheckWeights();
-  const llama::Config& c = ck.config();
+  // Checked here first, for one clear message; the checkpoint (its files open) is let go once its
+  // config and end-of-sequence ids are read, not held for the server's life.
+  std::optional<llama::Checkpoint> ck(llama::Checkpoint::Open(o.model));
+  ck->config().CheckSplit(s.num_workers());
+  ck->CheckWeights();
+  const llama::Config c = ck->config();
+  const std::vector<int64_t> eos = EosIdsOf(*ck, o.model);
+  ck.reset();
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromDirectory(o.model, c.vocab_size);
   h.vocab_size = c.vocab_size;
   DISCO_CHECK(o.max_len <= c.max_position_embeddings, ValueError)
@@ -226,8 +232,7 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   disco::DRef model = s.CallPacked(s.GetGlobalFunc("llama.open"), o.model, o.dtype);
   s.SyncAll();
   if (stopper.stopped()) return StoppedEarly();
-  Engine engine(s, model, c, tok, EosIdsOf(ck, o.model), static_cast<size_t>(o.max_batch),
-                h.max_len, o.kv_dtype);
+  Engine engine(s, model, c, tok, eos, static_cast<size_t>(o.max_batch), h.max_len, o.kv_dtype);
   JobQueue queue;
   ChatRenderer chat(o.model, [&] { return stopper.stopped(); });
   if (stopper.stopped()) return StoppedEarly();
