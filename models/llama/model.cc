@@ -448,15 +448,25 @@ void AgreeOnCheckpoint(const std::exception_ptr& failed, int64_t fingerprint,
   const int64_t* bad = std::find(all, all + n, -1);
   DISCO_CHECK(bad == all + n, ValueError)
       << what << ": worker " << bad - all << " failed (its error says why)";
-  std::string differ;
-  for (int64_t r = 1; r < n; ++r) {
-    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  // Named against the checkpoint most workers opened (worker 0's on a tie).
+  int64_t common = all[0], most = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const auto count = std::count(all, all + n, all[r]);
+    if (count > most) most = count, common = all[r];
   }
-  DISCO_CHECK(differ.empty(), ValueError)
-      << what << ": the workers did not open the same checkpoint: worker"
-      << (differ.find(',') == std::string::npos ? " " : "s ") << differ
-      << " found a config.json or weights (dtypes, shapes) other than worker 0's (a relative "
-         "path, or another version of the checkpoint on some node)";
+  auto workers = [&](bool same) {
+    std::string list;
+    int64_t shown = 0, count = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      if ((all[r] == common) != same) continue;
+      if (++count <= 8) list += (shown++ == 0 ? "" : ", ") + std::to_string(r);
+    }
+    return (count == 1 ? "worker " : "workers ") + list + (count > 8 ? ", ..." : "");
+  };
+  DISCO_CHECK(most == n, ValueError)
+      << what << ": the workers did not open the same checkpoint: " << workers(false)
+      << " found a config.json or weights (dtypes, shapes) other than " << workers(true)
+      << " (a relative path, or another version of the checkpoint on some node)";
 }
 
 DISCO_REGISTER_GLOBAL("llama.open")

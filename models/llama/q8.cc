@@ -70,7 +70,8 @@ void Quantize(const float* w, int64_t n, int64_t k, uint8_t* out, const std::str
       float id = d != 0.0f ? 1.0f / d : 0.0f;
       uint16_t h = FloatToHalf(d);
       DISCO_CHECK(std::isfinite(HalfToFloat(h)), ValueError)
-          << what << ": row " << j << " has a block of max |w| " << amax
+          << what << ": row " << j << ", columns " << p0 << " to " << p1 - 1
+          << " (a block) have max |w| " << amax
           << ", whose int8 scale (max/127) overflows float16 (at most 65504)";
       if ((h & 0x7c00u) == 0 && amax > 0.0f) {  // a subnormal float16 scale (q8.h)
         h = std::max<uint16_t>(h, 1);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -40,7 +41,13 @@ class File {
     do {
       fd_ = ::open(path.c_str(), flags | O_CLOEXEC | O_NONBLOCK, mode);
     } while (fd_ < 0 && errno == EINTR);
-    DISCO_CHECK(fd_ >= 0, ValueError) << "cannot open " << path << ": " << std::strerror(errno);
+    if (fd_ < 0) {
+      const int err = errno;
+      struct stat link;
+      DISCO_CHECK(err != ENOENT || ::lstat(path.c_str(), &link) != 0, ValueError)
+          << path << " is a symbolic link that leads nowhere: " << std::strerror(err);
+      DISCO_THROW(ValueError) << "cannot open " << path << ": " << std::strerror(err);
+    }
     struct stat st;
     DISCO_CHECK(::fstat(fd_, &st) == 0, ValueError)
         << "cannot stat " << path << ": " << std::strerror(errno);
@@ -68,8 +75,9 @@ class File {
       if (got < 0 && errno == EINTR) continue;
       DISCO_CHECK(got >= 0, ValueError)
           << "reading " << what << " from " << path_ << ": " << std::strerror(errno);
-      DISCO_CHECK(got > 0, ValueError) << "reading " << what << " from " << path_
-                                       << ": the file ends at byte " << offset << " (truncated?)";
+      DISCO_CHECK(got > 0, ValueError)
+          << "reading " << what << " from " << path_ << ": the file ends at byte " << Size()
+          << " (truncated?), before byte " << offset;
       p += got;
       n -= static_cast<size_t>(got);
       offset += static_cast<uint64_t>(got);
@@ -108,6 +116,21 @@ std::string Join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+// A name from a checkpoint file, refused when it holds a control byte: it goes into messages,
+// where a newline would forge a line of its own and an escape sequence reach the terminal.
+void CheckPrintable(const std::string& name, const std::string& what) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c != 0x7f) continue;
+    std::string shown = name.substr(0, 60);
+    for (char& b : shown) b = (b >= 0 && b < 0x20) || b == 0x7f ? '?' : b;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", c);
+    DISCO_THROW(ValueError) << what << " holds the control byte " << hex << " (at byte " << i
+                            << "): '" << shown << (name.size() > 60 ? "...'" : "'");
+  }
+}
+
 // Parses the header of one safetensors file (`f`, open at `path`) into `out` (name -> info).
 void ReadHeader(const File& f, const std::string& path, std::map<std::string, TensorInfo>* out) {
   const uint64_t size = f.Size();
@@ -128,6 +151,7 @@ void ReadHeader(const File& f, const std::string& path, std::map<std::string, Te
   const uint64_t data_start = 8 + len, data_size = size - data_start;
   for (const auto& [name, entry] : header.members()) {
     if (name == "__metadata__") continue;
+    CheckPrintable(name, path + ": a tensor name");
     const std::string where = path + ": tensor '" + name + "'";
     DISCO_CHECK(entry.is_object(), ValueError) << where << ": the entry is not an object";
     const Json* dtype = entry.Find("dtype");
@@ -262,9 +286,12 @@ bool Present(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) return true;
   const int err = errno;
-  if (::lstat(path.c_str(), &st) != 0) return false;
-  DISCO_THROW(ValueError) << path
-                          << " is a symbolic link that leads nowhere: " << std::strerror(err);
+  const bool link = ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+  if (err == ENOENT && !link) return false;
+  DISCO_CHECK(!link, ValueError) << path << " is a symbolic link that leads nowhere: "
+                                 << std::strerror(err);
+  // A directory that cannot be searched, a name too long, ...
+  DISCO_THROW(ValueError) << "cannot look at " << path << ": " << std::strerror(err);
 }
 
 }  // namespace
@@ -333,6 +360,8 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
       << index << ": no \"weight_map\" object";
   std::map<std::string, std::string> file_of;
   for (const auto& [name, file] : map->members()) {
+    CheckPrintable(name, index + ": a weight_map name");
+    if (file.is_string()) CheckPrintable(file.as_string(), index + ": a weight_map file");
     DISCO_CHECK(file.is_string() && !file.as_string().empty() &&
                     file.as_string().find('/') == std::string::npos,
                 ValueError)

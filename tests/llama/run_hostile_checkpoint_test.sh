@@ -83,6 +83,19 @@ expect "tensor 'model.layers.0.self_attn.k_proj.bias' is missing" "$dir/qwen2"
 # Qwen2's tensors under a llama model_type: the bias the model would drop is named.
 variant bias "tensors['model.layers.0.self_attn.q_proj.bias'] = $(f32 64)"
 expect "tensor 'model.layers.0.self_attn.q_proj.bias' in $dir/bias/model.safetensors is not one this model reads" "$dir/bias"
+# A tensor name with a newline and a terminal escape (T-round 6): refused, shown without them, not
+# printed as a forged line.
+variant forged "tensors['x\\n[rank 1/2 vm] FORGED\\x1b]0;t\\x07'] = $(f32 8)"
+expect "model.safetensors: a tensor name holds the control byte 0x0a (at byte 1): 'x?[rank 1/2 vm] FORGED?]0;t?'" "$dir/forged"
+# A directory whose config.json's path passes the system's limit: said so, not "has no config.json".
+long=$("$py" -c '
+import os, sys
+d = sys.argv[1]
+while len(d) < 4090:  # config.json past PATH_MAX (4096 with its NUL)
+    d = os.path.join(d, "d" * min(200, 4089 - len(d)))
+os.makedirs(d)
+print(d)' "$dir/long")
+expect "config.json: File name too long" "$long"
 variant qknorm "cfg['attention_bias'] = False
 tensors['model.layers.1.self_attn.q_norm.weight'] = $(f32 8)"
 expect "tensor 'model.layers.1.self_attn.q_norm.weight' in" "$dir/qknorm"
