@@ -416,7 +416,7 @@ std::string Shown(const std::string& v) {
 }
 
 // What the workers must agree on about a checkpoint: its config (parsed, so whitespace does not
-// count) and each weight's dtype and shape, hashed (FNV-1a, 62 bits).
+// count) and each weight's dtype, shape and a few values, hashed (FNV-1a, 62 bits).
 int64_t Fingerprint(const Checkpoint& ck) {
   uint64_t h = 1469598103934665603ull;
   auto add = [&](const std::string& s) {
@@ -427,6 +427,16 @@ int64_t Fingerprint(const Checkpoint& ck) {
   for (const WeightSpec& w : WeightSpecs(ck.config())) {
     const TensorInfo* t = ck.Find(w.name);
     add(w.name + " " + t->dtype_name + " " + ShapeString(t->shape));
+    // And a few of its values: its first row's first and its last row's last (two small reads),
+    // where a copy of other weights or an unfinished download (zeros at the end) differs.
+    const int64_t rows = t->shape.size() == 2 ? t->shape[0] : 1, cols = t->shape.back();
+    const int64_t k = std::min<int64_t>(4, cols);
+    float v[8] = {};
+    if (k > 0) {
+      ck.ReadSlice(*t, 0, 1, 0, k, DType::kF32, v);
+      ck.ReadSlice(*t, rows - 1, rows, cols - k, cols, DType::kF32, v + 4);
+    }
+    add(std::string(reinterpret_cast<const char*>(v), sizeof v));
   }
   return static_cast<int64_t>(h >> 2);
 }
@@ -465,7 +475,7 @@ void AgreeOnCheckpoint(const std::exception_ptr& failed, int64_t fingerprint,
   };
   DISCO_CHECK(most == n, ValueError)
       << what << ": the workers did not open the same checkpoint: " << workers(false)
-      << " found a config.json or weights (dtypes, shapes) other than " << workers(true)
+      << " found a config.json or weights (dtypes, shapes, values) other than " << workers(true)
       << " (a relative path, or another version of the checkpoint on some node)";
 }
 

@@ -332,8 +332,9 @@ PYEOF
   done
   # Checkpoints the workers do not agree on (relative paths, the ranks in other directories): one
   # that a worker cannot open (that worker's error first, the other's pointing at it), one that is
-  # another model on one worker (refused on both, not decoded from mixed shards), and a path with
-  # a NUL byte (named, not cut short). No wait in llama.open's collectives.
+  # another model on one worker, or the same model with other weights (refused on both, not
+  # decoded from mixed shards), and a path with a NUL byte (named, not cut short). No wait in
+  # llama.open's collectives.
   cat >"$dir/open_one.py" <<'PYEOF'
 import sys
 import disco
@@ -345,7 +346,7 @@ def controller(sess):
     fn = sess.get_global_func
     fn("disco.load_library")(find_library(None))
     sess.init_ccl("mpi")
-    for path in ["good", "same", "good\0x"]:
+    for path in ["good", "same", "seeded", "good\0x"]:
         fn("llama.open")(path, "float32")
         try:
             sess.sync_all()
@@ -361,12 +362,16 @@ PYEOF
   mkdir -p "$dir/elsewhere"
   ln -s "$dir/good" "$dir/same"
   ln -s "$dir/other" "$dir/elsewhere/same"
+  "$py" "$here/tiny_checkpoint.py" "$dir/reseeded" --seed 2 || exit 1
+  ln -s "$dir/good" "$dir/seeded"
+  ln -s "$dir/reseeded" "$dir/elsewhere/seeded"
   out=$(timeout 120 "$mpiexec" "${flags[@]}" -n 1 -wdir "$dir" "$py" "$dir/open_one.py" \
     "$here/../../examples" : -n 1 -wdir "$dir/elsewhere" "$py" "$dir/open_one.py" \
     "$here/../../examples" 2>&1)
   for want in "^refused: worker 1 failed in 'llama.open' .*good is not a directory" \
     "worker 0 in 'llama.open' .*: worker 1 failed (its error says why)" \
     "^refused: worker 0 failed in 'llama.open' .*llama.open('same', 'float32'): the workers did not open the same checkpoint: worker 1 found a config.json or weights" \
+    "^refused: worker 0 failed in 'llama.open' .*llama.open('seeded', 'float32'): the workers did not open the same checkpoint: worker 1 found" \
     "^refused: worker 0 .*llama.open('good?x', 'float32'): the path holds a NUL byte (at byte 4)"; do
     grep -q "$want" <<<"$out" || { echo "FAIL: llama.open on other checkpoints: no '$want'"; echo "$out" | tail -12; fail=1; }
   done
