@@ -444,7 +444,7 @@ int64_t Fingerprint(const Checkpoint& ck) {
 // Collective: whether every worker opened the same checkpoint (`fingerprint`, -1 where `failed`).
 // A worker that failed rethrows its own error; the others raise one that points at it, so none
 // waits in a collective after this for a worker that never comes. Workers whose checkpoint is not
-// worker 0's (a relative path, another version on some node) are refused on every worker.
+// the one most opened (a relative path, another version on some node) are refused on every worker.
 void AgreeOnCheckpoint(const std::exception_ptr& failed, int64_t fingerprint,
                        const std::string& what) {
   const disco::WorkerInfo& w = disco::ThisWorker();

@@ -308,11 +308,8 @@ std::string ReadFile(const std::string& path) {
 
 class OpenedFile {
  public:
-  explicit OpenedFile(const std::string& path) : file(path, O_RDONLY), path(path) {
-    at_open = file.Stat();
-  }
+  explicit OpenedFile(const std::string& path) : file(path, O_RDONLY), at_open(file.Stat()) {}
   File file;
-  std::string path;
   struct stat at_open;  // size and modification time when the header was read
 };
 
