@@ -310,7 +310,8 @@ DRef LoadModel(Session& s, const std::string& path, const std::string& dtype, Co
     }
     return s.CallPacked(s.GetGlobalFunc("llama.open"), path, dtype);
   }
-  DISCO_CHECK(Exists(path), ValueError) << "--model " << path << ": no such file or directory";
+  const std::string why = StatError(path);
+  DISCO_CHECK(why.empty(), ValueError) << "--model " << path << ": " << why;
   auto ends_with = [&](const std::string& suffix) {
     return path.size() >= suffix.size() &&
            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -512,6 +512,12 @@ DISCO_REGISTER_GLOBAL("llama.open")
                           "run more ranks (each holds 1/N of the weights), on more nodes, or "
                           "give a smaller dtype (bfloat16 holds half of float32, int8 a quarter)");
           m->LoadFrom(*ck);
+          // Written in place with its size and time put back (cp -p, rsync): the values sampled
+          // for the agreement, read again, tell most such loads.
+          DISCO_CHECK(Fingerprint(*ck) == fingerprint, ValueError)
+              << what << ": the checkpoint changed while the weights were read from it (values "
+              << "read before and after differ): a copy or download still writing it? Load it "
+              << "again once it is done";
           m->Finalize();
           return Object::Make(m, "llama.Model");
         },

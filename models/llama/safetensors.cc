@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string>
 #include <utility>
 
 namespace llama {
@@ -116,18 +118,40 @@ std::string Join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// A name from a checkpoint file, refused when it holds a control byte: it goes into messages,
-// where a newline would forge a line of its own and an escape sequence reach the terminal.
+// A name from a checkpoint file as a message shows it: its first 60 bytes, control bytes as '?'.
+std::string ShownName(const std::string& name) {
+  std::string shown = name.substr(0, 60);
+  for (char& b : shown) b = (b >= 0 && b < 0x20) || b == 0x7f ? '?' : b;
+  return name.size() > 60 ? shown + "... (" + std::to_string(name.size()) + " bytes)" : shown;
+}
+
+// A name from a checkpoint file, refused when it holds a control character: it goes into
+// messages, where a newline would forge a line of its own and an escape sequence reach the
+// terminal. Unicode's C1 controls (U+0080-U+009F: an 8-bit escape sequence's start) and its
+// direction overrides (U+202A-U+202E, U+2066-U+2069: text shown in another order than it is)
+// count too.
 void CheckPrintable(const std::string& name, const std::string& what) {
+  auto control = [&](size_t i) -> size_t {  // the bytes of a control character at i, or 0
+    const auto c = [&](size_t k) { return k < name.size() ? static_cast<uint8_t>(name[k]) : 0; };
+    if (c(i) < 0x20 || c(i) == 0x7f) return 1;
+    if (c(i) == 0xc2 && c(i + 1) >= 0x80 && c(i + 1) <= 0x9f) return 2;
+    if (c(i) == 0xe2 && ((c(i + 1) == 0x80 && c(i + 2) >= 0xaa && c(i + 2) <= 0xae) ||
+                         (c(i + 1) == 0x81 && c(i + 2) >= 0xa6 && c(i + 2) <= 0xa9))) {
+      return 3;
+    }
+    return 0;
+  };
   for (size_t i = 0; i < name.size(); ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c >= 0x20 && c != 0x7f) continue;
-    std::string shown = name.substr(0, 60);
-    for (char& b : shown) b = (b >= 0 && b < 0x20) || b == 0x7f ? '?' : b;
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "0x%02x", c);
-    DISCO_THROW(ValueError) << what << " holds the control byte " << hex << " (at byte " << i
-                            << "): '" << shown << (name.size() > 60 ? "...'" : "'");
+    const size_t n = control(i);
+    if (n == 0) continue;
+    std::string hex;
+    for (size_t k = i; k < i + n; ++k) {
+      char b[4];
+      std::snprintf(b, sizeof b, "%02x", static_cast<uint8_t>(name[k]));
+      hex += b;
+    }
+    DISCO_THROW(ValueError) << what << " holds the control character 0x" << hex << " (at byte " << i
+                            << "): '" << ShownName(name) << "'";
   }
 }
 
@@ -277,6 +301,11 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+std::string StatError(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? std::string() : std::strerror(errno);
+}
+
 namespace {
 
 // Whether anything is at `path`; a symbolic link that leads nowhere (its target gone, as in a
@@ -327,9 +356,10 @@ void Checkpoint::CheckUnchanged() const {
     const struct stat now = opened->file.Stat(), &then = opened->at_open;
     // Not the change time: moving another file over the name changes this one's (its link count).
     DISCO_CHECK(now.st_size == then.st_size && same(now.st_mtim, then.st_mtim), ValueError)
-        << path << " changed while the weights were read from it (" << then.st_size << " bytes, "
-        << now.st_size << " now): a copy or download still writing it? Load it again once it is "
-        << "done";
+        << path << " changed while the weights were read from it (" << then.st_size
+        << " bytes modified at " << then.st_mtim.tv_sec << "." << then.st_mtim.tv_nsec << " s, "
+        << now.st_size << " bytes at " << now.st_mtim.tv_sec << "." << now.st_mtim.tv_nsec
+        << " s now): a copy or download still writing it? Load it again once it is done";
   }
 }
 
@@ -398,7 +428,7 @@ void Checkpoint::CheckWeights() const {
     const bool rotary = name.size() > inv_freq.size() &&
                         name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;
     DISCO_CHECK(read.count(name) != 0 || rotary, ValueError)
-        << "checkpoint " << dir_ << ": tensor '" << name << "' in " << t.file
+        << "checkpoint " << dir_ << ": tensor '" << ShownName(name) << "' in " << t.file
         << " is not one this model reads (a " << config_.model_type
         << " model: " << config_.Summary()
         << "): a checkpoint of another architecture, or of other settings, is refused";

@@ -85,6 +85,9 @@ std::string ReadFile(const std::string& path);
 /// True when `path` is a directory.
 bool IsDirectory(const std::string& path);
 bool Exists(const std::string& path);
+/// Why `path` cannot be looked at (strerror of stat: "No such file or directory", "Permission
+/// denied", "Too many levels of symbolic links"...), or "" when it can.
+std::string StatError(const std::string& path);
 
 /// A tensor to write: name, shape, and a generator that fills elements [begin, begin + n) of the
 /// flattened tensor (called in order, in chunks).

@@ -86,7 +86,14 @@ expect "tensor 'model.layers.0.self_attn.q_proj.bias' in $dir/bias/model.safeten
 # A tensor name with a newline and a terminal escape (T-round 6): refused, shown without them, not
 # printed as a forged line.
 variant forged "tensors['x\\n[rank 1/2 vm] FORGED\\x1b]0;t\\x07'] = $(f32 8)"
-expect "model.safetensors: a tensor name holds the control byte 0x0a (at byte 1): 'x?[rank 1/2 vm] FORGED?]0;t?'" "$dir/forged"
+expect "model.safetensors: a tensor name holds the control character 0x0a (at byte 1): 'x?[rank 1/2 vm] FORGED?]0;t?'" "$dir/forged"
+# Unicode's C1 controls and direction overrides count as control characters; a long name is cut.
+variant c1 "tensors['x\\u009b31m'] = $(f32 8)"
+expect "a tensor name holds the control character 0xc29b (at byte 1)" "$dir/c1"
+variant bidi "tensors['x\\u202ey'] = $(f32 8)"
+expect "a tensor name holds the control character 0xe280ae (at byte 1)" "$dir/bidi"
+variant longname "tensors['A' * 100000] = $(f32 8)"
+expect "tensor 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA... (100000 bytes)' in" "$dir/longname"
 # A directory whose config.json's path passes the system's limit: said so, not "has no config.json".
 long=$("$py" -c '
 import os, sys

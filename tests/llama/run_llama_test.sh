@@ -151,7 +151,7 @@ expect_failure "maps tensor 'model.norm.weight' to model-00001-of-00002.safetens
 expect_failure "num_key_value_heads 4 cannot be split over 3 ranks" 3 --model "$dir/kv4"
 expect_failure "num_attention_heads 8 cannot be split over 3 ranks" 3 --model "$dir/f32"
 expect_failure "num_attention_heads 8 cannot be split over 3 ranks" 3 --model "$dir/m.h5"
-expect_failure "--model $dir/nothing: no such file or directory" 1 --model "$dir/nothing"
+expect_failure "--model $dir/nothing: No such file or directory" 1 --model "$dir/nothing"
 expect_failure "--prompt 2: token 300 is outside the vocabulary [0, 256)" 1 --model "$dir/f32" \
   --prompt 300
 

@@ -207,6 +207,8 @@ int Serve(disco::Session& s, const ServerOptions& o) {
   h.host = o.host;
   h.port = o.port;
   if (!o.api_key_file.empty()) h.api_key = ReadKeyFile(o.api_key_file);
+  const std::string why = llama::StatError(o.model);
+  DISCO_CHECK(why.empty(), ValueError) << "--model " << o.model << ": " << why;
   DISCO_CHECK(llama::IsDirectory(o.model), ValueError)
       << "--model " << o.model
       << ": give a Hugging Face checkpoint directory (config.json, safetensors and the tokenizer)";
