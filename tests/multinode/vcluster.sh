@@ -106,14 +106,23 @@ umount -l "$VC_STATE/host-tmp"
 exec sleep infinity'
 
 cmd_start() {
-  local n=${1:-2} i node ip veth pid
+  local n=${1:-2} i node ip veth pid p shared
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || vc_die "start N: 1 <= N <= 16"
   vc_root
   for tool in ip nsenter unshare setsid; do command -v $tool >/dev/null || vc_die "$tool not found"; done
   if [ -f "$VC_STATE/nodes" ]; then
     local healthy=1
     [ "$(vc_nodes | wc -l)" = "$n" ] || healthy=0
-    for node in $(vc_nodes); do vc_holder "$node" >/dev/null || healthy=0; done
+    for node in $(vc_nodes); do
+      pid=$(vc_holder "$node") || { healthy=0; continue; }
+      # The shared directories must still be the ones here: a checkout removed and made again
+      # (a run interrupted, then a fresh clone) would leave the nodes seeing the old one.
+      IFS=: read -r -a shared <<<"${VC_SHARED_TMP:-}"
+      for p in "${shared[@]}"; do
+        [ -z "$p" ] || [ "$(nsenter -t "$pid" -m -- stat -c %d:%i "$p" 2>/dev/null)" = \
+          "$(stat -c %d:%i "$p" 2>/dev/null)" ] || healthy=0
+      done
+    done
     if [ $healthy = 1 ]; then vc_log "$n nodes already up"; return 0; fi
     cmd_stop
   fi
