@@ -466,10 +466,10 @@ void AgreeOnCheckpoint(const std::exception_ptr& failed, int64_t fingerprint,
   }
   auto workers = [&](bool same) {
     std::string list;
-    int64_t shown = 0, count = 0;
+    int64_t count = 0;
     for (int64_t r = 0; r < n; ++r) {
       if ((all[r] == common) != same) continue;
-      if (++count <= 8) list += (shown++ == 0 ? "" : ", ") + std::to_string(r);
+      if (++count <= 8) list += (count == 1 ? "" : ", ") + std::to_string(r);
     }
     return (count == 1 ? "worker " : "workers ") + list + (count > 8 ? ", ..." : "");
   };
@@ -483,9 +483,8 @@ DISCO_REGISTER_GLOBAL("llama.open")
     .set_body_typed(
         [](std::string path, std::string dtype) {
           const disco::WorkerInfo& w = disco::ThisWorker();
-          std::string shown = path;  // control bytes (a NUL, a newline) as '?'
-          for (char& c : shown) c = (c >= 0 && c < 0x20) || c == 0x7f ? '?' : c;
-          const std::string what = "llama.open('" + shown + "', '" + Shown(dtype) + "')";
+          const std::string what =
+              "llama.open('" + ControlBytesShown(path) + "', '" + Shown(dtype) + "')";
           std::optional<Checkpoint> ck;
           std::shared_ptr<Model> m;
           std::exception_ptr failed;

@@ -34,6 +34,15 @@ const char* KindOf(mode_t mode) {
   return "not a file";
 }
 
+// Throws naming `path` when it is a symbolic link, `err` being why following it failed: a link
+// that leads nowhere (its target gone, as in a Hugging Face cache whose blob a partial download
+// never wrote, or a loop) is named so, not taken for an absent file.
+void CheckNotADanglingLink(const std::string& path, int err) {
+  struct stat st;
+  DISCO_CHECK(::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode), ValueError)
+      << path << " is a symbolic link that leads nowhere: " << std::strerror(err);
+}
+
 // An open regular file, closed on destruction.
 class File {
  public:
@@ -45,9 +54,7 @@ class File {
     } while (fd_ < 0 && errno == EINTR);
     if (fd_ < 0) {
       const int err = errno;
-      struct stat link;
-      DISCO_CHECK(err != ENOENT || ::lstat(path.c_str(), &link) != 0, ValueError)
-          << path << " is a symbolic link that leads nowhere: " << std::strerror(err);
+      if (err == ENOENT) CheckNotADanglingLink(path, err);
       DISCO_THROW(ValueError) << "cannot open " << path << ": " << std::strerror(err);
     }
     struct stat st;
@@ -120,8 +127,7 @@ std::string Join(const std::string& dir, const std::string& name) {
 
 // A name from a checkpoint file as a message shows it: its first 60 bytes, control bytes as '?'.
 std::string ShownName(const std::string& name) {
-  std::string shown = name.substr(0, 60);
-  for (char& b : shown) b = (b >= 0 && b < 0x20) || b == 0x7f ? '?' : b;
+  const std::string shown = ControlBytesShown(name.substr(0, 60));
   return name.size() > 60 ? shown + "... (" + std::to_string(name.size()) + " bytes)" : shown;
 }
 
@@ -301,6 +307,11 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+std::string ControlBytesShown(std::string s) {
+  for (char& c : s) c = (c >= 0 && c < 0x20) || c == 0x7f ? '?' : c;
+  return s;
+}
+
 std::string StatError(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? std::string() : std::strerror(errno);
@@ -308,17 +319,13 @@ std::string StatError(const std::string& path) {
 
 namespace {
 
-// Whether anything is at `path`; a symbolic link that leads nowhere (its target gone, as in a
-// Hugging Face cache whose blob a partial download never wrote, or a loop) is an error naming it,
-// not an absent file.
+// Whether anything is at `path` (a link that leads nowhere is an error naming it, not absent).
 bool Present(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) return true;
   const int err = errno;
-  const bool link = ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-  if (err == ENOENT && !link) return false;
-  DISCO_CHECK(!link, ValueError) << path << " is a symbolic link that leads nowhere: "
-                                 << std::strerror(err);
+  CheckNotADanglingLink(path, err);
+  if (err == ENOENT) return false;
   // A directory that cannot be searched, a name too long, ...
   DISCO_THROW(ValueError) << "cannot look at " << path << ": " << std::strerror(err);
 }

@@ -85,6 +85,9 @@ std::string ReadFile(const std::string& path);
 /// True when `path` is a directory.
 bool IsDirectory(const std::string& path);
 bool Exists(const std::string& path);
+/// `s` with each control byte (C0: NUL, newline, escape...; DEL) as '?', for a message that shows
+/// a caller's or a file's text: nothing cuts it short, forges a line of it or drives a terminal.
+std::string ControlBytesShown(std::string s);
 /// Why `path` cannot be looked at (strerror of stat: "No such file or directory", "Permission
 /// denied", "Too many levels of symbolic links"...), or "" when it can.
 std::string StatError(const std::string& path);
