@@ -269,13 +269,10 @@ std::pair<int64_t, std::string> PeakGrowthKiB(const std::function<std::string()>
 #endif
 #endif
 
-class HeaderMemoryTest : public ::testing::Test {
+// A directory with a tiny Llama config.json, removed with what the test wrote into it.
+class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-#ifdef DISCO_TEST_TSAN
-    GTEST_SKIP() << "ThreadSanitizer's shadow memory inflates the peak; the plain and ASan builds "
-                    "measure it";
-#endif
     char tmpl[] = "/tmp/disco-json-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -291,12 +288,29 @@ class HeaderMemoryTest : public ::testing::Test {
     std::remove((dir_ + "/config.json").c_str());
     ::rmdir(dir_.c_str());
   }
-  // model.safetensors with `header` and 24 bytes of data (one F32 tensor of 6).
-  void WriteHeader(const std::string& header) {
-    std::ofstream f(dir_ + "/model.safetensors", std::ios::binary);
+  // `name` in the directory: a safetensors file of `header` and `data`.
+  void WriteSafetensors(const std::string& name, const std::string& header,
+                        const std::string& data) {
+    std::ofstream f(dir_ + "/" + name, std::ios::binary);
     uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xFF));
-    f << header << std::string(24, '\0');
+    f << header << data;
+  }
+  std::string dir_;
+};
+
+class HeaderMemoryTest : public CheckpointTest {
+ protected:
+  void SetUp() override {
+#ifdef DISCO_TEST_TSAN
+    GTEST_SKIP() << "ThreadSanitizer's shadow memory inflates the peak; the plain and ASan builds "
+                    "measure it";
+#endif
+    CheckpointTest::SetUp();
+  }
+  // model.safetensors with `header` and 24 bytes of data (one F32 tensor of 6).
+  void WriteHeader(const std::string& header) {
+    WriteSafetensors("model.safetensors", header, std::string(24, '\0'));
   }
   // Opens the checkpoint in a child: peak growth (KiB) and "ok" or the error.
   std::pair<int64_t, std::string> Open() {
@@ -305,7 +319,6 @@ class HeaderMemoryTest : public ::testing::Test {
       return std::string(ck.Find("w") != nullptr ? "ok" : "no tensor w");
     });
   }
-  std::string dir_;
 };
 
 constexpr size_t kHeaderBytes = size_t{12} << 20;
@@ -342,26 +355,15 @@ TEST_F(HeaderMemoryTest, LargeMetadataIsCheckedAndDropped) {
 
 // A safetensors file moved over the checkpoint's name after Checkpoint::Open (a download or sync
 // finishing mid-load): the slices still come from the file whose header was read, not a mix.
-TEST(CheckpointTest, SlicesComeFromTheFileOpened) {
-  char tmpl[] = "/tmp/disco-ckpt-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  std::ofstream(dir + "/config.json")
-      << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128,
-            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
-            "vocab_size": 256, "max_position_embeddings": 128, "torch_dtype": "float32"})";
+TEST_F(CheckpointTest, SlicesComeFromTheFileOpened) {
+  const std::string& dir = dir_;
   auto write = [&](const std::string& name, float first) {
-    const std::string header = kTensor;
-    const std::string text = "{" + header + "}";
-    std::ofstream f(dir + "/" + name, std::ios::binary);
-    const uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xFF));
-    f << text;
+    std::string data;
     for (int i = 0; i < 6; ++i) {
       const float v = first + static_cast<float>(i);
-      f.write(reinterpret_cast<const char*>(&v), sizeof v);
+      data.append(reinterpret_cast<const char*>(&v), sizeof v);
     }
+    WriteSafetensors(name, "{" + std::string(kTensor) + "}", data);
   };
   write("model.safetensors", 1);
   llama::Checkpoint ck = llama::Checkpoint::Open(dir);
@@ -390,9 +392,6 @@ TEST(CheckpointTest, SlicesComeFromTheFileOpened) {
               std::string::npos)
         << e.what();
   }
-  std::remove((dir + "/model.safetensors").c_str());
-  std::remove((dir + "/config.json").c_str());
-  ::rmdir(dir.c_str());
 }
 
 }  // namespace
